@@ -1,0 +1,2 @@
+//! Fashion-MNIST acquisition and strict IDX parsing. (Being written.)
+pub mod cli;

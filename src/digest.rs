@@ -1,0 +1,134 @@
+//! SHA-256 content digests and their lowercase-hex text form.
+use std::fmt;
+
+use sha2::{Digest as _, Sha256};
+
+/// A SHA-256 digest. Its text form is exactly 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Digest(pub [u8; 32]);
+
+/// Why a string is not a digest.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DigestParseError {
+    #[error("a SHA-256 digest is 64 hex digits, got {0} characters")]
+    WrongLength(usize),
+    #[error("a SHA-256 digest is lowercase hex, got a character outside [0-9a-f]")]
+    NotLowercaseHex,
+}
+
+impl Digest {
+    /// Digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Digest(Sha256::digest(bytes).into())
+    }
+
+    /// Lowercase hex, 64 characters.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses exactly 64 lowercase hex digits (the only form this project writes).
+    pub fn from_hex(text: &str) -> Result<Self, DigestParseError> {
+        if text.len() != 64 {
+            return Err(DigestParseError::WrongLength(text.len()));
+        }
+        if !text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(DigestParseError::NotLowercaseHex);
+        }
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text, &mut out).map_err(|_| DigestParseError::NotLowercaseHex)?;
+        Ok(Digest(out))
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({})", self.to_hex())
+    }
+}
+
+impl serde::Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Digest::from_hex(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Incremental SHA-256 with domain-separated, length-framed fields.
+///
+/// Every field is written as its length (u64 LE) then its bytes, so no two different
+/// field sequences hash alike.
+pub struct FramedHasher(Sha256);
+
+impl FramedHasher {
+    /// Starts a hash whose first field is the domain tag.
+    pub fn new(domain: &str) -> Self {
+        let mut hasher = FramedHasher(Sha256::new());
+        hasher.field(domain.as_bytes());
+        hasher
+    }
+
+    /// Adds one length-framed field.
+    pub fn field(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.update((bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    /// Adds a u64 as an 8-byte field.
+    pub fn u64(&mut self, value: u64) -> &mut Self {
+        self.field(&value.to_le_bytes())
+    }
+
+    pub fn finish(self) -> Digest {
+        Digest(self.0.finalize().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip_and_rejections() {
+        let digest = Digest::of(b"abc");
+        assert_eq!(
+            digest.to_hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(Digest::from_hex(&digest.to_hex()), Ok(digest));
+        assert_eq!(
+            Digest::from_hex("ab"),
+            Err(DigestParseError::WrongLength(2))
+        );
+        let upper = digest.to_hex().to_uppercase();
+        assert_eq!(
+            Digest::from_hex(&upper),
+            Err(DigestParseError::NotLowercaseHex)
+        );
+    }
+
+    #[test]
+    fn framing_separates_fields() {
+        let mut a = FramedHasher::new("t");
+        a.field(b"ab").field(b"c");
+        let mut b = FramedHasher::new("t");
+        b.field(b"a").field(b"bc");
+        assert_ne!(a.finish(), b.finish());
+    }
+}

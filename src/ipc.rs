@@ -1,0 +1,1 @@
+//! Framed IPC over Unix-domain sockets. (Being written.)

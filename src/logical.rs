@@ -1,0 +1,420 @@
+//! The logical training state: the model's parameters and AdamW slots in fixed-size
+//! chunks with stable ids, plus step, data cursor, ledger digest and hyper-parameters.
+//!
+//! Invariants (asserted by `LogicalState::validate`):
+//! - chunk `i` has id `i`; every chunk but the last holds exactly `chunk_elements`
+//!   values; the chunks cover `PARAMETER_COUNT` values in order;
+//! - each chunk's `parameters`, `exp_avg` and `exp_avg_sq` have the same length.
+//!
+//! Nothing here depends on how many workers exist: ownership is a separate `Topology`
+//! (`chunk c` and `micro-batch m` belong to rank `c mod W` and `m mod W`), so moving a
+//! chunk between workers never changes a byte of it.
+use crate::digest::{Digest, FramedHasher};
+
+/// Input features of the MLP (28×28 images).
+pub const INPUT_FEATURES: usize = 784;
+/// Hidden units of the MLP.
+pub const HIDDEN_UNITS: usize = 128;
+/// Output classes.
+pub const CLASSES: usize = 10;
+
+/// The model's tensors in their fixed flat order: (name, shape).
+pub const PARAMETER_TENSORS: [(&str, [usize; 2]); 4] = [
+    ("fc1.weight", [HIDDEN_UNITS, INPUT_FEATURES]),
+    ("fc1.bias", [HIDDEN_UNITS, 1]),
+    ("fc2.weight", [CLASSES, HIDDEN_UNITS]),
+    ("fc2.bias", [CLASSES, 1]),
+];
+
+/// Total number of FP32 parameters (784·128 + 128 + 128·10 + 10).
+pub const PARAMETER_COUNT: usize =
+    INPUT_FEATURES * HIDDEN_UNITS + HIDDEN_UNITS + HIDDEN_UNITS * CLASSES + CLASSES;
+
+/// Largest worker count any topology may have (12 logical micro-batches).
+pub const MAX_WORKERS: u32 = 12;
+
+/// Training hyper-parameters; every field enters the logical-state root.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hyperparameters {
+    pub seed: u64,
+    pub learning_rate: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub epsilon: f32,
+    pub weight_decay: f32,
+    /// Samples per logical micro-batch.
+    pub micro_batch_size: u32,
+    /// Logical micro-batches per global batch (L).
+    pub logical_micro_batches: u32,
+    /// FP32 values per optimizer chunk (the last chunk may be shorter).
+    pub chunk_elements: u32,
+}
+
+impl Hyperparameters {
+    /// The defaults every command uses unless told otherwise.
+    pub fn with_seed(seed: u64) -> Self {
+        Hyperparameters {
+            seed,
+            learning_rate: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+            weight_decay: 1e-2,
+            micro_batch_size: 16,
+            logical_micro_batches: 12,
+            chunk_elements: 8192,
+        }
+    }
+
+    /// Samples consumed by one optimizer step.
+    pub fn global_batch_size(&self) -> u64 {
+        u64::from(self.micro_batch_size) * u64::from(self.logical_micro_batches)
+    }
+
+    /// Number of chunks the parameter vector is cut into.
+    pub fn chunk_count(&self) -> usize {
+        PARAMETER_COUNT.div_ceil(self.chunk_elements as usize)
+    }
+
+    /// Half-open element range of chunk `id` in the flat parameter vector.
+    pub fn chunk_range(&self, id: usize) -> std::ops::Range<usize> {
+        let size = self.chunk_elements as usize;
+        let start = id * size;
+        start..(start + size).min(PARAMETER_COUNT)
+    }
+
+    fn hash_into(&self, hasher: &mut FramedHasher) {
+        hasher
+            .u64(self.seed)
+            .field(&self.learning_rate.to_le_bytes())
+            .field(&self.beta1.to_le_bytes())
+            .field(&self.beta2.to_le_bytes())
+            .field(&self.epsilon.to_le_bytes())
+            .field(&self.weight_decay.to_le_bytes())
+            .u64(u64::from(self.micro_batch_size))
+            .u64(u64::from(self.logical_micro_batches))
+            .u64(u64::from(self.chunk_elements));
+    }
+}
+
+/// One optimizer chunk: a contiguous slice of the flat parameter vector and its AdamW
+/// moments. The AdamW step count is the state's `step`, shared by every chunk.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkState {
+    pub id: u32,
+    pub parameters: Vec<f32>,
+    pub exp_avg: Vec<f32>,
+    pub exp_avg_sq: Vec<f32>,
+}
+
+/// Why a logical state is malformed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LogicalStateError {
+    #[error("chunk_elements must be at least 1")]
+    ZeroChunkElements,
+    #[error("expected {expected} chunks, found {found}")]
+    ChunkCount { expected: usize, found: usize },
+    #[error("chunk at position {position} has id {id}")]
+    ChunkId { position: usize, id: u32 },
+    #[error("chunk {id}: {slot} holds {found} values, expected {expected}")]
+    ChunkLength {
+        id: u32,
+        slot: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    #[error("micro_batch_size and logical_micro_batches must be at least 1")]
+    EmptyBatch,
+}
+
+/// The complete logical training state at an optimizer step boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogicalState {
+    pub hyperparameters: Hyperparameters,
+    /// Optimizer steps taken so far (AdamW's `t`).
+    pub step: u64,
+    /// Global index of the next unconsumed sample in the per-epoch permutation stream.
+    pub cursor: u64,
+    /// Running digest of the data ledger up to `step` (see `sampling`).
+    pub ledger_digest: Digest,
+    pub chunks: Vec<ChunkState>,
+}
+
+impl LogicalState {
+    /// The state at step 0: parameters from the seeded initialiser, zero moments.
+    pub fn genesis(hyperparameters: Hyperparameters) -> Self {
+        let flat = initial_parameters(hyperparameters.seed);
+        let chunks = (0..hyperparameters.chunk_count())
+            .map(|id| {
+                let values = flat[hyperparameters.chunk_range(id)].to_vec();
+                let zeros = vec![0.0f32; values.len()];
+                ChunkState {
+                    id: id as u32,
+                    parameters: values,
+                    exp_avg: zeros.clone(),
+                    exp_avg_sq: zeros,
+                }
+            })
+            .collect();
+        LogicalState {
+            hyperparameters,
+            step: 0,
+            cursor: 0,
+            ledger_digest: crate::sampling::genesis_ledger_digest(hyperparameters.seed),
+            chunks,
+        }
+    }
+
+    /// Checks the invariants in the module docs.
+    pub fn validate(&self) -> Result<(), LogicalStateError> {
+        let h = &self.hyperparameters;
+        if h.chunk_elements == 0 {
+            return Err(LogicalStateError::ZeroChunkElements);
+        }
+        if h.micro_batch_size == 0 || h.logical_micro_batches == 0 {
+            return Err(LogicalStateError::EmptyBatch);
+        }
+        if self.chunks.len() != h.chunk_count() {
+            return Err(LogicalStateError::ChunkCount {
+                expected: h.chunk_count(),
+                found: self.chunks.len(),
+            });
+        }
+        for (position, chunk) in self.chunks.iter().enumerate() {
+            if chunk.id as usize != position {
+                return Err(LogicalStateError::ChunkId {
+                    position,
+                    id: chunk.id,
+                });
+            }
+            let expected = h.chunk_range(position).len();
+            for (slot, values) in [
+                ("parameters", &chunk.parameters),
+                ("exp_avg", &chunk.exp_avg),
+                ("exp_avg_sq", &chunk.exp_avg_sq),
+            ] {
+                if values.len() != expected {
+                    return Err(LogicalStateError::ChunkLength {
+                        id: chunk.id,
+                        slot,
+                        expected,
+                        found: values.len(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The flat parameter vector in the model's fixed tensor order.
+    pub fn flat_parameters(&self) -> Vec<f32> {
+        let mut flat = Vec::with_capacity(PARAMETER_COUNT);
+        for chunk in &self.chunks {
+            flat.extend_from_slice(&chunk.parameters);
+        }
+        flat
+    }
+
+    /// The projected logical-state root: SHA-256 over hyper-parameters, step, cursor and
+    /// every chunk's parameter and slot bytes in chunk-id order. Placement (which worker
+    /// owns a chunk) is deliberately absent, so W4 and W3 agree at the same step.
+    pub fn logical_state_root(&self) -> Digest {
+        let mut hasher = FramedHasher::new("shardlift/logical-state-root/v1");
+        self.hyperparameters.hash_into(&mut hasher);
+        hasher.u64(self.step).u64(self.cursor);
+        hasher.u64(self.chunks.len() as u64);
+        for chunk in &self.chunks {
+            hasher.u64(u64::from(chunk.id));
+            hasher.field(&f32_le_bytes(&chunk.parameters));
+            hasher.field(&f32_le_bytes(&chunk.exp_avg));
+            hasher.field(&f32_le_bytes(&chunk.exp_avg_sq));
+        }
+        hasher.finish()
+    }
+}
+
+/// Which worker owns what, for W workers. Owning is placement only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    pub workers: u32,
+}
+
+/// Why a worker count is not usable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("worker count {0} is outside 1..={MAX_WORKERS}")]
+pub struct TopologyError(pub u32);
+
+impl Topology {
+    pub fn new(workers: u32) -> Result<Self, TopologyError> {
+        if workers == 0 || workers > MAX_WORKERS {
+            return Err(TopologyError(workers));
+        }
+        Ok(Topology { workers })
+    }
+
+    /// Rank that owns optimizer chunk `chunk_id`.
+    pub fn chunk_owner(&self, chunk_id: u32) -> u32 {
+        chunk_id % self.workers
+    }
+
+    /// Rank that computes logical micro-batch `micro_batch`.
+    pub fn micro_batch_owner(&self, micro_batch: u32) -> u32 {
+        micro_batch % self.workers
+    }
+
+    /// Owner of each chunk, by chunk id.
+    pub fn chunk_ownership(&self, chunk_count: usize) -> Vec<u32> {
+        (0..chunk_count as u32)
+            .map(|c| self.chunk_owner(c))
+            .collect()
+    }
+}
+
+/// Little-endian bytes of FP32 values (the on-disk and on-wire chunk payload format).
+pub fn f32_le_bytes(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * 4);
+    for value in values {
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    out
+}
+
+/// Why bytes are not a whole number of FP32 values.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0} bytes is not a multiple of 4 (FP32)")]
+pub struct F32LengthError(pub usize);
+
+/// Parses little-endian FP32 values.
+pub fn f32_from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, F32LengthError> {
+    if bytes.len() % 4 != 0 {
+        return Err(F32LengthError(bytes.len()));
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// SplitMix64: a tiny, well-known generator; enough for seeded shuffles and init.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator keyed by a seed and a domain tag, so streams never collide.
+    pub fn keyed(seed: u64, domain: &str, index: u64) -> Self {
+        let mut hasher = FramedHasher::new("shardlift/rng-key/v1");
+        hasher.u64(seed).field(domain.as_bytes()).u64(index);
+        let digest = hasher.finish();
+        let mut key = [0u8; 8];
+        key.copy_from_slice(&digest.0[..8]);
+        SplitMix64(u64::from_le_bytes(key))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, bound) without modulo bias (rejection sampling).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        assert!(bound > 0, "bound must be positive");
+        let zone = u64::MAX - (u64::MAX % bound);
+        loop {
+            let value = self.next_u64();
+            if value < zone {
+                return value % bound;
+            }
+        }
+    }
+
+    /// Uniform in [-1, 1), exactly representable (24 random bits).
+    pub fn symmetric_unit_f32(&mut self) -> f32 {
+        let bits = (self.next_u64() >> 40) as u32; // 24 bits
+        (bits as f32) * (2.0 / 16_777_216.0) - 1.0
+    }
+}
+
+/// Seeded initial parameters: U(-k, k) with k = 1/sqrt(fan_in), as PyTorch's `Linear`
+/// default does, but from our own generator so no hidden torch RNG is involved.
+pub fn initial_parameters(seed: u64) -> Vec<f32> {
+    let mut flat = Vec::with_capacity(PARAMETER_COUNT);
+    for (index, (name, shape)) in PARAMETER_TENSORS.iter().enumerate() {
+        let fan_in = if name.starts_with("fc1") {
+            INPUT_FEATURES
+        } else {
+            HIDDEN_UNITS
+        };
+        let bound = 1.0f32 / (fan_in as f32).sqrt();
+        let mut rng = SplitMix64::keyed(seed, name, index as u64);
+        for _ in 0..shape[0] * shape[1] {
+            flat.push(rng.symmetric_unit_f32() * bound);
+        }
+    }
+    debug_assert_eq!(flat.len(), PARAMETER_COUNT);
+    flat
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn genesis_is_valid_and_seeded() {
+        let a = LogicalState::genesis(Hyperparameters::with_seed(7));
+        a.validate().expect("valid");
+        assert_eq!(a.flat_parameters().len(), PARAMETER_COUNT);
+        let b = LogicalState::genesis(Hyperparameters::with_seed(7));
+        assert_eq!(a.logical_state_root(), b.logical_state_root());
+        let c = LogicalState::genesis(Hyperparameters::with_seed(8));
+        assert_ne!(a.logical_state_root(), c.logical_state_root());
+    }
+
+    #[test]
+    fn root_sees_every_slot_bit() {
+        let a = LogicalState::genesis(Hyperparameters::with_seed(1));
+        let mut b = a.clone();
+        let last = b.chunks.len() - 1;
+        let value = b.chunks[last].exp_avg_sq[0];
+        b.chunks[last].exp_avg_sq[0] = f32::from_bits(value.to_bits() ^ 1);
+        assert_ne!(a.logical_state_root(), b.logical_state_root());
+    }
+
+    #[test]
+    fn validate_names_bad_chunks() {
+        let mut state = LogicalState::genesis(Hyperparameters::with_seed(1));
+        state.chunks[2].exp_avg.pop();
+        assert!(matches!(
+            state.validate(),
+            Err(LogicalStateError::ChunkLength {
+                id: 2,
+                slot: "exp_avg",
+                ..
+            })
+        ));
+        state.chunks.pop();
+        assert!(matches!(
+            state.validate(),
+            Err(LogicalStateError::ChunkCount { .. })
+        ));
+    }
+
+    #[test]
+    fn topology_bounds() {
+        assert!(Topology::new(0).is_err());
+        assert!(Topology::new(13).is_err());
+        let t = Topology::new(4).expect("valid");
+        assert_eq!(t.chunk_ownership(6), vec![0, 1, 2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn f32_bytes_round_trip() {
+        let values = [1.5f32, -0.0, f32::MIN_POSITIVE];
+        let bytes = f32_le_bytes(&values);
+        assert_eq!(f32_from_le_bytes(&bytes).expect("whole"), values.to_vec());
+        assert_eq!(f32_from_le_bytes(&bytes[..5]), Err(F32LengthError(5)));
+    }
+}

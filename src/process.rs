@@ -1,0 +1,1 @@
+//! Child-process supervision. (Being written.)

@@ -1,0 +1,2 @@
+//! The content-addressed checkpoint store. (Being written.)
+pub mod cli;

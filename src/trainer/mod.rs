@@ -1,0 +1,2 @@
+//! The tch-based training engine. (Being written.)
+pub mod cli;
