@@ -48,15 +48,19 @@ pub fn update_chunk(
     let decay = 1.0f32 - h.learning_rate * h.weight_decay;
     let one_minus_beta1 = 1.0f32 - h.beta1;
     let one_minus_beta2 = 1.0f32 - h.beta2;
-    for index in 0..expected {
-        let g = gradient[index];
-        let m = h.beta1 * chunk.exp_avg[index] + one_minus_beta1 * g;
-        let v = h.beta2 * chunk.exp_avg_sq[index] + one_minus_beta2 * (g * g);
+    let slots = chunk
+        .parameters
+        .iter_mut()
+        .zip(chunk.exp_avg.iter_mut())
+        .zip(chunk.exp_avg_sq.iter_mut());
+    for (((parameter, exp_avg), exp_avg_sq), &g) in slots.zip(gradient) {
+        let m = h.beta1 * *exp_avg + one_minus_beta1 * g;
+        let v = h.beta2 * *exp_avg_sq + one_minus_beta2 * (g * g);
         let denominator = v.sqrt() / bias_correction2_sqrt + h.epsilon;
-        let p = chunk.parameters[index] * decay;
-        chunk.parameters[index] = p - step_size * (m / denominator);
-        chunk.exp_avg[index] = m;
-        chunk.exp_avg_sq[index] = v;
+        let p = *parameter * decay;
+        *parameter = p - step_size * (m / denominator);
+        *exp_avg = m;
+        *exp_avg_sq = v;
     }
     Ok(())
 }

@@ -1,1 +1,425 @@
-//! Framed IPC over Unix-domain sockets. (Being written.)
+//! Framed IPC between the coordinator and its workers over Unix-domain sockets.
+//!
+//! A frame is a u32 little-endian payload length followed by the payload; a length
+//! above `MAX_FRAME_BYTES` is refused before anything is allocated. Payloads are built
+//! with `Encoder` and read back with `Decoder`, whose every read is bounds-checked.
+//! Connections are accepted only from a peer whose SO_PEERCRED uid is ours and whose pid
+//! is one of the children we spawned. Every read and accept has a deadline.
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Largest frame accepted (64 MiB): far above one gradient message (≈ 400 KiB per
+/// micro-batch), far below what could exhaust memory.
+pub const MAX_FRAME_BYTES: u32 = 64 * 1024 * 1024;
+
+/// Longest Unix socket path (`sun_path` is 108 bytes including the NUL).
+pub const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+/// Why IPC failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IpcError {
+    #[error("{peer} closed the connection")]
+    PeerClosed { peer: String },
+    #[error("{peer} sent no frame within {timeout_ms} ms")]
+    Timeout { peer: String, timeout_ms: u64 },
+    #[error("{peer} announced a {length}-byte frame, above the {MAX_FRAME_BYTES}-byte cap")]
+    FrameTooLarge { peer: String, length: u32 },
+    #[error("I/O with {peer} failed: {source}")]
+    Io {
+        peer: String,
+        source: std::io::Error,
+    },
+    #[error("malformed message from {peer}: {reason}")]
+    Malformed { peer: String, reason: String },
+    #[error("socket path {0} is longer than {MAX_SOCKET_PATH_BYTES} bytes")]
+    SocketPathTooLong(PathBuf),
+    #[error("refused a connection from pid {pid} uid {uid}: not a child we spawned as this user")]
+    UnexpectedPeer { pid: i32, uid: u32 },
+    #[error("no worker connected within {timeout_ms} ms")]
+    AcceptTimeout { timeout_ms: u64 },
+}
+
+/// Binds a listener at `path`, refusing paths that do not fit in `sun_path`.
+pub fn bind(path: &Path) -> Result<UnixListener, IpcError> {
+    if path.as_os_str().len() > MAX_SOCKET_PATH_BYTES {
+        return Err(IpcError::SocketPathTooLong(path.to_owned()));
+    }
+    UnixListener::bind(path).map_err(|source| IpcError::Io {
+        peer: "listener".into(),
+        source,
+    })
+}
+
+/// Accepts one connection before `timeout_ms`, checking SO_PEERCRED: the peer's uid must
+/// be ours and `allowed_pid` must accept its pid. `keep_waiting` is polled between tries so
+/// the caller can abort when a child dies before connecting.
+pub fn accept_checked(
+    listener: &UnixListener,
+    timeout_ms: u64,
+    allowed_pid: impl Fn(u32) -> bool,
+    mut keep_waiting: impl FnMut() -> Result<(), IpcError>,
+) -> Result<(UnixStream, u32), IpcError> {
+    let io = |source| IpcError::Io {
+        peer: "listener".into(),
+        source,
+    };
+    listener.set_nonblocking(true).map_err(io)?;
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false).map_err(io)?;
+                let credentials = rustix::net::sockopt::socket_peercred(&stream)
+                    .map_err(|errno| io(std::io::Error::from(errno)))?;
+                let pid = credentials.pid.as_raw_nonzero().get();
+                let uid = credentials.uid.as_raw();
+                if uid != rustix::process::geteuid().as_raw()
+                    || pid <= 0
+                    || !allowed_pid(pid as u32)
+                {
+                    return Err(IpcError::UnexpectedPeer { pid, uid });
+                }
+                return Ok((stream, pid as u32));
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                keep_waiting()?;
+                if Instant::now() >= deadline {
+                    return Err(IpcError::AcceptTimeout { timeout_ms });
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(error) => return Err(io(error)),
+        }
+    }
+}
+
+/// One end of a framed connection, with a per-read deadline.
+#[derive(Debug)]
+pub struct FramedStream {
+    stream: UnixStream,
+    peer: String,
+    timeout_ms: u64,
+}
+
+impl FramedStream {
+    pub fn new(
+        stream: UnixStream,
+        peer: impl Into<String>,
+        timeout_ms: u64,
+    ) -> Result<Self, IpcError> {
+        let peer = peer.into();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(timeout_ms.max(1))))
+            .map_err(|source| IpcError::Io {
+                peer: peer.clone(),
+                source,
+            })?;
+        Ok(FramedStream {
+            stream,
+            peer,
+            timeout_ms,
+        })
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Sends one frame.
+    pub fn send(&mut self, payload: &[u8]) -> Result<(), IpcError> {
+        let length = u32::try_from(payload.len())
+            .ok()
+            .filter(|&length| length <= MAX_FRAME_BYTES)
+            .ok_or_else(|| IpcError::FrameTooLarge {
+                peer: self.peer.clone(),
+                length: u32::MAX,
+            })?;
+        let io = |source| IpcError::Io {
+            peer: self.peer.clone(),
+            source,
+        };
+        self.stream.write_all(&length.to_le_bytes()).map_err(io)?;
+        self.stream.write_all(payload).map_err(io)?;
+        self.stream.flush().map_err(io)
+    }
+
+    /// Receives one frame, waiting at most the stream's timeout for each read.
+    pub fn receive(&mut self) -> Result<Vec<u8>, IpcError> {
+        let mut header = [0u8; 4];
+        self.read_exact(&mut header)?;
+        let length = u32::from_le_bytes(header);
+        if length > MAX_FRAME_BYTES {
+            return Err(IpcError::FrameTooLarge {
+                peer: self.peer.clone(),
+                length,
+            });
+        }
+        let mut payload = vec![0u8; length as usize];
+        self.read_exact(&mut payload)?;
+        Ok(payload)
+    }
+
+    fn read_exact(&mut self, buffer: &mut [u8]) -> Result<(), IpcError> {
+        match self.stream.read_exact(buffer) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(match error.kind() {
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                    IpcError::PeerClosed {
+                        peer: self.peer.clone(),
+                    }
+                }
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                    IpcError::Timeout {
+                        peer: self.peer.clone(),
+                        timeout_ms: self.timeout_ms,
+                    }
+                }
+                _ => IpcError::Io {
+                    peer: self.peer.clone(),
+                    source: error,
+                },
+            }),
+        }
+    }
+}
+
+/// Builds a message payload.
+#[derive(Debug, Default)]
+pub struct Encoder(Vec<u8>);
+
+impl Encoder {
+    pub fn new(tag: u8) -> Self {
+        Encoder(vec![tag])
+    }
+    pub fn u32(&mut self, value: u32) -> &mut Self {
+        self.0.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+    pub fn u64(&mut self, value: u64) -> &mut Self {
+        self.0.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+    pub fn f32(&mut self, value: f32) -> &mut Self {
+        self.0.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+    /// A length-prefixed byte string.
+    pub fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        self.u64(bytes.len() as u64);
+        self.0.extend_from_slice(bytes);
+        self
+    }
+    /// A length-prefixed FP32 vector (little-endian).
+    pub fn f32s(&mut self, values: &[f32]) -> &mut Self {
+        self.u64(values.len() as u64);
+        for value in values {
+            self.0.extend_from_slice(&value.to_le_bytes());
+        }
+        self
+    }
+    /// A length-prefixed u32 vector.
+    pub fn u32s(&mut self, values: &[u32]) -> &mut Self {
+        self.u64(values.len() as u64);
+        for value in values {
+            self.0.extend_from_slice(&value.to_le_bytes());
+        }
+        self
+    }
+    pub fn finish(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+/// Reads a message payload; every read is bounds-checked.
+#[derive(Debug)]
+pub struct Decoder<'a> {
+    bytes: &'a [u8],
+    position: usize,
+}
+
+/// Why a payload could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("payload ends at byte {at}, {needed} more needed")]
+    Truncated { at: usize, needed: usize },
+    #[error("{0} trailing bytes after the message")]
+    Trailing(usize),
+    #[error("empty payload")]
+    Empty,
+}
+
+impl<'a> Decoder<'a> {
+    /// Splits off the tag byte.
+    pub fn new(bytes: &'a [u8]) -> Result<(u8, Self), DecodeError> {
+        let (&tag, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
+        Ok((
+            tag,
+            Decoder {
+                bytes: rest,
+                position: 0,
+            },
+        ))
+    }
+
+    fn take(&mut self, count: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .position
+            .checked_add(count)
+            .filter(|&end| end <= self.bytes.len())
+            .ok_or(DecodeError::Truncated {
+                at: self.position,
+                needed: count,
+            })?;
+        let slice = &self.bytes[self.position..end];
+        self.position = end;
+        Ok(slice)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    pub fn f32(&mut self) -> Result<f32, DecodeError> {
+        Ok(f32::from_le_bytes(self.array()?))
+    }
+
+    fn length(&mut self, element_bytes: usize) -> Result<usize, DecodeError> {
+        let count = self.u64()?;
+        let remaining = self.bytes.len() - self.position;
+        // Reject before allocating: the elements must fit in what is left.
+        usize::try_from(count)
+            .ok()
+            .filter(|&count| {
+                count
+                    .checked_mul(element_bytes)
+                    .is_some_and(|bytes| bytes <= remaining)
+            })
+            .ok_or(DecodeError::Truncated {
+                at: self.position,
+                needed: usize::MAX,
+            })
+    }
+
+    pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let count = self.length(1)?;
+        self.take(count)
+    }
+    pub fn f32s(&mut self) -> Result<Vec<f32>, DecodeError> {
+        let count = self.length(4)?;
+        let raw = self.take(count * 4)?;
+        Ok(raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+    pub fn u32s(&mut self) -> Result<Vec<u32>, DecodeError> {
+        let count = self.length(4)?;
+        let raw = self.take(count * 4)?;
+        Ok(raw
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// Fails if anything is left unread.
+    pub fn finish(self) -> Result<(), DecodeError> {
+        match self.bytes.len() - self.position {
+            0 => Ok(()),
+            extra => Err(DecodeError::Trailing(extra)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_round_trip_and_truncation() {
+        let mut encoder = Encoder::new(7);
+        encoder.u32(3).f32s(&[1.0, -2.5]).u32s(&[9]).bytes(b"xy");
+        let payload = encoder.finish();
+        let (tag, mut decoder) = Decoder::new(&payload).expect("tag");
+        assert_eq!(tag, 7);
+        assert_eq!(decoder.u32(), Ok(3));
+        assert_eq!(decoder.f32s(), Ok(vec![1.0, -2.5]));
+        assert_eq!(decoder.u32s(), Ok(vec![9]));
+        assert_eq!(decoder.bytes(), Ok(&b"xy"[..]));
+        decoder.finish().expect("nothing left");
+
+        for cut in 1..payload.len() {
+            let (_, mut decoder) = Decoder::new(&payload[..cut]).expect("tag");
+            let result = (|| -> Result<(), DecodeError> {
+                decoder.u32()?;
+                decoder.f32s()?;
+                decoder.u32s()?;
+                decoder.bytes()?;
+                Ok(())
+            })();
+            assert!(result.is_err(), "cut at {cut} decoded");
+        }
+    }
+
+    #[test]
+    fn huge_announced_length_is_refused_before_allocation() {
+        let mut encoder = Encoder::new(1);
+        encoder.u64(u64::MAX);
+        let payload = encoder.finish();
+        let (_, mut decoder) = Decoder::new(&payload).expect("tag");
+        assert!(decoder.f32s().is_err());
+    }
+
+    #[test]
+    fn frames_over_a_real_socket_pair() {
+        let (a, b) = UnixStream::pair().expect("pair");
+        let mut left = FramedStream::new(a, "left", 2_000).expect("left");
+        let mut right = FramedStream::new(b, "right", 200).expect("right");
+        left.send(b"hello").expect("send");
+        assert_eq!(right.receive().expect("frame"), b"hello");
+        // Nothing sent: the read deadline fires.
+        assert!(matches!(right.receive(), Err(IpcError::Timeout { .. })));
+        // Oversized header is refused.
+        let mut raw = left.stream.try_clone().expect("clone");
+        raw.write_all(&(MAX_FRAME_BYTES + 1).to_le_bytes())
+            .expect("write");
+        assert!(matches!(
+            right.receive(),
+            Err(IpcError::FrameTooLarge { .. })
+        ));
+        drop(raw);
+        drop(left);
+        assert!(matches!(right.receive(), Err(IpcError::PeerClosed { .. })));
+    }
+
+    #[test]
+    fn peer_credentials_are_checked() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let path = directory.path().join("s");
+        let listener = bind(&path).expect("bind");
+        let _client = UnixStream::connect(&path).expect("connect");
+        let me = std::process::id();
+        // Our own pid is not an allowed child: refused.
+        let refused = accept_checked(&listener, 1_000, |pid| pid != me, || Ok(()));
+        assert!(matches!(refused, Err(IpcError::UnexpectedPeer { .. })));
+        let _client = UnixStream::connect(&path).expect("connect");
+        let (_, pid) =
+            accept_checked(&listener, 1_000, |pid| pid == me, || Ok(())).expect("accepted");
+        assert_eq!(pid, me);
+        let long = directory.path().join("x".repeat(120));
+        assert!(matches!(bind(&long), Err(IpcError::SocketPathTooLong(_))));
+        assert!(matches!(
+            accept_checked(&listener, 20, |_| true, || Ok(())),
+            Err(IpcError::AcceptTimeout { .. })
+        ));
+    }
+}

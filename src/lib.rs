@@ -8,6 +8,7 @@
 
 pub mod adamw;
 pub mod dataset;
+pub mod defaults;
 pub mod digest;
 pub mod ipc;
 pub mod logical;

@@ -1,1 +1,504 @@
-//! Child-process supervision. (Being written.)
+//! Child-process supervision: spawn, signal exactly, wait with a deadline, reap, record.
+//!
+//! Every child runs in its own process group and is addressed through a pidfd, so a
+//! signal can never reach a recycled pid. Every wait has a deadline. A `Supervisor` owns
+//! its children: `teardown` (and `Drop`) sends SIGTERM, waits a grace period, sends
+//! SIGKILL and reaps, so no child outlives its owner or is left a zombie. Each exit is
+//! recorded once as an `ExitRecord` (role, session, rank, code or signal) in one event
+//! list, from which reports are built.
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags};
+
+pub use rustix::process::Signal;
+
+/// Default grace between SIGTERM and SIGKILL during teardown.
+pub const TEARDOWN_GRACE_MS: u64 = 2_000;
+
+/// How a child ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ExitOutcome {
+    /// Exited normally with this code.
+    Code(i32),
+    /// Killed by this signal number.
+    Signal(i32),
+}
+
+impl ExitOutcome {
+    pub fn success(&self) -> bool {
+        *self == ExitOutcome::Code(0)
+    }
+}
+
+impl std::fmt::Display for ExitOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitOutcome::Code(code) => write!(f, "exit code {code}"),
+            ExitOutcome::Signal(signal) => write!(f, "signal {signal}"),
+        }
+    }
+}
+
+/// One reaped child.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExitRecord {
+    pub role: String,
+    pub session: String,
+    pub rank: Option<u32>,
+    pub outcome: ExitOutcome,
+}
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct ChildSpec {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
+    /// Give the parent a pipe to the child's stdin (else /dev/null).
+    pub pipe_stdin: bool,
+    /// Give the parent a pipe from the child's stdout (else inherited).
+    pub pipe_stdout: bool,
+    pub role: String,
+    pub session: String,
+    pub rank: Option<u32>,
+}
+
+impl ChildSpec {
+    pub fn new(program: impl Into<PathBuf>, role: &str, session: &str) -> Self {
+        ChildSpec {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            pipe_stdin: false,
+            pipe_stdout: false,
+            role: role.to_owned(),
+            session: session.to_owned(),
+            rank: None,
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn rank(mut self, rank: u32) -> Self {
+        self.rank = Some(rank);
+        self
+    }
+}
+
+/// Why supervising a child failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("cannot start {role} ({program}): {source}")]
+    Spawn {
+        role: String,
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("cannot open a pidfd for {role} (pid {pid}): {source}")]
+    Pidfd {
+        role: String,
+        pid: u32,
+        source: std::io::Error,
+    },
+    #[error("cannot signal {role} (pid {pid}): {source}")]
+    Signal {
+        role: String,
+        pid: u32,
+        source: std::io::Error,
+    },
+    #[error("waiting for {role} (pid {pid}) failed: {source}")]
+    Wait {
+        role: String,
+        pid: u32,
+        source: std::io::Error,
+    },
+    #[error("{role} did not exit within {timeout_ms} ms")]
+    Deadline { role: String, timeout_ms: u64 },
+}
+
+/// A running child addressed by pidfd. Reaped exactly once.
+#[derive(Debug)]
+pub struct SupervisedChild {
+    child: Child,
+    pidfd: OwnedFd,
+    pub role: String,
+    pub session: String,
+    pub rank: Option<u32>,
+    exit: Option<ExitRecord>,
+}
+
+impl SupervisedChild {
+    /// Starts the child in its own process group and opens its pidfd.
+    pub fn spawn(spec: ChildSpec) -> Result<Self, ProcessError> {
+        let mut command = Command::new(&spec.program);
+        command.args(&spec.args).process_group(0);
+        for (key, value) in &spec.env {
+            command.env(key, value);
+        }
+        command.stdin(if spec.pipe_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        command.stdout(if spec.pipe_stdout {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        });
+        let child = command.spawn().map_err(|source| ProcessError::Spawn {
+            role: spec.role.clone(),
+            program: spec.program.display().to_string(),
+            source,
+        })?;
+        let pid = child.id();
+        // The child is unreaped, so its pid cannot have been recycled yet.
+        let raw_pid = Pid::from_raw(pid as i32).ok_or_else(|| ProcessError::Pidfd {
+            role: spec.role.clone(),
+            pid,
+            source: std::io::Error::other("pid 0"),
+        })?;
+        let pidfd = match pidfd_open(raw_pid, PidfdFlags::empty()) {
+            Ok(fd) => fd,
+            Err(errno) => {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ProcessError::Pidfd {
+                    role: spec.role,
+                    pid,
+                    source: errno.into(),
+                });
+            }
+        };
+        Ok(SupervisedChild {
+            child,
+            pidfd,
+            role: spec.role,
+            session: spec.session,
+            rank: spec.rank,
+            exit: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The pipe to the child's stdin, once.
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.child.stdin.take()
+    }
+
+    /// The pipe from the child's stdout, once.
+    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.child.stdout.take()
+    }
+
+    /// The exit, if the child has been reaped.
+    pub fn exit_record(&self) -> Option<&ExitRecord> {
+        self.exit.as_ref()
+    }
+
+    /// Sends `signal` through the pidfd. A child already reaped is not signalled.
+    pub fn signal(&self, signal: Signal) -> Result<(), ProcessError> {
+        if self.exit.is_some() {
+            return Ok(());
+        }
+        match pidfd_send_signal(self.pidfd.as_fd(), signal) {
+            Ok(()) => Ok(()),
+            // ESRCH: it has exited but is not reaped yet; nothing to signal.
+            Err(rustix::io::Errno::SRCH) => Ok(()),
+            Err(errno) => Err(ProcessError::Signal {
+                role: self.role.clone(),
+                pid: self.pid(),
+                source: errno.into(),
+            }),
+        }
+    }
+
+    /// Waits up to `timeout_ms` for the child to exit, then reaps it. `Ok(None)` if it is
+    /// still running at the deadline.
+    pub fn wait_timeout(&mut self, timeout_ms: u64) -> Result<Option<&ExitRecord>, ProcessError> {
+        if self.exit.is_some() {
+            return Ok(self.exit.as_ref());
+        }
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let timespec = Timespec {
+                tv_sec: remaining.as_secs() as i64,
+                tv_nsec: i64::from(remaining.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
+            match poll(&mut fds, Some(&timespec)) {
+                Ok(0) => return Ok(None),
+                Ok(_) => break,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(errno) => {
+                    return Err(ProcessError::Wait {
+                        role: self.role.clone(),
+                        pid: self.pid(),
+                        source: errno.into(),
+                    })
+                }
+            }
+        }
+        let status = self.child.wait().map_err(|source| ProcessError::Wait {
+            role: self.role.clone(),
+            pid: self.child.id(),
+            source,
+        })?;
+        let outcome = match (status.code(), status.signal()) {
+            (Some(code), _) => ExitOutcome::Code(code),
+            (None, Some(signal)) => ExitOutcome::Signal(signal),
+            (None, None) => ExitOutcome::Code(-1),
+        };
+        self.exit = Some(ExitRecord {
+            role: self.role.clone(),
+            session: self.session.clone(),
+            rank: self.rank,
+            outcome,
+        });
+        Ok(self.exit.as_ref())
+    }
+
+    /// Waits for the child, failing with `Deadline` (the child still running) after `timeout_ms`.
+    pub fn wait_deadline(&mut self, timeout_ms: u64) -> Result<ExitRecord, ProcessError> {
+        match self.wait_timeout(timeout_ms)? {
+            Some(record) => Ok(record.clone()),
+            None => Err(ProcessError::Deadline {
+                role: self.role.clone(),
+                timeout_ms,
+            }),
+        }
+    }
+
+    /// SIGKILL now, then reap.
+    pub fn kill_and_reap(&mut self) -> Result<ExitRecord, ProcessError> {
+        self.signal(Signal::KILL)?;
+        // SIGKILL cannot be caught; the bound only guards against a wedged kernel.
+        self.wait_deadline(30_000)
+    }
+
+    /// SIGTERM, wait `grace_ms`, then SIGKILL; always reaps.
+    pub fn terminate(&mut self, grace_ms: u64) -> Result<ExitRecord, ProcessError> {
+        if let Some(record) = &self.exit {
+            return Ok(record.clone());
+        }
+        self.signal(Signal::TERM)?;
+        if let Some(record) = self.wait_timeout(grace_ms)? {
+            return Ok(record.clone());
+        }
+        self.kill_and_reap()
+    }
+}
+
+impl Drop for SupervisedChild {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.signal(Signal::KILL);
+            let _ = self.wait_timeout(30_000);
+        }
+    }
+}
+
+/// Owns a group of children (e.g. one coordinator session's workers) and the record of
+/// every exit. Dropping it tears the group down.
+#[derive(Debug, Default)]
+pub struct Supervisor {
+    children: Vec<SupervisedChild>,
+    /// Indices of reaped children, in the order they were reaped.
+    reaped_order: Vec<usize>,
+}
+
+impl Supervisor {
+    pub fn new() -> Self {
+        Supervisor::default()
+    }
+
+    /// Starts a child and returns its index in this supervisor.
+    pub fn spawn(&mut self, spec: ChildSpec) -> Result<usize, ProcessError> {
+        let child = SupervisedChild::spawn(spec)?;
+        self.children.push(child);
+        Ok(self.children.len() - 1)
+    }
+
+    pub fn child(&mut self, index: usize) -> Option<&mut SupervisedChild> {
+        self.children.get_mut(index)
+    }
+
+    pub fn children(&self) -> &[SupervisedChild] {
+        &self.children
+    }
+
+    /// Pids of the children not yet reaped (for SO_PEERCRED checks).
+    pub fn live_pids(&self) -> Vec<u32> {
+        self.children
+            .iter()
+            .filter(|c| c.exit.is_none())
+            .map(|c| c.pid())
+            .collect()
+    }
+
+    fn note_reaped(&mut self, index: usize) {
+        if self.children[index].exit.is_some() && !self.reaped_order.contains(&index) {
+            self.reaped_order.push(index);
+        }
+    }
+
+    /// Reaps the first child that has exited, without blocking.
+    pub fn poll_exited(&mut self) -> Result<Option<ExitRecord>, ProcessError> {
+        for index in 0..self.children.len() {
+            if self.children[index].exit.is_none()
+                && self.children[index].wait_timeout(0)?.is_some()
+            {
+                self.note_reaped(index);
+                return Ok(self.children[index].exit.clone());
+            }
+        }
+        Ok(None)
+    }
+
+    /// Waits for every child to exit on its own within `timeout_ms` in total; on the
+    /// deadline, tears the rest down and reports `Deadline` for the first laggard.
+    pub fn wait_all(&mut self, timeout_ms: u64) -> Result<(), ProcessError> {
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let mut laggard = None;
+        for index in 0..self.children.len() {
+            let remaining = deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64;
+            if self.children[index].wait_timeout(remaining)?.is_none() {
+                laggard.get_or_insert_with(|| self.children[index].role.clone());
+            }
+            self.note_reaped(index);
+        }
+        if let Some(role) = laggard {
+            self.teardown(TEARDOWN_GRACE_MS);
+            return Err(ProcessError::Deadline { role, timeout_ms });
+        }
+        Ok(())
+    }
+
+    /// SIGTERM every live child, wait `grace_ms`, SIGKILL the rest, reap all.
+    pub fn teardown(&mut self, grace_ms: u64) {
+        for child in &self.children {
+            let _ = child.signal(Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_millis(grace_ms);
+        for index in 0..self.children.len() {
+            let remaining = deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64;
+            let child = &mut self.children[index];
+            if !matches!(child.wait_timeout(remaining), Ok(Some(_))) {
+                let _ = child.kill_and_reap();
+            }
+            self.note_reaped(index);
+        }
+    }
+
+    /// Every exit recorded so far, in the order reaped.
+    pub fn exits(&self) -> Vec<ExitRecord> {
+        self.reaped_order
+            .iter()
+            .filter_map(|&i| self.children[i].exit.clone())
+            .collect()
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if self.children.iter().any(|c| c.exit.is_none()) {
+            self.teardown(TEARDOWN_GRACE_MS);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_exit_code_and_signal() {
+        let mut ok = SupervisedChild::spawn(
+            ChildSpec::new("/bin/sh", "probe", "s")
+                .arg("-c")
+                .arg("exit 7"),
+        )
+        .expect("spawn sh");
+        assert_eq!(
+            ok.wait_deadline(10_000).expect("exits").outcome,
+            ExitOutcome::Code(7)
+        );
+
+        let mut sleeper = SupervisedChild::spawn(
+            ChildSpec::new("/bin/sleep", "sleeper", "s")
+                .arg("30")
+                .rank(2),
+        )
+        .expect("spawn sleep");
+        assert!(sleeper.wait_timeout(50).expect("poll").is_none());
+        let record = sleeper.kill_and_reap().expect("killed");
+        assert_eq!(record.outcome, ExitOutcome::Signal(9));
+        assert_eq!(record.rank, Some(2));
+        // Signalling a reaped child is a no-op, not an error.
+        sleeper.signal(Signal::KILL).expect("no-op");
+    }
+
+    #[test]
+    fn teardown_escalates_past_an_ignored_sigterm() {
+        let mut supervisor = Supervisor::new();
+        supervisor
+            .spawn(
+                ChildSpec::new("/bin/sh", "stubborn", "s")
+                    .arg("-c")
+                    .arg("trap '' TERM; sleep 30"),
+            )
+            .expect("spawn");
+        supervisor
+            .spawn(ChildSpec::new("/bin/sleep", "polite", "s").arg("30"))
+            .expect("spawn");
+        std::thread::sleep(Duration::from_millis(100));
+        let started = Instant::now();
+        supervisor.teardown(300);
+        assert!(started.elapsed() < Duration::from_secs(20));
+        let exits = supervisor.exits();
+        let outcomes: Vec<_> = exits.iter().map(|e| (e.role.as_str(), e.outcome)).collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                ("stubborn", ExitOutcome::Signal(9)),
+                ("polite", ExitOutcome::Signal(15))
+            ]
+        );
+        assert!(supervisor.live_pids().is_empty());
+    }
+
+    #[test]
+    fn wait_all_deadline_tears_down() {
+        let mut supervisor = Supervisor::new();
+        supervisor
+            .spawn(ChildSpec::new("/bin/sleep", "hung", "s").arg("30"))
+            .expect("spawn");
+        let error = supervisor.wait_all(100).expect_err("deadline");
+        assert!(matches!(error, ProcessError::Deadline { .. }));
+        assert_eq!(supervisor.exits().len(), 1);
+    }
+}

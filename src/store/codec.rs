@@ -1,0 +1,367 @@
+//! Canonical record codecs: RFC 8785 JSON under closed, versioned schemas.
+//!
+//! Decoding (1) caps the size, (2) checks the schema id and version, (3) parses under a
+//! closed schema (`deny_unknown_fields`), and (4) re-encodes and requires the very same
+//! bytes, so every accepted record has exactly one byte form and one digest. Integers that
+//! may exceed 2^53 (seed, step, cursor, generation) are decimal strings; FP32
+//! hyper-parameters are their IEEE-754 bit patterns, so nothing is lost to JSON numbers.
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::logical::{Hyperparameters, PARAMETER_COUNT};
+
+use super::error::StoreError;
+
+pub const MANIFEST_SCHEMA: &str = "shardlift.store.manifest";
+pub const COMMIT_SCHEMA: &str = "shardlift.store.commit";
+pub const LATEST_SCHEMA: &str = "shardlift.store.latest";
+/// The one schema version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Largest commit record accepted.
+pub const MAX_COMMIT_BYTES: u64 = 4096;
+/// Largest LATEST record accepted.
+pub const MAX_LATEST_BYTES: u64 = 4096;
+/// Largest manifest accepted (one chunk entry is about 300 bytes; chunks ≤ PARAMETER_COUNT).
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+/// Largest chunk object accepted: one slot of the whole parameter vector in FP32.
+pub const MAX_CHUNK_OBJECT_BYTES: u64 = (PARAMETER_COUNT as u64) * 4;
+
+/// Decimal-string serde for u64 (JSON numbers are only exact up to 2^53).
+pub mod dec_u64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&value.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        parse(&text).map_err(serde::de::Error::custom)
+    }
+
+    /// Parses the one canonical decimal form (no sign, no leading zeros, ≤ 20 digits).
+    pub fn parse(text: &str) -> Result<u64, String> {
+        let canonical = !text.is_empty()
+            && text.len() <= 20
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && (text == "0" || !text.starts_with('0'));
+        if !canonical {
+            return Err(format!("{text:?} is not a canonical decimal u64"));
+        }
+        text.parse::<u64>()
+            .map_err(|_| format!("{text:?} is out of range for u64"))
+    }
+}
+
+/// Decimal-string serde for `Option<u64>` (null when absent).
+pub mod dec_u64_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => serializer.serialize_str(&v.to_string()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+        let text = <Option<std::borrow::Cow<'de, str>>>::deserialize(deserializer)?;
+        match text {
+            None => Ok(None),
+            Some(text) => super::dec_u64::parse(&text)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Hyper-parameters as stored: FP32 values as bit patterns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HyperparametersRecord {
+    #[serde(with = "dec_u64")]
+    pub seed: u64,
+    pub learning_rate_bits: u32,
+    pub beta1_bits: u32,
+    pub beta2_bits: u32,
+    pub epsilon_bits: u32,
+    pub weight_decay_bits: u32,
+    pub micro_batch_size: u32,
+    pub logical_micro_batches: u32,
+    pub chunk_elements: u32,
+}
+
+impl From<&Hyperparameters> for HyperparametersRecord {
+    fn from(h: &Hyperparameters) -> Self {
+        HyperparametersRecord {
+            seed: h.seed,
+            learning_rate_bits: h.learning_rate.to_bits(),
+            beta1_bits: h.beta1.to_bits(),
+            beta2_bits: h.beta2.to_bits(),
+            epsilon_bits: h.epsilon.to_bits(),
+            weight_decay_bits: h.weight_decay.to_bits(),
+            micro_batch_size: h.micro_batch_size,
+            logical_micro_batches: h.logical_micro_batches,
+            chunk_elements: h.chunk_elements,
+        }
+    }
+}
+
+impl HyperparametersRecord {
+    pub fn to_hyperparameters(&self) -> Hyperparameters {
+        Hyperparameters {
+            seed: self.seed,
+            learning_rate: f32::from_bits(self.learning_rate_bits),
+            beta1: f32::from_bits(self.beta1_bits),
+            beta2: f32::from_bits(self.beta2_bits),
+            epsilon: f32::from_bits(self.epsilon_bits),
+            weight_decay: f32::from_bits(self.weight_decay_bits),
+            micro_batch_size: self.micro_batch_size,
+            logical_micro_batches: self.logical_micro_batches,
+            chunk_elements: self.chunk_elements,
+        }
+    }
+}
+
+/// One logical chunk in a manifest: its stable id, its length and the content addresses
+/// of its three raw little-endian FP32 payloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkEntry {
+    pub id: u32,
+    pub elements: u32,
+    pub parameters: Digest,
+    pub exp_avg: Digest,
+    pub exp_avg_sq: Digest,
+}
+
+impl ChunkEntry {
+    pub fn digests(&self) -> [(&'static str, Digest); 3] {
+        [
+            ("parameters", self.parameters),
+            ("exp_avg", self.exp_avg),
+            ("exp_avg_sq", self.exp_avg_sq),
+        ]
+    }
+}
+
+/// A manifest (stored as an object): everything needed to rebuild one `LogicalState`
+/// and its placement on `workers` workers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestRecord {
+    pub schema: String,
+    pub version: u32,
+    #[serde(with = "dec_u64")]
+    pub step: u64,
+    #[serde(with = "dec_u64")]
+    pub cursor: u64,
+    pub ledger_digest: Digest,
+    pub hyperparameters: HyperparametersRecord,
+    pub workers: u32,
+    /// Owner rank of each chunk, by chunk id (`chunk_owner(c) = c mod workers`).
+    pub ownership: Vec<u32>,
+    pub chunks: Vec<ChunkEntry>,
+    /// The projected logical-state root of the state this manifest describes.
+    pub logical_state_root: Digest,
+}
+
+/// How a generation came to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommitKind {
+    Publish,
+    Reshard,
+}
+
+/// An immutable commit record, installed as `commits/<generation:020>.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitRecord {
+    pub schema: String,
+    pub version: u32,
+    #[serde(with = "dec_u64")]
+    pub generation: u64,
+    pub kind: CommitKind,
+    /// For a reshard: the generation it was derived from.
+    #[serde(with = "dec_u64_opt")]
+    pub source_generation: Option<u64>,
+    pub manifest: Digest,
+    /// Copies of manifest fields, bound: recovery checks they agree.
+    pub workers: u32,
+    #[serde(with = "dec_u64")]
+    pub step: u64,
+    pub logical_state_root: Digest,
+}
+
+/// `refs/LATEST`: a hint naming a generation and the digest of its commit record bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatestRecord {
+    pub schema: String,
+    pub version: u32,
+    #[serde(with = "dec_u64")]
+    pub generation: u64,
+    pub commit: Digest,
+}
+
+/// A record type with a schema id and a size cap.
+pub trait Record: Serialize + DeserializeOwned {
+    const SCHEMA: &'static str;
+    const CAP: u64;
+}
+
+impl Record for ManifestRecord {
+    const SCHEMA: &'static str = MANIFEST_SCHEMA;
+    const CAP: u64 = MAX_MANIFEST_BYTES;
+}
+impl Record for CommitRecord {
+    const SCHEMA: &'static str = COMMIT_SCHEMA;
+    const CAP: u64 = MAX_COMMIT_BYTES;
+}
+impl Record for LatestRecord {
+    const SCHEMA: &'static str = LATEST_SCHEMA;
+    const CAP: u64 = MAX_LATEST_BYTES;
+}
+
+/// The schema header every record starts with (other fields ignored here).
+#[derive(Deserialize)]
+struct Header {
+    schema: serde_json::Value,
+    version: serde_json::Value,
+}
+
+/// Canonical (RFC 8785) bytes of a record.
+pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, StoreError> {
+    serde_json_canonicalizer::to_vec(record).map_err(|e| StoreError::Encode {
+        schema: R::SCHEMA,
+        message: e.to_string(),
+    })
+}
+
+/// Decodes a record, enforcing cap, schema id, version, closed schema and canonical form.
+/// `path` only names the source in errors.
+pub fn decode<R: Record>(path: &Path, bytes: &[u8]) -> Result<R, StoreError> {
+    if bytes.len() as u64 > R::CAP {
+        return Err(StoreError::TooLarge {
+            path: path.to_owned(),
+            cap: R::CAP,
+        });
+    }
+    let undecodable = |message: String| StoreError::Undecodable {
+        path: path.to_owned(),
+        schema: R::SCHEMA,
+        message,
+    };
+    let header: Header = serde_json::from_slice(bytes).map_err(|e| undecodable(e.to_string()))?;
+    match header.schema.as_str() {
+        Some(schema) if schema == R::SCHEMA => {}
+        _ => {
+            return Err(StoreError::WrongSchema {
+                path: path.to_owned(),
+                expected: R::SCHEMA,
+                found: header.schema.to_string(),
+            })
+        }
+    }
+    match header.version.as_u64() {
+        Some(v) if v == u64::from(SCHEMA_VERSION) => {}
+        Some(v) => {
+            return Err(StoreError::UnsupportedVersion {
+                path: path.to_owned(),
+                expected: SCHEMA_VERSION,
+                found: v,
+            })
+        }
+        None => return Err(undecodable(format!("version {} is not an integer", header.version))),
+    }
+    let record: R = serde_json::from_slice(bytes).map_err(|e| undecodable(e.to_string()))?;
+    let canonical = encode(&record)?;
+    if canonical != bytes {
+        return Err(StoreError::NotCanonical {
+            path: path.to_owned(),
+        });
+    }
+    Ok(record)
+}
+
+/// `objects/ab/cdef…` for a digest, relative to the store root.
+pub fn object_rel_path(digest: &Digest) -> String {
+    let hex = digest.to_hex();
+    format!("objects/{}/{}", &hex[..2], &hex[2..])
+}
+
+/// `commits/<generation:020>.json`, relative to the store root.
+pub fn commit_rel_path(generation: u64) -> String {
+    format!("commits/{generation:020}.json")
+}
+
+/// The generation a `commits/` file name denotes, if it is a commit record name.
+pub fn parse_commit_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".json")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn latest() -> LatestRecord {
+        LatestRecord {
+            schema: LATEST_SCHEMA.into(),
+            version: SCHEMA_VERSION,
+            generation: u64::MAX,
+            commit: Digest::of(b"x"),
+        }
+    }
+
+    #[test]
+    fn round_trip_is_byte_exact() {
+        let bytes = encode(&latest()).expect("encode");
+        let back: LatestRecord = decode(Path::new("t"), &bytes).expect("decode");
+        assert_eq!(back, latest());
+        assert_eq!(encode(&back).expect("encode"), bytes);
+    }
+
+    #[test]
+    fn rejects_non_canonical_unknown_and_foreign() {
+        let bytes = encode(&latest()).expect("encode");
+        let mut spaced = b" ".to_vec();
+        spaced.extend_from_slice(&bytes);
+        assert!(matches!(
+            decode::<LatestRecord>(Path::new("t"), &spaced),
+            Err(StoreError::NotCanonical { .. })
+        ));
+        let text = String::from_utf8(bytes.clone()).expect("utf8");
+        let extra = text.replacen('{', "{\"aaa\":1,", 1);
+        assert!(matches!(
+            decode::<LatestRecord>(Path::new("t"), extra.as_bytes()),
+            Err(StoreError::Undecodable { .. })
+        ));
+        assert!(matches!(
+            decode::<CommitRecord>(Path::new("t"), &bytes),
+            Err(StoreError::WrongSchema { .. })
+        ));
+        let v2 = text.replace("\"version\":1", "\"version\":2");
+        assert!(matches!(
+            decode::<LatestRecord>(Path::new("t"), v2.as_bytes()),
+            Err(StoreError::UnsupportedVersion { found: 2, .. })
+        ));
+        let padded = text.replace("\"generation\":\"", "\"generation\":\"0");
+        assert!(decode::<LatestRecord>(Path::new("t"), padded.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn commit_names() {
+        assert_eq!(parse_commit_name(&commit_rel_path(42)[8..]), Some(42));
+        assert_eq!(parse_commit_name("42.json"), None);
+        assert_eq!(parse_commit_name("0000000000000000004x.json"), None);
+    }
+}

@@ -1,0 +1,119 @@
+//! The one seam through which the store touches the file system.
+//!
+//! The writer and recovery do every file-system effect through `FileSystem`, so the
+//! power-loss model can record a run and rebuild the states a crash could leave behind.
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags, RenameFlags, CWD};
+
+/// What a directory entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Other,
+}
+
+/// The file-system operations the store uses. All paths are absolute or relative to the
+/// process's working directory.
+pub trait FileSystem {
+    /// Creates one directory (the parent must exist).
+    fn create_dir(&self, path: &Path) -> std::io::Result<()>;
+    /// Creates a new file (failing if it exists) and writes all of `bytes`, no fsync.
+    fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> std::io::Result<()>;
+    /// Makes a file's data durable.
+    fn fsync_file(&self, path: &Path) -> std::io::Result<()>;
+    /// Makes a directory's entries durable.
+    fn fsync_dir(&self, path: &Path) -> std::io::Result<()>;
+    /// Renames, failing with `AlreadyExists` if `to` exists (renameat2 RENAME_NOREPLACE).
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> std::io::Result<()>;
+    /// Renames, atomically replacing `to` if it exists.
+    fn rename_replace(&self, from: &Path, to: &Path) -> std::io::Result<()>;
+    fn remove_file(&self, path: &Path) -> std::io::Result<()>;
+    /// Reads at most `cap + 1` bytes (so a caller can tell "more than cap").
+    fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>>;
+    /// Names in a directory, sorted.
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>>;
+    /// The kind of the entry at `path`, or `None` if there is none.
+    fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>>;
+}
+
+/// The real file system (std + rustix).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+impl FileSystem for RealFs {
+    fn create_dir(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::create_dir(path)
+    }
+
+    fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if read_only { 0o444 } else { 0o644 })
+            .open(path)?;
+        file.write_all(bytes)
+    }
+
+    fn fsync_file(&self, path: &Path) -> std::io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+
+    fn fsync_dir(&self, path: &Path) -> std::io::Result<()> {
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        rustix::fs::fsync(&fd)?;
+        Ok(())
+    }
+
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        rustix::fs::renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE)?;
+        Ok(())
+    }
+
+    fn rename_replace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+        let file = File::open(path)?;
+        let mut out = Vec::new();
+        file.take(cap.saturating_add(1)).read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(path)? {
+            let entry = entry?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>> {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) => Ok(Some(if meta.is_file() {
+                EntryKind::File
+            } else if meta.is_dir() {
+                EntryKind::Dir
+            } else {
+                EntryKind::Other
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}

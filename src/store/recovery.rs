@@ -1,0 +1,285 @@
+//! Recovery (RFC 0001 §Recovery): scan `commits/`, verify each record end to end, select
+//! the highest fully valid generation, report LATEST's status. Reads only.
+use std::io::ErrorKind;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::logical::{LogicalState, Topology};
+
+use super::codec::{
+    commit_rel_path, decode, object_rel_path, parse_commit_name, CommitRecord, LatestRecord,
+    ManifestRecord, Record, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
+};
+use super::error::StoreError;
+use super::fs::{EntryKind, FileSystem};
+use super::layout::{assemble_state, check_manifest};
+use super::writer::LATEST_REL_PATH;
+
+/// What LATEST says relative to the scan's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatestStatus {
+    /// No `refs/LATEST`.
+    Missing,
+    /// Names an older generation than the selected one.
+    Stale,
+    /// Names a generation newer than the selected one (or any, when none is selectable).
+    Ahead,
+    /// Not a valid LATEST record, or names the selected generation with another digest.
+    Garbage,
+    /// Names exactly the selected generation and commit record.
+    Consistent,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatestReport {
+    pub status: LatestStatus,
+    pub generation: Option<u64>,
+    pub reason: Option<String>,
+}
+
+/// The generation recovery selected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectedGeneration {
+    pub generation: u64,
+    pub commit_digest: Digest,
+    pub manifest_digest: Digest,
+    pub workers: u32,
+    pub step: u64,
+    pub logical_state_root: Digest,
+}
+
+/// A commit record that did not verify, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rejection {
+    /// The commit record file, relative to the store.
+    pub file: String,
+    pub generation: Option<u64>,
+    /// `StoreError::kind` of the first failed check.
+    pub kind: String,
+    pub reason: String,
+}
+
+/// The result of a recovery scan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryReport {
+    pub selected: Option<SelectedGeneration>,
+    /// Every generation that fully verified, ascending.
+    pub valid_generations: Vec<u64>,
+    pub rejected: Vec<Rejection>,
+    pub latest: LatestReport,
+    /// Entries in `commits/` that are not commit record names (temp files, clutter).
+    pub ignored: Vec<String>,
+}
+
+/// A generation that verified end to end.
+#[derive(Clone, Debug)]
+pub struct VerifiedGeneration {
+    pub generation: u64,
+    pub commit: CommitRecord,
+    pub commit_digest: Digest,
+    pub manifest: ManifestRecord,
+    pub manifest_digest: Digest,
+    pub state: LogicalState,
+    pub topology: Topology,
+}
+
+fn read_capped(fs: &dyn FileSystem, path: &Path, cap: u64) -> Result<Vec<u8>, StoreError> {
+    let bytes = fs.read_file(path, cap).map_err(|e| StoreError::io(path, e))?;
+    if bytes.len() as u64 > cap {
+        return Err(StoreError::TooLarge {
+            path: path.to_owned(),
+            cap,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Reads an object and checks its content against its address.
+pub fn read_object(
+    fs: &dyn FileSystem,
+    root: &Path,
+    digest: Digest,
+    cap: u64,
+) -> Result<Vec<u8>, StoreError> {
+    let path = root.join(object_rel_path(&digest));
+    let bytes = match fs.read_file(&path, cap) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(StoreError::MissingObject { path, digest })
+        }
+        Err(e) => return Err(StoreError::io(path, e)),
+    };
+    if bytes.len() as u64 > cap {
+        return Err(StoreError::TooLarge { path, cap });
+    }
+    let actual = Digest::of(&bytes);
+    if actual != digest {
+        return Err(StoreError::DigestMismatch {
+            path,
+            expected: digest,
+            actual,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Verifies one generation end to end: record, name binding, manifest object, bindings
+/// between record and manifest, every chunk object, the rebuilt state and its root.
+pub fn verify_generation(
+    fs: &dyn FileSystem,
+    root: &Path,
+    generation: u64,
+) -> Result<VerifiedGeneration, StoreError> {
+    let commit_path = root.join(commit_rel_path(generation));
+    let commit_bytes = match fs.read_file(&commit_path, CommitRecord::CAP) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(StoreError::GenerationNotFound {
+                path: commit_path,
+                generation,
+            })
+        }
+        Err(e) => return Err(StoreError::io(commit_path, e)),
+    };
+    let commit: CommitRecord = decode(&commit_path, &commit_bytes)?;
+    if commit.generation != generation {
+        return Err(StoreError::GenerationNameMismatch {
+            path: commit_path,
+            named: generation,
+            recorded: commit.generation,
+        });
+    }
+    let manifest_bytes = read_object(fs, root, commit.manifest, MAX_MANIFEST_BYTES)?;
+    let manifest_path = root.join(object_rel_path(&commit.manifest));
+    let manifest: ManifestRecord = decode(&manifest_path, &manifest_bytes)?;
+    let binding = |what| StoreError::BindingMismatch {
+        path: commit_path.clone(),
+        what,
+    };
+    if commit.workers != manifest.workers {
+        return Err(binding("workers"));
+    }
+    if commit.step != manifest.step {
+        return Err(binding("step"));
+    }
+    if commit.logical_state_root != manifest.logical_state_root {
+        return Err(binding("logical_state_root"));
+    }
+    let topology = check_manifest(&manifest_path, &manifest)?;
+    let state = assemble_state(&manifest_path, &manifest, &mut |digest, expected| {
+        read_object(fs, root, digest, expected.min(MAX_CHUNK_OBJECT_BYTES))
+    })?;
+    Ok(VerifiedGeneration {
+        generation,
+        commit_digest: crate::digest::Digest::of(&commit_bytes),
+        commit,
+        manifest_digest: Digest::of(&manifest_bytes),
+        manifest,
+        state,
+        topology,
+    })
+}
+
+fn latest_report(fs: &dyn FileSystem, root: &Path, selected: Option<&SelectedGeneration>) -> LatestReport {
+    let path = root.join(LATEST_REL_PATH);
+    let garbage = |reason: String, generation| LatestReport {
+        status: LatestStatus::Garbage,
+        generation,
+        reason: Some(reason),
+    };
+    let bytes = match read_capped(fs, &path, LatestRecord::CAP) {
+        Ok(bytes) => bytes,
+        Err(StoreError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
+            return LatestReport {
+                status: LatestStatus::Missing,
+                generation: None,
+                reason: None,
+            }
+        }
+        Err(e) => return garbage(e.to_string(), None),
+    };
+    let record: LatestRecord = match decode(&path, &bytes) {
+        Ok(record) => record,
+        Err(e) => return garbage(e.to_string(), None),
+    };
+    let status = match selected {
+        None => LatestStatus::Ahead,
+        Some(s) if record.generation > s.generation => LatestStatus::Ahead,
+        Some(s) if record.generation < s.generation => LatestStatus::Stale,
+        Some(s) if record.commit == s.commit_digest => LatestStatus::Consistent,
+        Some(_) => {
+            return garbage(
+                "names the selected generation with another commit digest".into(),
+                Some(record.generation),
+            )
+        }
+    };
+    LatestReport {
+        status,
+        generation: Some(record.generation),
+        reason: None,
+    }
+}
+
+/// Scans and verifies every commit record under `root` through `fs`. Writes nothing.
+pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, StoreError> {
+    if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? != Some(EntryKind::Dir) {
+        return Err(StoreError::NoStore {
+            path: root.to_owned(),
+        });
+    }
+    let commits = root.join("commits");
+    let names = match fs.list_dir(&commits) {
+        Ok(names) => names,
+        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(StoreError::io(commits, e)),
+    };
+    let mut ignored = Vec::new();
+    let mut generations = Vec::new();
+    for name in names {
+        match parse_commit_name(&name) {
+            Some(generation) => generations.push(generation),
+            None => ignored.push(format!("commits/{name}")),
+        }
+    }
+    generations.sort_unstable();
+    let mut valid = Vec::new();
+    let mut rejected = Vec::new();
+    let mut selected = None;
+    for generation in generations {
+        match verify_generation(fs, root, generation) {
+            Ok(v) => {
+                valid.push(generation);
+                selected = Some(SelectedGeneration {
+                    generation,
+                    commit_digest: v.commit_digest,
+                    manifest_digest: v.manifest_digest,
+                    workers: v.topology.workers,
+                    step: v.state.step,
+                    logical_state_root: v.manifest.logical_state_root,
+                });
+            }
+            Err(error) => rejected.push(Rejection {
+                file: commit_rel_path(generation),
+                generation: Some(generation),
+                kind: error.kind().to_owned(),
+                reason: error.to_string(),
+            }),
+        }
+    }
+    let latest = latest_report(fs, root, selected.as_ref());
+    Ok(RecoveryReport {
+        selected,
+        valid_generations: valid,
+        rejected,
+        latest,
+        ignored,
+    })
+}

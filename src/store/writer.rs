@@ -1,0 +1,425 @@
+//! The writer protocol (RFC 0001 §Writer): objects, manifest, commit record, LATEST, each
+//! step followed by its named barrier. A failed fsync aborts the generation.
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::logical::{LogicalState, Topology};
+
+use super::barrier::{Barrier, BarrierEvent, BarrierHook};
+use super::codec::{
+    commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, CommitRecord,
+    LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES,
+    SCHEMA_VERSION,
+};
+use super::error::StoreError;
+use super::fs::{EntryKind, FileSystem};
+use super::layout::{chunk_entries, chunk_payloads, manifest_for};
+
+/// Store sub-directories, in creation order.
+pub const LAYOUT_DIRS: [&str; 4] = ["objects", "commits", "staging", "refs"];
+/// The LATEST hint, relative to the store root.
+pub const LATEST_REL_PATH: &str = "refs/LATEST";
+
+/// Deliberate protocol violations, for tests that show the power-loss checker can fail.
+/// Never set outside tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriterFaults {
+    /// Skip the `commits/` fsync after installing the commit record.
+    pub skip_commit_directory_fsync: bool,
+    /// Advance LATEST before renaming the commit record into `commits/`.
+    pub latest_before_commit_rename: bool,
+}
+
+/// What a publish or reshard committed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitSummary {
+    pub generation: u64,
+    pub kind: CommitKind,
+    pub commit_digest: Digest,
+    pub manifest_digest: Digest,
+    pub workers: u32,
+    pub step: u64,
+    pub logical_state_root: Digest,
+    /// Chunk objects this run installed (not already present).
+    pub objects_written: u64,
+    /// Chunk objects that were already present and verified.
+    pub objects_reused: u64,
+}
+
+/// Creates the store layout if missing (each new directory made durable in its parent).
+pub fn ensure_layout(fs: &dyn FileSystem, root: &Path) -> Result<(), StoreError> {
+    let fsync = |path: &Path| {
+        fs.fsync_dir(path).map_err(|source| StoreError::FsyncFailed {
+            path: path.to_owned(),
+            generation: 0,
+            source,
+        })
+    };
+    if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))?.is_none() {
+        fs.create_dir(root).map_err(|e| StoreError::io(root, e))?;
+        if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fsync(parent)?;
+        }
+    }
+    let mut created = false;
+    for dir in LAYOUT_DIRS {
+        let path = root.join(dir);
+        if fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))?.is_none() {
+            fs.create_dir(&path).map_err(|e| StoreError::io(&path, e))?;
+            created = true;
+        }
+    }
+    if created {
+        fsync(root)?;
+    }
+    Ok(())
+}
+
+/// Highest generation named in `commits/` plus one (0 for an empty store).
+pub fn next_generation(fs: &dyn FileSystem, root: &Path) -> Result<u64, StoreError> {
+    let commits = root.join("commits");
+    let names = match fs.list_dir(&commits) {
+        Ok(names) => names,
+        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(StoreError::io(commits, e)),
+    };
+    match names.iter().filter_map(|n| parse_commit_name(n)).max() {
+        None => Ok(0),
+        Some(highest) => highest.checked_add(1).ok_or(StoreError::GenerationOverflow),
+    }
+}
+
+/// One run of the writer protocol for one generation.
+pub struct Writer<'a> {
+    fs: &'a dyn FileSystem,
+    root: PathBuf,
+    hooks: &'a mut dyn BarrierHook,
+    faults: WriterFaults,
+    generation: u64,
+    seq: u64,
+    occurrences: [u32; Barrier::ALL.len()],
+    nonce: String,
+    temp_counter: u64,
+    objects_written: u64,
+    objects_reused: u64,
+}
+
+impl<'a> Writer<'a> {
+    /// Prepares the layout and claims the next generation number.
+    pub fn begin(
+        fs: &'a dyn FileSystem,
+        root: &Path,
+        hooks: &'a mut dyn BarrierHook,
+        faults: WriterFaults,
+    ) -> Result<Self, StoreError> {
+        ensure_layout(fs, root)?;
+        let generation = next_generation(fs, root)?;
+        Ok(Writer {
+            fs,
+            root: root.to_owned(),
+            hooks,
+            faults,
+            generation,
+            seq: 0,
+            occurrences: [0; Barrier::ALL.len()],
+            nonce: format!("{}-{generation}", std::process::id()),
+            temp_counter: 0,
+            objects_written: 0,
+            objects_reused: 0,
+        })
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn emit(&mut self, barrier: Barrier, rel_path: &str) -> Result<(), StoreError> {
+        let index = barrier as usize;
+        self.occurrences[index] = self.occurrences[index].saturating_add(1);
+        let event = BarrierEvent {
+            seq: self.seq,
+            barrier,
+            occurrence: self.occurrences[index],
+            path: rel_path.to_owned(),
+        };
+        self.seq += 1;
+        self.hooks
+            .reached(&event)
+            .map_err(|reason| StoreError::Stopped {
+                barrier: barrier.name(),
+                reason,
+            })
+    }
+
+    fn temp_path(&mut self, what: &str) -> PathBuf {
+        self.temp_counter += 1;
+        self.root.join(format!(
+            "staging/{what}-{}-{}.tmp",
+            self.nonce, self.temp_counter
+        ))
+    }
+
+    fn fsync_file(&self, path: &Path) -> Result<(), StoreError> {
+        self.fs
+            .fsync_file(path)
+            .map_err(|source| self.fsync_failed(path, source))
+    }
+
+    fn fsync_dir(&self, path: &Path) -> Result<(), StoreError> {
+        self.fs
+            .fsync_dir(path)
+            .map_err(|source| self.fsync_failed(path, source))
+    }
+
+    fn fsync_failed(&self, path: &Path, source: std::io::Error) -> StoreError {
+        StoreError::FsyncFailed {
+            path: path.to_owned(),
+            generation: self.generation,
+            source,
+        }
+    }
+
+    /// Installs one content-addressed object (a chunk payload or a manifest).
+    fn put_object(&mut self, bytes: &[u8], manifest: bool) -> Result<Digest, StoreError> {
+        let [after_write, after_fsync, after_rename, after_dir_fsync] = if manifest {
+            [
+                Barrier::ManifestAfterWrite,
+                Barrier::ManifestAfterFileFsync,
+                Barrier::ManifestAfterRename,
+                Barrier::ManifestAfterDirectoryFsync,
+            ]
+        } else {
+            [
+                Barrier::ObjectAfterWrite,
+                Barrier::ObjectAfterFileFsync,
+                Barrier::ObjectAfterRename,
+                Barrier::ObjectAfterDirectoryFsync,
+            ]
+        };
+        let digest = Digest::of(bytes);
+        let rel = object_rel_path(&digest);
+        let target = self.root.join(&rel);
+        let fan_dir = target
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_else(|| self.root.join("objects"));
+        let fan_kind = self
+            .fs
+            .entry_kind(&fan_dir)
+            .map_err(|e| StoreError::io(&fan_dir, e))?;
+        if fan_kind.is_none() {
+            self.fs
+                .create_dir(&fan_dir)
+                .map_err(|e| StoreError::io(&fan_dir, e))?;
+            self.fsync_dir(&self.root.join("objects"))?;
+        }
+        let temp = self.temp_path(if manifest { "manifest" } else { "object" });
+        self.fs
+            .write_new_file(&temp, bytes, true)
+            .map_err(|e| StoreError::io(&temp, e))?;
+        self.emit(after_write, &rel)?;
+        self.fsync_file(&temp)?;
+        self.emit(after_fsync, &rel)?;
+        match self.fs.rename_noreplace(&temp, &target) {
+            Ok(()) => {
+                if !manifest {
+                    self.objects_written += 1;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                // Same address: keep the existing file if it verifies, else repair it.
+                let existing = self.fs.read_file(&target, MAX_MANIFEST_BYTES);
+                if matches!(&existing, Ok(b) if Digest::of(b) == digest) {
+                    self.fs
+                        .remove_file(&temp)
+                        .map_err(|e| StoreError::io(&temp, e))?;
+                    self.fsync_file(&target)?;
+                    if !manifest {
+                        self.objects_reused += 1;
+                    }
+                } else {
+                    self.fs
+                        .rename_replace(&temp, &target)
+                        .map_err(|e| StoreError::io(&target, e))?;
+                    if !manifest {
+                        self.objects_written += 1;
+                    }
+                }
+            }
+            Err(e) => return Err(StoreError::io(&target, e)),
+        }
+        self.emit(after_rename, &rel)?;
+        self.fsync_dir(&fan_dir)?;
+        self.emit(after_dir_fsync, &rel)?;
+        Ok(digest)
+    }
+
+    fn install_commit(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        let rel = commit_rel_path(self.generation);
+        let target = self.root.join(&rel);
+        let temp = self.temp_path("commit");
+        self.fs
+            .write_new_file(&temp, bytes, true)
+            .map_err(|e| StoreError::io(&temp, e))?;
+        self.emit(Barrier::CommitAfterWrite, &rel)?;
+        self.fsync_file(&temp)?;
+        self.emit(Barrier::CommitAfterFileFsync, &rel)?;
+        match self.fs.rename_noreplace(&temp, &target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                let _ = self.fs.remove_file(&temp);
+                return Err(StoreError::GenerationTaken {
+                    path: target,
+                    generation: self.generation,
+                });
+            }
+            Err(e) => return Err(StoreError::io(&target, e)),
+        }
+        self.emit(Barrier::CommitAfterRename, &rel)?;
+        if !self.faults.skip_commit_directory_fsync {
+            self.fsync_dir(&self.root.join("commits"))?;
+        }
+        self.emit(Barrier::CommitAfterDirectoryFsync, &rel)?;
+        Ok(())
+    }
+
+    fn advance_latest(&mut self, commit_digest: Digest) -> Result<(), StoreError> {
+        let record = LatestRecord {
+            schema: LATEST_SCHEMA.to_owned(),
+            version: SCHEMA_VERSION,
+            generation: self.generation,
+            commit: commit_digest,
+        };
+        let bytes = encode(&record)?;
+        let target = self.root.join(LATEST_REL_PATH);
+        let temp = self.temp_path("latest");
+        self.fs
+            .write_new_file(&temp, &bytes, false)
+            .map_err(|e| StoreError::io(&temp, e))?;
+        self.emit(Barrier::LatestAfterWrite, LATEST_REL_PATH)?;
+        self.fsync_file(&temp)?;
+        self.emit(Barrier::LatestAfterFileFsync, LATEST_REL_PATH)?;
+        self.fs
+            .rename_replace(&temp, &target)
+            .map_err(|e| StoreError::io(&target, e))?;
+        self.emit(Barrier::LatestAfterRename, LATEST_REL_PATH)?;
+        self.fsync_dir(&self.root.join("refs"))?;
+        self.emit(Barrier::LatestAfterDirectoryFsync, LATEST_REL_PATH)?;
+        Ok(())
+    }
+
+    /// Writes the manifest, the commit record and LATEST for this generation.
+    pub fn commit(
+        mut self,
+        manifest: &ManifestRecord,
+        kind: CommitKind,
+        source_generation: Option<u64>,
+    ) -> Result<CommitSummary, StoreError> {
+        let manifest_bytes = encode(manifest)?;
+        let manifest_digest = self.put_object(&manifest_bytes, true)?;
+        let record = CommitRecord {
+            schema: COMMIT_SCHEMA.to_owned(),
+            version: SCHEMA_VERSION,
+            generation: self.generation,
+            kind,
+            source_generation,
+            manifest: manifest_digest,
+            workers: manifest.workers,
+            step: manifest.step,
+            logical_state_root: manifest.logical_state_root,
+        };
+        let commit_bytes = encode(&record)?;
+        let commit_digest = Digest::of(&commit_bytes);
+        if self.faults.latest_before_commit_rename {
+            self.advance_latest(commit_digest)?;
+            self.install_commit(&commit_bytes)?;
+        } else {
+            self.install_commit(&commit_bytes)?;
+            self.advance_latest(commit_digest)?;
+        }
+        Ok(CommitSummary {
+            generation: self.generation,
+            kind,
+            commit_digest,
+            manifest_digest,
+            workers: manifest.workers,
+            step: manifest.step,
+            logical_state_root: manifest.logical_state_root,
+            objects_written: self.objects_written,
+            objects_reused: self.objects_reused,
+        })
+    }
+
+    /// Rewrites LATEST alone (used by `--repair-latest`).
+    pub fn repair_latest(
+        fs: &'a dyn FileSystem,
+        root: &Path,
+        hooks: &'a mut dyn BarrierHook,
+        generation: u64,
+        commit_digest: Digest,
+    ) -> Result<(), StoreError> {
+        let mut writer = Writer {
+            fs,
+            root: root.to_owned(),
+            hooks,
+            faults: WriterFaults::default(),
+            generation,
+            seq: 0,
+            occurrences: [0; Barrier::ALL.len()],
+            nonce: format!("{}-repair-{generation}", std::process::id()),
+            temp_counter: 0,
+            objects_written: 0,
+            objects_reused: 0,
+        };
+        writer.advance_latest(commit_digest)
+    }
+}
+
+/// Publishes a state as the next generation through `fs`.
+pub fn publish_with(
+    fs: &dyn FileSystem,
+    root: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    hooks: &mut dyn BarrierHook,
+    faults: WriterFaults,
+) -> Result<CommitSummary, StoreError> {
+    state.validate()?;
+    let topology = Topology::new(topology.workers)?;
+    let mut writer = Writer::begin(fs, root, hooks, faults)?;
+    let entries = chunk_entries(state);
+    for chunk in &state.chunks {
+        for payload in chunk_payloads(chunk) {
+            writer.put_object(&payload, false)?;
+        }
+    }
+    let manifest = manifest_for(state, topology, entries);
+    writer.commit(&manifest, CommitKind::Publish, None)
+}
+
+/// Offline reshard through `fs`: verifies `generation`, then commits the next generation
+/// with the same chunk objects and the ownership map for `topology`.
+pub fn reshard_with(
+    fs: &dyn FileSystem,
+    root: &Path,
+    generation: u64,
+    topology: Topology,
+    hooks: &mut dyn BarrierHook,
+) -> Result<CommitSummary, StoreError> {
+    let topology = Topology::new(topology.workers)?;
+    if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? != Some(EntryKind::Dir) {
+        return Err(StoreError::NoStore {
+            path: root.to_owned(),
+        });
+    }
+    let source = super::recovery::verify_generation(fs, root, generation)?;
+    let mut manifest = source.manifest.clone();
+    manifest.workers = topology.workers;
+    manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
+    let writer = Writer::begin(fs, root, hooks, WriterFaults::default())?;
+    writer.commit(&manifest, CommitKind::Reshard, Some(generation))
+}

@@ -1,0 +1,88 @@
+//! `shardlift bench train`: step times as ratios to a plain tch step, one run.
+use std::time::Instant;
+
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Kind, Reduction, Tensor};
+
+use crate::dataset::FashionMnist;
+use crate::logical::{Hyperparameters, CLASSES, HIDDEN_UNITS, INPUT_FEATURES};
+
+use super::cli::time_steps;
+use super::engine;
+
+/// Milliseconds per step of the same MLP trained the ordinary way: one tch process, one
+/// thread, tch's AdamW, the whole global batch at once.
+fn plain_tch_step_ms(data: &FashionMnist, steps: u64) -> anyhow::Result<f64> {
+    engine::pin_single_thread();
+    let h = Hyperparameters::with_seed(0);
+    let batch = h.global_batch_size() as usize;
+    let store = nn::VarStore::new(tch::Device::Cpu);
+    let root = store.root();
+    let model = nn::seq()
+        .add(nn::linear(
+            &root / "fc1",
+            INPUT_FEATURES as i64,
+            HIDDEN_UNITS as i64,
+            Default::default(),
+        ))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(
+            &root / "fc2",
+            HIDDEN_UNITS as i64,
+            CLASSES as i64,
+            Default::default(),
+        ));
+    let mut optimizer = nn::AdamW::default().build(&store, f64::from(h.learning_rate))?;
+    let pixels: Vec<f32> = data.train.images[..batch * INPUT_FEATURES]
+        .iter()
+        .map(|&p| f32::from(p) / 255.0)
+        .collect();
+    let input = Tensor::from_slice(&pixels).view([batch as i64, INPUT_FEATURES as i64]);
+    let targets = Tensor::from_slice(&data.train.labels[..batch]).f_to_kind(Kind::Int64)?;
+    let mut step = || -> anyhow::Result<()> {
+        let loss = model.forward(&input).f_cross_entropy_loss::<Tensor>(
+            &targets,
+            None,
+            Reduction::Mean,
+            -100,
+            0.0,
+        )?;
+        optimizer.backward_step(&loss);
+        Ok(())
+    };
+    step()?;
+    let started = Instant::now();
+    for _ in 0..steps {
+        step()?;
+    }
+    Ok(started.elapsed().as_secs_f64() * 1000.0 / steps as f64)
+}
+
+pub fn train(data: &FashionMnist, steps: u64) -> anyhow::Result<()> {
+    eprintln!("bench: plain tch baseline ({steps} steps)");
+    let baseline_ms = plain_tch_step_ms(data, steps)?;
+    let mut rows = Vec::new();
+    for (label, workers) in [
+        ("in-process", None),
+        ("W1", Some(1)),
+        ("W3", Some(3)),
+        ("W4", Some(4)),
+    ] {
+        eprintln!("bench: {label} ({steps} steps)");
+        let step_ms = time_steps(workers, steps, data)?;
+        rows.push(serde_json::json!({
+            "configuration": label,
+            "step_ms": step_ms,
+            "ratio_to_plain_tch": step_ms / baseline_ms,
+        }));
+    }
+    let report = serde_json::json!({
+        "benchmark": "train-step",
+        "steps_timed": steps,
+        "plain_tch_step_ms": baseline_ms,
+        "configurations": rows,
+        "note": "wall-clock on this machine; workers include IPC and per-step parameter broadcast",
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
