@@ -7,13 +7,18 @@
 #![forbid(unsafe_code)]
 
 pub mod adamw;
+pub mod bundle;
+pub mod canonical;
 pub mod dataset;
 pub mod defaults;
+#[cfg(feature = "torch")]
+pub mod demo;
 pub mod digest;
 pub mod ipc;
 pub mod logical;
 pub mod process;
 pub mod sampling;
+pub mod source;
 pub mod store;
 #[cfg(feature = "torch")]
 pub mod trainer;

@@ -33,6 +33,12 @@ enum Command {
     /// Measure step times (workers vs in-process vs plain tch) and print their ratios.
     #[command(subcommand)]
     Bench(shardlift::trainer::cli::BenchCommand),
+    #[cfg(feature = "torch")]
+    /// Kill a checkpoint publisher at a commit barrier, recover, reshard W4 -> W3, and
+    /// write a verifiable evidence bundle (the headline run).
+    KillerDemo(shardlift::demo::cli::KillerDemoArgs),
+    /// Verify an evidence bundle without changing it.
+    VerifyBundle(shardlift::bundle::cli::VerifyBundleArgs),
     /// Internal: a training worker process (spawned by the coordinator).
     #[cfg(feature = "torch")]
     #[command(hide = true)]
@@ -52,6 +58,9 @@ fn main() {
         Command::Train(args) => shardlift::trainer::cli::run_train(args),
         #[cfg(feature = "torch")]
         Command::Bench(command) => shardlift::trainer::cli::run_bench(command),
+        #[cfg(feature = "torch")]
+        Command::KillerDemo(args) => shardlift::demo::cli::run_killer_demo(args),
+        Command::VerifyBundle(args) => shardlift::bundle::cli::run(args),
         #[cfg(feature = "torch")]
         Command::Worker(args) => shardlift::trainer::cli::run_worker(args),
         Command::StoreChild(args) => shardlift::store::cli::run_child(args),

@@ -81,6 +81,12 @@ pub struct FashionMnist {
     pub test: Split,
 }
 
+/// Checks the cache directory's owner and mode (whatever part of it exists) without
+/// writing anything: the check commands run before they do any work.
+pub fn check_cache_directory(cache_directory: &Path) -> Result<(), DatasetError> {
+    Cache::open_checked(cache_directory, FASHION_MNIST.dataset).map(|_| ())
+}
+
 /// Loads the dataset from the cache, re-verifying every payload against the pins.
 ///
 /// Missing files give [`DatasetError::CachedFileMissing`] (run [`fetch`] or use

@@ -68,7 +68,9 @@ pub mod dec_u64_opt {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<u64>, D::Error> {
         let text = <Option<std::borrow::Cow<'de, str>>>::deserialize(deserializer)?;
         match text {
             None => Ok(None),
@@ -277,7 +279,12 @@ pub fn decode<R: Record>(path: &Path, bytes: &[u8]) -> Result<R, StoreError> {
                 found: v,
             })
         }
-        None => return Err(undecodable(format!("version {} is not an integer", header.version))),
+        None => {
+            return Err(undecodable(format!(
+                "version {} is not an integer",
+                header.version
+            )))
+        }
     }
     let record: R = serde_json::from_slice(bytes).map_err(|e| undecodable(e.to_string()))?;
     let canonical = encode(&record)?;

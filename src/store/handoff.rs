@@ -43,7 +43,9 @@ pub fn decode_handoff(path: &Path, bytes: &[u8]) -> Result<(LogicalState, Topolo
     let rest = bytes
         .strip_prefix(HANDOFF_MAGIC)
         .ok_or_else(|| bad("missing magic"))?;
-    let (length, rest) = rest.split_at_checked(8).ok_or_else(|| bad("truncated header length"))?;
+    let (length, rest) = rest
+        .split_at_checked(8)
+        .ok_or_else(|| bad("truncated header length"))?;
     let mut length_bytes = [0u8; 8];
     length_bytes.copy_from_slice(length);
     let header_len = u64::from_le_bytes(length_bytes);

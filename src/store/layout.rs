@@ -1,10 +1,12 @@
 //! From a `LogicalState` to manifest entries and back, with every check on the way back.
 use std::path::Path;
 
-use crate::digest::Digest;
-use crate::logical::{f32_from_le_bytes, ChunkState, LogicalState, Topology};
+use crate::digest::{Digest, FramedHasher};
+use crate::logical::{f32_from_le_bytes, ChunkState, Hyperparameters, LogicalState, Topology};
 
-use super::codec::{ChunkEntry, HyperparametersRecord, ManifestRecord, MANIFEST_SCHEMA, SCHEMA_VERSION};
+use super::codec::{
+    ChunkEntry, HyperparametersRecord, ManifestRecord, MANIFEST_SCHEMA, SCHEMA_VERSION,
+};
 use super::error::StoreError;
 
 /// The three raw little-endian FP32 payloads of a chunk, in manifest order.
@@ -17,7 +19,11 @@ pub fn chunk_payloads(chunk: &ChunkState) -> [Vec<u8>; 3] {
 }
 
 /// The manifest for a (validated) state placed on `topology`, given its chunk entries.
-pub fn manifest_for(state: &LogicalState, topology: Topology, chunks: Vec<ChunkEntry>) -> ManifestRecord {
+pub fn manifest_for(
+    state: &LogicalState,
+    topology: Topology,
+    chunks: Vec<ChunkEntry>,
+) -> ManifestRecord {
     ManifestRecord {
         schema: MANIFEST_SCHEMA.to_owned(),
         version: SCHEMA_VERSION,
@@ -70,7 +76,10 @@ pub fn check_manifest(path: &Path, manifest: &ManifestRecord) -> Result<Topology
     }
     for (position, entry) in manifest.chunks.iter().enumerate() {
         if entry.id as usize != position {
-            return Err(malformed(format!("chunk at position {position} has id {}", entry.id)));
+            return Err(malformed(format!(
+                "chunk at position {position} has id {}",
+                entry.id
+            )));
         }
         let length = hyper.chunk_range(position).len();
         if entry.elements as usize != length {
@@ -99,12 +108,12 @@ pub fn assemble_state(
 ) -> Result<LogicalState, StoreError> {
     let mut chunks = Vec::with_capacity(manifest.chunks.len());
     for entry in &manifest.chunks {
-        let expected = u64::from(entry.elements)
-            .checked_mul(4)
-            .ok_or_else(|| StoreError::MalformedManifest {
+        let expected = u64::from(entry.elements).checked_mul(4).ok_or_else(|| {
+            StoreError::MalformedManifest {
                 path: path.to_owned(),
                 reason: "chunk size overflows".into(),
-            })?;
+            }
+        })?;
         let mut slots = Vec::with_capacity(3);
         for (_, digest) in entry.digests() {
             let bytes = fetch(digest, expected)?;
@@ -141,10 +150,12 @@ pub fn assemble_state(
         ledger_digest: manifest.ledger_digest,
         chunks,
     };
-    state.validate().map_err(|source| StoreError::MalformedState {
-        path: path.to_owned(),
-        source,
-    })?;
+    state
+        .validate()
+        .map_err(|source| StoreError::MalformedState {
+            path: path.to_owned(),
+            source,
+        })?;
     let actual = state.logical_state_root();
     if actual != manifest.logical_state_root {
         return Err(StoreError::RootMismatch {
@@ -154,4 +165,121 @@ pub fn assemble_state(
         });
     }
     Ok(state)
+}
+
+/// A deterministic, valid state for tests, the crash matrix and benchmarks: the seeded
+/// genesis parameters with `chunk_elements` per chunk, at `step`, with non-zero moments.
+pub fn synthetic_state(seed: u64, step: u64, chunk_elements: u32) -> LogicalState {
+    let mut hyper = crate::logical::Hyperparameters::with_seed(seed);
+    hyper.chunk_elements = chunk_elements.max(1);
+    let mut state = LogicalState::genesis(hyper);
+    state.step = step;
+    state.cursor = step.saturating_mul(hyper.global_batch_size());
+    let mut ledger = crate::digest::FramedHasher::new("shardlift/store/synthetic-ledger/v1");
+    ledger.u64(seed).u64(step);
+    state.ledger_digest = ledger.finish();
+    let scale = step as f32 + 1.0;
+    for chunk in &mut state.chunks {
+        for (i, value) in chunk.parameters.iter_mut().enumerate() {
+            *value += (i as f32) * 1e-7 * (step as f32);
+        }
+        for (m, p) in chunk.exp_avg.iter_mut().zip(&chunk.parameters) {
+            *m = p * 0.1 * scale;
+        }
+        for (v, p) in chunk.exp_avg_sq.iter_mut().zip(&chunk.parameters) {
+            *v = p * p * 0.01 * scale;
+        }
+    }
+    state
+}
+
+/// The projected logical-state root computed straight from stored payload bytes (FP32
+/// little-endian bytes are the values' bit patterns, so this equals
+/// `LogicalState::logical_state_root` of the decoded state; a unit test holds them equal).
+/// `payloads` holds each chunk's three payloads in chunk-id order.
+pub fn logical_state_root_from_payloads(
+    hyper: &Hyperparameters,
+    step: u64,
+    cursor: u64,
+    payloads: &[[Vec<u8>; 3]],
+) -> Digest {
+    let mut hasher = FramedHasher::new("shardlift/logical-state-root/v1");
+    hasher
+        .u64(hyper.seed)
+        .field(&hyper.learning_rate.to_le_bytes())
+        .field(&hyper.beta1.to_le_bytes())
+        .field(&hyper.beta2.to_le_bytes())
+        .field(&hyper.epsilon.to_le_bytes())
+        .field(&hyper.weight_decay.to_le_bytes())
+        .u64(u64::from(hyper.micro_batch_size))
+        .u64(u64::from(hyper.logical_micro_batches))
+        .u64(u64::from(hyper.chunk_elements));
+    hasher.u64(step).u64(cursor);
+    hasher.u64(payloads.len() as u64);
+    for (id, [p, m, v]) in payloads.iter().enumerate() {
+        hasher.u64(id as u64);
+        hasher.field(p).field(m).field(v);
+    }
+    hasher.finish()
+}
+
+/// Checks every payload of a (checked) manifest and the root binding without decoding
+/// FP32 values: the fast path recovery uses to select a generation.
+pub fn verify_payloads(
+    path: &Path,
+    manifest: &ManifestRecord,
+    fetch: &mut dyn FnMut(Digest, u64) -> Result<Vec<u8>, StoreError>,
+) -> Result<(), StoreError> {
+    let mut payloads = Vec::with_capacity(manifest.chunks.len());
+    for entry in &manifest.chunks {
+        let expected = u64::from(entry.elements).saturating_mul(4);
+        let [(_, p), (_, m), (_, v)] = entry.digests();
+        let mut slot = |digest| -> Result<Vec<u8>, StoreError> {
+            let bytes = fetch(digest, expected)?;
+            if bytes.len() as u64 != expected {
+                return Err(StoreError::ChunkSize {
+                    path: path.to_owned(),
+                    id: entry.id,
+                    expected,
+                    found: bytes.len() as u64,
+                });
+            }
+            Ok(bytes)
+        };
+        payloads.push([slot(p)?, slot(m)?, slot(v)?]);
+    }
+    let hyper = manifest.hyperparameters.to_hyperparameters();
+    let actual =
+        logical_state_root_from_payloads(&hyper, manifest.step, manifest.cursor, &payloads);
+    if actual != manifest.logical_state_root {
+        return Err(StoreError::RootMismatch {
+            path: path.to_owned(),
+            expected: manifest.logical_state_root,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_root_equals_state_root() {
+        for (seed, step, elements) in [(1, 0, 8192), (9, 5, 24_000), (3, 2, 101_770)] {
+            let state = synthetic_state(seed, step, elements);
+            state.validate().expect("valid");
+            let payloads: Vec<[Vec<u8>; 3]> = state.chunks.iter().map(chunk_payloads).collect();
+            assert_eq!(
+                logical_state_root_from_payloads(
+                    &state.hyperparameters,
+                    state.step,
+                    state.cursor,
+                    &payloads
+                ),
+                state.logical_state_root()
+            );
+        }
+    }
 }

@@ -1,2 +1,107 @@
-//! The content-addressed checkpoint store. (Being written.)
+//! The content-addressed, crash-consistent checkpoint store (RFC 0001).
+//!
+//! Layout under a store directory: `objects/ab/cdef…` (content-addressed, read-only chunk
+//! payloads and manifests), `commits/<generation:020>.json` (immutable commit records,
+//! installed with a rename that never replaces), `staging/` (temp files), `refs/LATEST`
+//! (a hint). Only a commit record that verifies end to end makes a generation selectable.
+//!
+//! Entry points: [`publish`], [`recover`], [`load_generation`], [`reshard`],
+//! [`kill_publisher_at`], [`recover_in_child`]; the crash, power-loss and corruption
+//! checks live in [`matrix`].
+use std::path::Path;
+
+use crate::logical::{LogicalState, Topology};
+
+pub mod barrier;
+pub mod bench;
 pub mod cli;
+pub mod codec;
+pub mod corruption;
+pub mod error;
+pub mod fs;
+pub mod handoff;
+pub mod harness;
+pub mod layout;
+pub mod matrix;
+pub mod powerloss;
+pub mod recovery;
+pub mod writer;
+
+pub use barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, NoHooks, RecordingHooks};
+pub use error::StoreError;
+pub use fs::{FileSystem, RealFs};
+pub use harness::{
+    kill_publisher_at, kill_publisher_at_occurrence, publish_in_child, recover_in_child, KillReport,
+};
+pub use recovery::{LatestStatus, RecoveryReport, Rejection, SelectedGeneration};
+pub use writer::{CommitSummary, WriterFaults};
+
+/// Publishes `state` placed on `topology` as the next generation (0 for an empty store),
+/// calling `hooks` at every barrier.
+pub fn publish(
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    hooks: &mut dyn BarrierHook,
+) -> Result<CommitSummary, StoreError> {
+    writer::publish_with(
+        &RealFs,
+        store_dir,
+        state,
+        topology,
+        hooks,
+        WriterFaults::default(),
+    )
+}
+
+/// Read-only recovery scan of a store.
+pub fn recover(store_dir: &Path) -> Result<RecoveryReport, StoreError> {
+    recovery::recover_with(&RealFs, store_dir)
+}
+
+/// The fully verified state and topology of `generation`; never returns unverified bytes.
+pub fn load_generation(
+    store_dir: &Path,
+    generation: u64,
+) -> Result<(LogicalState, Topology), StoreError> {
+    if !store_dir.is_dir() {
+        return Err(StoreError::NoStore {
+            path: store_dir.to_owned(),
+        });
+    }
+    let verified = recovery::verify_generation(&RealFs, store_dir, generation)?;
+    match verified.state {
+        Some(state) => Ok((state, verified.topology)),
+        None => Err(StoreError::GenerationNotFound {
+            path: store_dir.join(codec::commit_rel_path(generation)),
+            generation,
+        }),
+    }
+}
+
+/// Offline reshard of `generation` onto `topology`, committed as the next generation.
+pub fn reshard(
+    store_dir: &Path,
+    generation: u64,
+    topology: Topology,
+) -> Result<CommitSummary, StoreError> {
+    writer::reshard_with(&RealFs, store_dir, generation, topology, &mut NoHooks)
+}
+
+/// Rewrites LATEST to name the selected generation if it does not already (the only
+/// write recovery may do, and only when asked). Returns whether it wrote.
+pub fn repair_latest(store_dir: &Path, report: &RecoveryReport) -> Result<bool, StoreError> {
+    match &report.selected {
+        Some(selected) if report.latest.status != LatestStatus::Consistent => {
+            writer::Writer::repair_latest(
+                &RealFs,
+                store_dir,
+                &mut NoHooks,
+                selected.generation,
+                selected.commit_digest,
+            )?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}

@@ -14,7 +14,7 @@ use super::codec::{
 };
 use super::error::StoreError;
 use super::fs::{EntryKind, FileSystem};
-use super::layout::{assemble_state, check_manifest};
+use super::layout::{assemble_state, check_manifest, verify_payloads};
 use super::writer::LATEST_REL_PATH;
 
 /// What LATEST says relative to the scan's answer.
@@ -86,12 +86,15 @@ pub struct VerifiedGeneration {
     pub commit_digest: Digest,
     pub manifest: ManifestRecord,
     pub manifest_digest: Digest,
-    pub state: LogicalState,
+    /// The decoded state (only when asked for; recovery's scan does not decode FP32).
+    pub state: Option<LogicalState>,
     pub topology: Topology,
 }
 
 fn read_capped(fs: &dyn FileSystem, path: &Path, cap: u64) -> Result<Vec<u8>, StoreError> {
-    let bytes = fs.read_file(path, cap).map_err(|e| StoreError::io(path, e))?;
+    let bytes = fs
+        .read_file(path, cap)
+        .map_err(|e| StoreError::io(path, e))?;
     if bytes.len() as u64 > cap {
         return Err(StoreError::TooLarge {
             path: path.to_owned(),
@@ -137,6 +140,17 @@ pub fn verify_generation(
     root: &Path,
     generation: u64,
 ) -> Result<VerifiedGeneration, StoreError> {
+    verify_generation_with(fs, root, generation, true)
+}
+
+/// As `verify_generation`; with `decode_state` false the same checks run on the raw
+/// bytes and no `LogicalState` is built.
+pub fn verify_generation_with(
+    fs: &dyn FileSystem,
+    root: &Path,
+    generation: u64,
+    decode_state: bool,
+) -> Result<VerifiedGeneration, StoreError> {
     let commit_path = root.join(commit_rel_path(generation));
     let commit_bytes = match fs.read_file(&commit_path, CommitRecord::CAP) {
         Ok(bytes) => bytes,
@@ -173,9 +187,14 @@ pub fn verify_generation(
         return Err(binding("logical_state_root"));
     }
     let topology = check_manifest(&manifest_path, &manifest)?;
-    let state = assemble_state(&manifest_path, &manifest, &mut |digest, expected| {
-        read_object(fs, root, digest, expected.min(MAX_CHUNK_OBJECT_BYTES))
-    })?;
+    let mut fetch =
+        |digest, expected: u64| read_object(fs, root, digest, expected.min(MAX_CHUNK_OBJECT_BYTES));
+    let state = if decode_state {
+        Some(assemble_state(&manifest_path, &manifest, &mut fetch)?)
+    } else {
+        verify_payloads(&manifest_path, &manifest, &mut fetch)?;
+        None
+    };
     Ok(VerifiedGeneration {
         generation,
         commit_digest: crate::digest::Digest::of(&commit_bytes),
@@ -187,7 +206,11 @@ pub fn verify_generation(
     })
 }
 
-fn latest_report(fs: &dyn FileSystem, root: &Path, selected: Option<&SelectedGeneration>) -> LatestReport {
+fn latest_report(
+    fs: &dyn FileSystem,
+    root: &Path,
+    selected: Option<&SelectedGeneration>,
+) -> LatestReport {
     let path = root.join(LATEST_REL_PATH);
     let garbage = |reason: String, generation| LatestReport {
         status: LatestStatus::Garbage,
@@ -254,7 +277,7 @@ pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, 
     let mut rejected = Vec::new();
     let mut selected = None;
     for generation in generations {
-        match verify_generation(fs, root, generation) {
+        match verify_generation_with(fs, root, generation, false) {
             Ok(v) => {
                 valid.push(generation);
                 selected = Some(SelectedGeneration {
@@ -262,7 +285,7 @@ pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, 
                     commit_digest: v.commit_digest,
                     manifest_digest: v.manifest_digest,
                     workers: v.topology.workers,
-                    step: v.state.step,
+                    step: v.manifest.step,
                     logical_state_root: v.manifest.logical_state_root,
                 });
             }

@@ -11,8 +11,7 @@ use crate::logical::{LogicalState, Topology};
 use super::barrier::{Barrier, BarrierEvent, BarrierHook};
 use super::codec::{
     commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, CommitRecord,
-    LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES,
-    SCHEMA_VERSION,
+    LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES, SCHEMA_VERSION,
 };
 use super::error::StoreError;
 use super::fs::{EntryKind, FileSystem};
@@ -53,13 +52,18 @@ pub struct CommitSummary {
 /// Creates the store layout if missing (each new directory made durable in its parent).
 pub fn ensure_layout(fs: &dyn FileSystem, root: &Path) -> Result<(), StoreError> {
     let fsync = |path: &Path| {
-        fs.fsync_dir(path).map_err(|source| StoreError::FsyncFailed {
-            path: path.to_owned(),
-            generation: 0,
-            source,
-        })
+        fs.fsync_dir(path)
+            .map_err(|source| StoreError::FsyncFailed {
+                path: path.to_owned(),
+                generation: 0,
+                source,
+            })
     };
-    if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))?.is_none() {
+    if fs
+        .entry_kind(root)
+        .map_err(|e| StoreError::io(root, e))?
+        .is_none()
+    {
         fs.create_dir(root).map_err(|e| StoreError::io(root, e))?;
         if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
             fsync(parent)?;
@@ -68,7 +72,11 @@ pub fn ensure_layout(fs: &dyn FileSystem, root: &Path) -> Result<(), StoreError>
     let mut created = false;
     for dir in LAYOUT_DIRS {
         let path = root.join(dir);
-        if fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))?.is_none() {
+        if fs
+            .entry_kind(&path)
+            .map_err(|e| StoreError::io(&path, e))?
+            .is_none()
+        {
             fs.create_dir(&path).map_err(|e| StoreError::io(&path, e))?;
             created = true;
         }
@@ -416,7 +424,7 @@ pub fn reshard_with(
             path: root.to_owned(),
         });
     }
-    let source = super::recovery::verify_generation(fs, root, generation)?;
+    let source = super::recovery::verify_generation_with(fs, root, generation, false)?;
     let mut manifest = source.manifest.clone();
     manifest.workers = topology.workers;
     manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
