@@ -1,22 +1,42 @@
-//! `pipeline`: ShardLift's release-evidence binary.
+//! `pipeline`: ShardLift's release-evidence binary and test-lane receipts.
 //!
-//! It will bind the source revision through git2, run both killer-demo barriers, verify
-//! the bundles and emit release manifests. Until that lands it only explains itself: it
-//! prints no evidence it did not produce.
-use clap::Parser;
+//! Exit codes: 0 success; 1 the command ran and refused or failed (dirty checkout,
+//! tampered evidence, inconsistent receipts, a policy violation); 2 bad command line.
+use clap::{Parser, Subcommand};
 
-/// ShardLift release-evidence pipeline (not yet implemented: see the release issue).
-///
-/// The finished pipeline opens a clean checkout with git2, records the commit and tree,
-/// runs `shardlift killer-demo` for both barriers, verifies each bundle and writes
-/// SHA256SUMS plus an in-toto/SLSA statement. None of that exists yet, so every
-/// subcommand is refused with exit code 2 rather than printing invented evidence.
+mod receipt;
+mod release;
+
+/// ShardLift release evidence: bind the source revision, run both killer-demo barriers,
+/// verify the bundles, emit checkable manifests; and record, merge and verify the
+/// receipts of the test lanes.
 #[derive(Parser, Debug)]
-#[command(name = "pipeline", version)]
-struct Cli {}
+#[command(name = "pipeline", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    eprintln!("pipeline: no subcommands are implemented yet; see `pipeline --help`");
-    std::process::exit(2);
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Produce release evidence for a clean checkout.
+    ReleaseEvidence(release::ReleaseEvidenceArgs),
+    /// Re-check a release-evidence directory.
+    VerifyRelease(release::VerifyReleaseArgs),
+    /// Test-lane receipts: record, merge, plan, verify.
+    #[command(subcommand)]
+    Receipt(receipt::ReceiptCommand),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::ReleaseEvidence(args) => release::run_release_evidence(args),
+        Command::VerifyRelease(args) => release::run_verify_release(args),
+        Command::Receipt(command) => receipt::run(command),
+    };
+    if let Err(error) = result {
+        eprintln!("pipeline: error: {error:#}");
+        std::process::exit(1);
+    }
 }
