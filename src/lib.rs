@@ -14,6 +14,8 @@ pub mod defaults;
 #[cfg(feature = "torch")]
 pub mod demo;
 pub mod digest;
+#[cfg(feature = "torch")]
+pub mod invariants;
 pub mod ipc;
 pub mod logical;
 pub mod process;

@@ -37,6 +37,14 @@ enum Command {
     /// Kill a checkpoint publisher at a commit barrier, recover, reshard W4 -> W3, and
     /// write a verifiable evidence bundle (the headline run).
     KillerDemo(shardlift::demo::cli::KillerDemoArgs),
+    #[cfg(feature = "torch")]
+    /// Run or verify the checkpoint-invariant suite (eleven named scenarios).
+    #[command(subcommand)]
+    Invariants(shardlift::invariants::cli::InvariantsCommand),
+    /// Internal: a worker launched by torch.distributed.run for the elastic scenario.
+    #[cfg(feature = "torch")]
+    #[command(hide = true)]
+    ElasticWorker(shardlift::invariants::cli::ElasticWorkerArgs),
     /// Verify an evidence bundle without changing it.
     VerifyBundle(shardlift::bundle::cli::VerifyBundleArgs),
     /// Internal: a training worker process (spawned by the coordinator).
@@ -60,6 +68,10 @@ fn main() {
         Command::Bench(command) => shardlift::trainer::cli::run_bench(command),
         #[cfg(feature = "torch")]
         Command::KillerDemo(args) => shardlift::demo::cli::run_killer_demo(args),
+        #[cfg(feature = "torch")]
+        Command::Invariants(command) => shardlift::invariants::cli::run(command),
+        #[cfg(feature = "torch")]
+        Command::ElasticWorker(args) => shardlift::invariants::cli::run_elastic_worker(args),
         Command::VerifyBundle(args) => shardlift::bundle::cli::run(args),
         #[cfg(feature = "torch")]
         Command::Worker(args) => shardlift::trainer::cli::run_worker(args),

@@ -1,0 +1,2 @@
+//! The checkpoint-invariant suite (being written).
+pub mod cli;
