@@ -86,3 +86,49 @@ pub fn train(data: &FashionMnist, steps: u64) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }
+
+/// Steps a killer-demo run trains in all (genesis 1, reference 2, crash 1, recovered 1,
+/// resharded 1).
+const DEMO_TRAINING_STEPS: u64 = 6;
+
+pub fn demo(
+    data: &FashionMnist,
+    cache_directory: &std::path::Path,
+    source_directory: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    eprintln!("bench: baseline, {DEMO_TRAINING_STEPS} uninterrupted W4 steps without checkpoints");
+    let started = Instant::now();
+    super::cli::run_steps(Some(4), DEMO_TRAINING_STEPS, 0, data, false)?;
+    let baseline_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let scratch = tempfile::tempdir()?;
+    let exe = std::env::current_exe()?;
+    let mut rows = Vec::new();
+    for barrier in crate::demo::DEMO_BARRIERS {
+        let options = crate::demo::DemoOptions {
+            shardlift_exe: exe.clone(),
+            run_directory: scratch.path().join(barrier.name()),
+            cache_directory: cache_directory.to_owned(),
+            source_directory: source_directory.map(ToOwned::to_owned),
+            barrier,
+            seed: 0,
+            source: None,
+        };
+        let binding = crate::demo::preflight(&options)?;
+        let record = crate::demo::run(&options, binding)?;
+        rows.push(serde_json::json!({
+            "barrier": barrier.name(),
+            "status": record.status,
+            "wall_time_ms": record.wall_time_ms,
+            "ratio_to_uninterrupted_training": record.wall_time_ms as f64 / baseline_ms,
+        }));
+    }
+    let report = serde_json::json!({
+        "benchmark": "killer-demo",
+        "uninterrupted_w4_training_ms": baseline_ms,
+        "training_steps": DEMO_TRAINING_STEPS,
+        "runs": rows,
+        "note": "wall-clock on this machine; the demo adds five process groups, four publications, two recoveries, a reshard and two full evaluations",
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}

@@ -59,6 +59,14 @@ pub enum BenchCommand {
         #[arg(long, value_name = "DIR")]
         source_directory: Option<PathBuf>,
     },
+    /// Wall time of a killer-demo run per barrier, as a ratio to the same six training
+    /// steps taken by one uninterrupted W4 session without any checkpointing.
+    Demo {
+        #[arg(long, value_name = "DIR")]
+        cache_directory: Option<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        source_directory: Option<PathBuf>,
+    },
 }
 
 /// Internal: one worker process.
@@ -101,7 +109,7 @@ pub struct TrainReport {
     pub worker_exits: usize,
 }
 
-fn run_steps(
+pub(crate) fn run_steps(
     workers: Option<u32>,
     steps: u64,
     seed: u64,
@@ -198,6 +206,14 @@ pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
         } => {
             let data = load_dataset(cache_directory.as_deref(), source_directory.as_deref())?;
             super::bench::train(&data, steps.max(1))
+        }
+        BenchCommand::Demo {
+            cache_directory,
+            source_directory,
+        } => {
+            let cache = cache_directory.unwrap_or_else(crate::defaults::cache_directory);
+            let data = load_dataset(Some(&cache), source_directory.as_deref())?;
+            super::bench::demo(&data, &cache, source_directory.as_deref())
         }
     }
 }
