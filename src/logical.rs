@@ -220,18 +220,40 @@ impl LogicalState {
     /// every chunk's parameter and slot bytes in chunk-id order. Placement (which worker
     /// owns a chunk) is deliberately absent, so W4 and W3 agree at the same step.
     pub fn logical_state_root(&self) -> Digest {
-        let mut hasher = FramedHasher::new("shardlift/logical-state-root/v1");
-        self.hyperparameters.hash_into(&mut hasher);
-        hasher.u64(self.step).u64(self.cursor);
-        hasher.u64(self.chunks.len() as u64);
-        for chunk in &self.chunks {
-            hasher.u64(u64::from(chunk.id));
-            hasher.field(&f32_le_bytes(&chunk.parameters));
-            hasher.field(&f32_le_bytes(&chunk.exp_avg));
-            hasher.field(&f32_le_bytes(&chunk.exp_avg_sq));
-        }
-        hasher.finish()
+        let payloads: Vec<[Vec<u8>; 3]> = self
+            .chunks
+            .iter()
+            .map(|c| {
+                [
+                    f32_le_bytes(&c.parameters),
+                    f32_le_bytes(&c.exp_avg),
+                    f32_le_bytes(&c.exp_avg_sq),
+                ]
+            })
+            .collect();
+        logical_state_root_of_payloads(&self.hyperparameters, self.step, self.cursor, &payloads)
     }
+}
+
+/// The logical-state root from stored payload bytes: `payloads[i]` holds chunk `i`'s
+/// parameter, `exp_avg` and `exp_avg_sq` bytes (FP32 little-endian). The one definition of
+/// the root: `LogicalState::logical_state_root` and store recovery both call it, so the
+/// store can check a root without decoding values.
+pub fn logical_state_root_of_payloads(
+    hyperparameters: &Hyperparameters,
+    step: u64,
+    cursor: u64,
+    payloads: &[[Vec<u8>; 3]],
+) -> Digest {
+    let mut hasher = FramedHasher::new("shardlift/logical-state-root/v1");
+    hyperparameters.hash_into(&mut hasher);
+    hasher.u64(step).u64(cursor);
+    hasher.u64(payloads.len() as u64);
+    for (id, [parameters, exp_avg, exp_avg_sq]) in payloads.iter().enumerate() {
+        hasher.u64(id as u64);
+        hasher.field(parameters).field(exp_avg).field(exp_avg_sq);
+    }
+    hasher.finish()
 }
 
 /// Which worker owns what, for W workers. Owning is placement only.

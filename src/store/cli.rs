@@ -70,7 +70,7 @@ pub struct CrashMatrixArgs {
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
     /// Upper bound on power-loss states checked per scenario.
-    #[arg(long, default_value_t = 700)]
+    #[arg(long, default_value_t = 300)]
     pub max_states_per_scenario: usize,
 }
 

@@ -7,9 +7,9 @@
 //! hyper-parameters are their IEEE-754 bit patterns, so nothing is lost to JSON numbers.
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::canonical::{self, CanonicalError, CanonicalRecord};
 use crate::digest::Digest;
 use crate::logical::{Hyperparameters, PARAMETER_COUNT};
 
@@ -211,89 +211,56 @@ pub struct LatestRecord {
     pub commit: Digest,
 }
 
-/// A record type with a schema id and a size cap.
-pub trait Record: Serialize + DeserializeOwned {
-    const SCHEMA: &'static str;
-    const CAP: u64;
-}
-
-impl Record for ManifestRecord {
+impl CanonicalRecord for ManifestRecord {
     const SCHEMA: &'static str = MANIFEST_SCHEMA;
+    const VERSION: u32 = SCHEMA_VERSION;
     const CAP: u64 = MAX_MANIFEST_BYTES;
 }
-impl Record for CommitRecord {
+impl CanonicalRecord for CommitRecord {
     const SCHEMA: &'static str = COMMIT_SCHEMA;
+    const VERSION: u32 = SCHEMA_VERSION;
     const CAP: u64 = MAX_COMMIT_BYTES;
 }
-impl Record for LatestRecord {
+impl CanonicalRecord for LatestRecord {
     const SCHEMA: &'static str = LATEST_SCHEMA;
+    const VERSION: u32 = SCHEMA_VERSION;
     const CAP: u64 = MAX_LATEST_BYTES;
 }
 
-/// The schema header every record starts with (other fields ignored here).
-#[derive(Deserialize)]
-struct Header {
-    schema: serde_json::Value,
-    version: serde_json::Value,
-}
-
 /// Canonical (RFC 8785) bytes of a record.
-pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, StoreError> {
-    serde_json_canonicalizer::to_vec(record).map_err(|e| StoreError::Encode {
+pub fn encode<R: CanonicalRecord>(record: &R) -> Result<Vec<u8>, StoreError> {
+    canonical::encode(record).map_err(|error| StoreError::Encode {
         schema: R::SCHEMA,
-        message: e.to_string(),
+        message: error.to_string(),
     })
 }
 
-/// Decodes a record, enforcing cap, schema id, version, closed schema and canonical form.
-/// `path` only names the source in errors.
-pub fn decode<R: Record>(path: &Path, bytes: &[u8]) -> Result<R, StoreError> {
-    if bytes.len() as u64 > R::CAP {
-        return Err(StoreError::TooLarge {
-            path: path.to_owned(),
-            cap: R::CAP,
-        });
-    }
-    let undecodable = |message: String| StoreError::Undecodable {
-        path: path.to_owned(),
-        schema: R::SCHEMA,
-        message,
-    };
-    let header: Header = serde_json::from_slice(bytes).map_err(|e| undecodable(e.to_string()))?;
-    match header.schema.as_str() {
-        Some(schema) if schema == R::SCHEMA => {}
-        _ => {
-            return Err(StoreError::WrongSchema {
-                path: path.to_owned(),
-                expected: R::SCHEMA,
-                found: header.schema.to_string(),
-            })
-        }
-    }
-    match header.version.as_u64() {
-        Some(v) if v == u64::from(SCHEMA_VERSION) => {}
-        Some(v) => {
-            return Err(StoreError::UnsupportedVersion {
-                path: path.to_owned(),
-                expected: SCHEMA_VERSION,
-                found: v,
-            })
-        }
-        None => {
-            return Err(undecodable(format!(
-                "version {} is not an integer",
-                header.version
-            )))
-        }
-    }
-    let record: R = serde_json::from_slice(bytes).map_err(|e| undecodable(e.to_string()))?;
-    let canonical = encode(&record)?;
-    if canonical != bytes {
-        return Err(StoreError::NotCanonical {
-            path: path.to_owned(),
-        });
-    }
-    Ok(record)
+/// Decodes a record with `crate::canonical` (cap, schema id, version, closed schema,
+/// canonical form, in that order); `path` only names the source in errors.
+pub fn decode<R: CanonicalRecord>(path: &Path, bytes: &[u8]) -> Result<R, StoreError> {
+    let path = path.to_owned();
+    canonical::decode(bytes).map_err(|error| match error {
+        CanonicalError::TooLarge { cap, .. } => StoreError::TooLarge { path, cap },
+        CanonicalError::Undecodable { schema, message } => StoreError::Undecodable {
+            path,
+            schema,
+            message,
+        },
+        CanonicalError::WrongSchema { expected, found } => StoreError::WrongSchema {
+            path,
+            expected,
+            found,
+        },
+        CanonicalError::UnsupportedVersion {
+            expected, found, ..
+        } => StoreError::UnsupportedVersion {
+            path,
+            expected,
+            found,
+        },
+        CanonicalError::NotCanonical { .. } => StoreError::NotCanonical { path },
+        CanonicalError::Encode { schema, message } => StoreError::Encode { schema, message },
+    })
 }
 
 /// `objects/ab/cdef…` for a digest, relative to the store root.
@@ -359,7 +326,7 @@ mod tests {
         let v2 = text.replace("\"version\":1", "\"version\":2");
         assert!(matches!(
             decode::<LatestRecord>(Path::new("t"), v2.as_bytes()),
-            Err(StoreError::UnsupportedVersion { found: 2, .. })
+            Err(StoreError::UnsupportedVersion { ref found, .. }) if found == "2"
         ));
         let padded = text.replace("\"generation\":\"", "\"generation\":\"0");
         assert!(decode::<LatestRecord>(Path::new("t"), padded.as_bytes()).is_err());

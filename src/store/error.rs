@@ -41,7 +41,7 @@ pub enum StoreError {
     UnsupportedVersion {
         path: PathBuf,
         expected: u32,
-        found: u64,
+        found: String,
     },
     #[error("{}: bytes are not the canonical (RFC 8785) encoding of the record", path.display())]
     NotCanonical { path: PathBuf },

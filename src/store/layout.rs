@@ -1,8 +1,8 @@
 //! From a `LogicalState` to manifest entries and back, with every check on the way back.
 use std::path::Path;
 
-use crate::digest::{Digest, FramedHasher};
-use crate::logical::{f32_from_le_bytes, ChunkState, Hyperparameters, LogicalState, Topology};
+use crate::digest::Digest;
+use crate::logical::{f32_from_le_bytes, ChunkState, LogicalState, Topology};
 
 use super::codec::{
     ChunkEntry, HyperparametersRecord, ManifestRecord, MANIFEST_SCHEMA, SCHEMA_VERSION,
@@ -66,6 +66,12 @@ pub fn check_manifest(path: &Path, manifest: &ManifestRecord) -> Result<Topology
     let hyper = manifest.hyperparameters.to_hyperparameters();
     if hyper.chunk_elements == 0 {
         return Err(malformed("chunk_elements is 0".into()));
+    }
+    if hyper.micro_batch_size == 0 || hyper.logical_micro_batches == 0 {
+        return Err(StoreError::MalformedState {
+            path: path.to_owned(),
+            source: crate::logical::LogicalStateError::EmptyBatch,
+        });
     }
     let expected = hyper.chunk_count();
     if manifest.chunks.len() != expected {
@@ -193,36 +199,6 @@ pub fn synthetic_state(seed: u64, step: u64, chunk_elements: u32) -> LogicalStat
     state
 }
 
-/// The projected logical-state root computed straight from stored payload bytes (FP32
-/// little-endian bytes are the values' bit patterns, so this equals
-/// `LogicalState::logical_state_root` of the decoded state; a unit test holds them equal).
-/// `payloads` holds each chunk's three payloads in chunk-id order.
-pub fn logical_state_root_from_payloads(
-    hyper: &Hyperparameters,
-    step: u64,
-    cursor: u64,
-    payloads: &[[Vec<u8>; 3]],
-) -> Digest {
-    let mut hasher = FramedHasher::new("shardlift/logical-state-root/v1");
-    hasher
-        .u64(hyper.seed)
-        .field(&hyper.learning_rate.to_le_bytes())
-        .field(&hyper.beta1.to_le_bytes())
-        .field(&hyper.beta2.to_le_bytes())
-        .field(&hyper.epsilon.to_le_bytes())
-        .field(&hyper.weight_decay.to_le_bytes())
-        .u64(u64::from(hyper.micro_batch_size))
-        .u64(u64::from(hyper.logical_micro_batches))
-        .u64(u64::from(hyper.chunk_elements));
-    hasher.u64(step).u64(cursor);
-    hasher.u64(payloads.len() as u64);
-    for (id, [p, m, v]) in payloads.iter().enumerate() {
-        hasher.u64(id as u64);
-        hasher.field(p).field(m).field(v);
-    }
-    hasher.finish()
-}
-
 /// Checks every payload of a (checked) manifest and the root binding without decoding
 /// FP32 values: the fast path recovery uses to select a generation.
 pub fn verify_payloads(
@@ -249,8 +225,12 @@ pub fn verify_payloads(
         payloads.push([slot(p)?, slot(m)?, slot(v)?]);
     }
     let hyper = manifest.hyperparameters.to_hyperparameters();
-    let actual =
-        logical_state_root_from_payloads(&hyper, manifest.step, manifest.cursor, &payloads);
+    let actual = crate::logical::logical_state_root_of_payloads(
+        &hyper,
+        manifest.step,
+        manifest.cursor,
+        &payloads,
+    );
     if actual != manifest.logical_state_root {
         return Err(StoreError::RootMismatch {
             path: path.to_owned(),
@@ -272,7 +252,7 @@ mod tests {
             state.validate().expect("valid");
             let payloads: Vec<[Vec<u8>; 3]> = state.chunks.iter().map(chunk_payloads).collect();
             assert_eq!(
-                logical_state_root_from_payloads(
+                crate::logical::logical_state_root_of_payloads(
                     &state.hyperparameters,
                     state.step,
                     state.cursor,

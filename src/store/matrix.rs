@@ -23,6 +23,23 @@ use super::recovery::{verify_generation_with, LatestStatus, RecoveryReport};
 use super::writer::{publish_with, reshard_with, WriterFaults, LATEST_REL_PATH};
 use super::StoreError;
 
+/// A fresh scratch directory: under `$SHARDLIFT_SCRATCH` if set, else `/dev/shm` (tmpfs:
+/// the matrix creates and deletes thousands of small trees), else the system temp dir.
+pub fn scratch_dir() -> std::io::Result<tempfile::TempDir> {
+    let base = match std::env::var_os("SHARDLIFT_SCRATCH") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None if Path::new("/dev/shm").is_dir() => std::path::PathBuf::from("/dev/shm"),
+        None => std::env::temp_dir(),
+    };
+    match tempfile::Builder::new()
+        .prefix("shardlift-")
+        .tempdir_in(&base)
+    {
+        Ok(dir) => Ok(dir),
+        Err(_) => tempfile::tempdir(),
+    }
+}
+
 /// Chunk size of the synthetic state: 13 chunks, the last one short.
 pub const MATRIX_CHUNK_ELEMENTS: u32 = 8192;
 
@@ -37,7 +54,7 @@ impl Default for MatrixConfig {
     fn default() -> Self {
         MatrixConfig {
             seed: 0x5eed,
-            max_states_per_scenario: 700,
+            max_states_per_scenario: 300,
             threads: std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .min(8),
@@ -117,6 +134,7 @@ fn check_recovery_common(
     roots: &BTreeMap<u64, Digest>,
     violations: &mut Vec<String>,
     context: &str,
+    check_latest: bool,
 ) -> Option<RecoveryReport> {
     let before = tree_digest(dir).ok();
     let first = match recover_guarded(dir) {
@@ -155,7 +173,7 @@ fn check_recovery_common(
     }
     // LATEST never changes the answer: hide it and recover again.
     let latest = dir.join(LATEST_REL_PATH);
-    if latest.exists() {
+    if check_latest && latest.exists() {
         let hidden = dir.join("refs/LATEST.hidden-by-checker");
         if std::fs::rename(&latest, &hidden).is_ok() {
             match recover_guarded(dir) {
@@ -190,7 +208,7 @@ fn check_crash_state(
     violations: &mut Vec<String>,
 ) {
     let context = format!("power-loss state at op {}", state.crash_point);
-    let Ok(dir) = tempfile::tempdir() else {
+    let Ok(dir) = scratch_dir() else {
         violations.push(format!("{context}: cannot create a temp dir"));
         return;
     };
@@ -198,8 +216,13 @@ fn check_crash_state(
         violations.push(format!("{context}: cannot materialize: {e}"));
         return;
     }
-    let Some(report) = check_recovery_common(dir.path(), &checks.roots, violations, &context)
-    else {
+    let Some(report) = check_recovery_common(
+        dir.path(),
+        &checks.roots,
+        violations,
+        &context,
+        state.crash_point % 3 == 0,
+    ) else {
         return;
     };
     let candidate_ok = intact(checks.recording, state, checks.candidate);
@@ -262,7 +285,7 @@ pub fn power_loss_scenario(
     max_states: usize,
     threads: usize,
 ) -> anyhow::Result<ScenarioOutcome> {
-    let work = tempfile::tempdir()?;
+    let work = scratch_dir()?;
     let root = work.path().join("store");
     std::fs::create_dir(&root)?;
     let mut roots = BTreeMap::new();
@@ -362,7 +385,7 @@ pub fn process_kill_case(
     barrier: Barrier,
     occurrence: u32,
 ) -> anyhow::Result<Vec<String>> {
-    let work = tempfile::tempdir()?;
+    let work = scratch_dir()?;
     let root = work.path().join("store");
     let mut roots = BTreeMap::new();
     let mut previous = None;
@@ -433,7 +456,7 @@ pub fn process_kill_case(
         violations.push(format!("{context}: LATEST is {:?}", first.latest.status));
     }
     violations.extend(
-        check_recovery_common(&root, &roots, &mut Vec::new(), &context)
+        check_recovery_common(&root, &roots, &mut Vec::new(), &context, true)
             .filter(|r| r.selected != first.selected)
             .map(|_| format!("{context}: in-process and child recovery disagree")),
     );
@@ -561,7 +584,7 @@ pub fn corruption_case(
     damage: &Damage,
     expectations: &[GenerationExpectation],
 ) -> anyhow::Result<Vec<String>> {
-    let work = tempfile::tempdir()?;
+    let work = scratch_dir()?;
     let root = work.path().join("store");
     std::fs::create_dir(&root)?;
     copy_tree(base, &root)?;
@@ -572,7 +595,7 @@ pub fn corruption_case(
         .iter()
         .map(|e| (e.generation, e.logical_state_root))
         .collect();
-    let Some(report) = check_recovery_common(&root, &roots, &mut violations, &context) else {
+    let Some(report) = check_recovery_common(&root, &roots, &mut violations, &context, true) else {
         return Ok(violations);
     };
     let intact = |e: &GenerationExpectation| {
@@ -610,7 +633,7 @@ pub fn corruption_case(
 pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> anyhow::Result<MatrixSummary> {
     let started = std::time::Instant::now();
     let (a, b) = matrix_states(config.seed);
-    let work = tempfile::tempdir()?;
+    let work = scratch_dir()?;
     let base = work.path().join("base");
     publish_with(
         &RealFs,
@@ -665,6 +688,19 @@ pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> anyhow::Result<MatrixSum
             "reshard generation 0 to 3 workers",
             Some(base.as_path()),
             Action::Reshard(0, topology(3)?),
+        ),
+        (
+            "republish generation 0's state (deduplicated objects)",
+            Some(base.as_path()),
+            Action::Publish(Box::new(a.clone()), topology(2)?),
+        ),
+        (
+            "genesis publish, 4096-element chunks",
+            None,
+            Action::Publish(
+                Box::new(synthetic_state(config.seed, 9, 4096)),
+                topology(3)?,
+            ),
         ),
     ];
     let mut power_loss_states = 0;

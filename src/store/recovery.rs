@@ -10,12 +10,13 @@ use crate::logical::{LogicalState, Topology};
 
 use super::codec::{
     commit_rel_path, decode, object_rel_path, parse_commit_name, CommitRecord, LatestRecord,
-    ManifestRecord, Record, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
+    ManifestRecord, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
 };
 use super::error::StoreError;
 use super::fs::{EntryKind, FileSystem};
 use super::layout::{assemble_state, check_manifest, verify_payloads};
 use super::writer::LATEST_REL_PATH;
+use crate::canonical::CanonicalRecord;
 
 /// What LATEST says relative to the scan's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

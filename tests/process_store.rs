@@ -1,0 +1,210 @@
+//! Process lane: real publisher and recovery children, and the CLI's exit codes.
+use std::path::Path;
+use std::process::Command;
+
+use shardlift::logical::Topology;
+use shardlift::store::layout::synthetic_state;
+use shardlift::store::powerloss::tree_digest;
+use shardlift::store::{
+    self, kill_publisher_at, kill_publisher_at_occurrence, recover_in_child, Barrier, NoHooks,
+    StoreError,
+};
+
+const EXE: &str = env!("CARGO_BIN_EXE_shardlift");
+
+fn base() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("store");
+    store::publish(
+        &root,
+        &synthetic_state(2, 1, 30_000),
+        Topology::new(4).expect("t"),
+        &mut NoHooks,
+    )
+    .expect("g0");
+    (dir, root)
+}
+
+fn kill_and_recover(barrier: Barrier, expected: u64) {
+    let (_d, root) = base();
+    let next = synthetic_state(2, 2, 30_000);
+    let report = kill_publisher_at(
+        Path::new(EXE),
+        &root,
+        &next,
+        Topology::new(4).expect("t"),
+        barrier,
+    )
+    .expect("kill");
+    assert_eq!(report.signal, Some(9));
+    assert!(report.reaped);
+    assert_eq!(report.unacknowledged.barrier, barrier);
+    assert_eq!(report.unacknowledged.seq, report.acknowledged.len() as u64);
+    assert_eq!(report.candidate_visible, barrier.commit_visible());
+    let before = tree_digest(&root).expect("hash");
+    let recovered = recover_in_child(Path::new(EXE), &root).expect("recover");
+    assert_eq!(tree_digest(&root).expect("hash"), before);
+    assert_eq!(recovered.selected.map(|s| s.generation), Some(expected));
+    assert_eq!(
+        recover_in_child(Path::new(EXE), &root).expect("again"),
+        store::recover(&root).expect("in-process")
+    );
+}
+
+#[test]
+fn kill_at_commit_after_file_fsync_keeps_the_previous_generation() {
+    kill_and_recover(Barrier::CommitAfterFileFsync, 0);
+}
+
+#[test]
+fn kill_at_commit_after_rename_selects_the_candidate() {
+    kill_and_recover(Barrier::CommitAfterRename, 1);
+}
+
+#[test]
+fn kill_at_every_barrier() {
+    for barrier in Barrier::ALL {
+        kill_and_recover(barrier, u64::from(barrier.commit_visible()));
+    }
+}
+
+#[test]
+fn target_not_reached() {
+    let (_d, root) = base();
+    let error = kill_publisher_at_occurrence(
+        Path::new(EXE),
+        &root,
+        &synthetic_state(2, 2, 30_000),
+        Topology::new(4).expect("t"),
+        Barrier::CommitAfterRename,
+        5,
+    )
+    .expect_err("only one commit per publish");
+    assert!(
+        matches!(error, StoreError::TargetNotReached { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn child_failed_and_process_and_protocol_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing");
+    assert!(matches!(
+        recover_in_child(Path::new(EXE), &missing),
+        Err(StoreError::ChildFailed(_))
+    ));
+    assert!(matches!(
+        recover_in_child(&dir.path().join("no-such-exe"), &missing),
+        Err(StoreError::Process(_))
+    ));
+    let error = kill_publisher_at(
+        Path::new("/bin/echo"),
+        &missing,
+        &synthetic_state(2, 2, 30_000),
+        Topology::new(4).expect("t"),
+        Barrier::CommitAfterRename,
+    )
+    .expect_err("echo is no publisher");
+    assert!(matches!(error, StoreError::ChildProtocol(_)), "{error}");
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run shardlift")
+}
+
+#[test]
+fn cli_recover_and_reshard_json() {
+    let (_d, root) = base();
+    let store = root.to_str().expect("utf8");
+    let out = run(&[
+        "store",
+        "reshard",
+        "--store",
+        store,
+        "--generation",
+        "0",
+        "--workers",
+        "3",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(summary["generation"], 1);
+    let out = run(&["store", "recover", "--store", store, "--json"]);
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["report"]["selected"]["generation"], 1);
+    assert_eq!(report["report"]["latest"]["status"], "consistent");
+}
+
+#[test]
+fn cli_errors_exit_non_zero_and_modify_nothing() {
+    let (_d, root) = base();
+    let store = root.to_str().expect("utf8");
+    let before = tree_digest(&root).expect("hash");
+    for args in [
+        vec![
+            "store",
+            "reshard",
+            "--store",
+            store,
+            "--generation",
+            "7",
+            "--workers",
+            "3",
+            "--json",
+        ],
+        vec![
+            "store",
+            "reshard",
+            "--store",
+            store,
+            "--generation",
+            "0",
+            "--workers",
+            "0",
+            "--json",
+        ],
+        vec!["store", "verify", "--store", store, "--generation", "3"],
+        vec![
+            "store",
+            "recover",
+            "--store",
+            "/nonexistent/shardlift-store",
+            "--json",
+        ],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(!out.stderr.is_empty());
+    }
+    assert_eq!(tree_digest(&root).expect("hash"), before);
+}
+
+/// The full matrix (slow lane): `cargo test --no-default-features -- --ignored`.
+#[test]
+#[ignore]
+fn crash_matrix_passes() {
+    let out = run(&["crash-matrix", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(summary["violations"], 0);
+    assert!(
+        summary["process_kills"].as_u64().expect("n")
+            >= summary["barriers"].as_array().expect("a").len() as u64
+    );
+    assert!(summary["power_loss_states"].as_u64().expect("n") >= 1000);
+    assert!(summary["corruption_cases"].as_u64().expect("n") >= 50);
+}

@@ -1,0 +1,543 @@
+//! One test per `StoreError` kind reachable in-process: the right typed variant, and the
+//! stored data left unchanged. (Process-side kinds are in store_process.rs.)
+use std::path::Path;
+
+use shardlift::digest::Digest;
+use shardlift::logical::{LogicalState, Topology};
+use shardlift::store::codec::{
+    self, commit_rel_path, object_rel_path, CommitRecord, LatestRecord, ManifestRecord,
+};
+use shardlift::store::fs::{EntryKind, FileSystem, RealFs};
+use shardlift::store::layout::synthetic_state;
+use shardlift::store::powerloss::tree_digest;
+use shardlift::store::writer::{publish_with, WriterFaults};
+use shardlift::store::{self, FnHook, NoHooks, StoreError};
+
+fn state() -> LogicalState {
+    synthetic_state(11, 2, 30_000)
+}
+
+fn store_with_genesis() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("store");
+    store::publish(&root, &state(), Topology::new(4).expect("t"), &mut NoHooks).expect("publish");
+    (dir, root)
+}
+
+/// Runs `f` and asserts the store tree is byte-identical before and after.
+fn unchanged<T>(root: &Path, f: impl FnOnce() -> T) -> T {
+    let before = tree_digest(root).expect("hash");
+    let out = f();
+    assert_eq!(
+        tree_digest(root).expect("hash"),
+        before,
+        "store was modified"
+    );
+    out
+}
+
+fn write_file(path: &Path, bytes: &[u8]) {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, bytes).expect("write");
+}
+
+fn genesis_records(root: &Path) -> (CommitRecord, ManifestRecord) {
+    let bytes = std::fs::read(root.join(commit_rel_path(0))).expect("commit");
+    let commit: CommitRecord = codec::decode(Path::new("c"), &bytes).expect("decode");
+    let mbytes = std::fs::read(root.join(object_rel_path(&commit.manifest))).expect("manifest");
+    let manifest: ManifestRecord = codec::decode(Path::new("m"), &mbytes).expect("decode");
+    (commit, manifest)
+}
+
+/// Installs a crafted manifest (as an object) and commit record as generation 1.
+fn craft(
+    root: &Path,
+    edit_manifest: impl FnOnce(&mut ManifestRecord),
+    edit_commit: impl FnOnce(&mut CommitRecord),
+) {
+    let (mut commit, mut manifest) = genesis_records(root);
+    edit_manifest(&mut manifest);
+    let mbytes = codec::encode(&manifest).expect("encode");
+    let digest = Digest::of(&mbytes);
+    write_file(&root.join(object_rel_path(&digest)), &mbytes);
+    commit.generation = 1;
+    commit.manifest = digest;
+    commit.workers = manifest.workers;
+    commit.step = manifest.step;
+    commit.logical_state_root = manifest.logical_state_root;
+    edit_commit(&mut commit);
+    write_file(
+        &root.join(commit_rel_path(1)),
+        &codec::encode(&commit).expect("encode"),
+    );
+}
+
+fn load_error(root: &Path, generation: u64) -> StoreError {
+    unchanged(root, || {
+        store::load_generation(root, generation).expect_err("must fail")
+    })
+}
+
+fn recover_rejects(root: &Path, generation: u64, kind: &str) {
+    let report = unchanged(root, || store::recover(root).expect("recover"));
+    let rejection = report
+        .rejected
+        .iter()
+        .find(|r| r.generation == Some(generation))
+        .expect("rejected");
+    assert_eq!(rejection.kind, kind);
+    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+}
+
+#[test]
+fn no_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("nope");
+    assert!(matches!(
+        store::recover(&missing),
+        Err(StoreError::NoStore { .. })
+    ));
+    assert!(matches!(
+        store::load_generation(&missing, 0),
+        Err(StoreError::NoStore { .. })
+    ));
+    assert!(matches!(
+        store::reshard(&missing, 0, Topology::new(3).expect("t")),
+        Err(StoreError::NoStore { .. })
+    ));
+    assert!(!missing.exists());
+}
+
+#[test]
+fn io_error_when_commits_is_not_a_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("store");
+    std::fs::create_dir_all(&root).expect("mkdir");
+    std::fs::write(root.join("commits"), b"not a dir").expect("write");
+    let error = unchanged(&root, || store::recover(&root).expect_err("fails"));
+    assert!(matches!(error, StoreError::Io { .. }), "{error}");
+}
+
+/// Delegates to the real file system but fails every fsync after `fail_after` of them.
+struct FailingFsync {
+    fail_after: usize,
+    count: std::cell::Cell<usize>,
+}
+
+impl FileSystem for FailingFsync {
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.create_dir(p)
+    }
+    fn write_new_file(&self, p: &Path, b: &[u8], r: bool) -> std::io::Result<()> {
+        RealFs.write_new_file(p, b, r)
+    }
+    fn fsync_file(&self, p: &Path) -> std::io::Result<()> {
+        self.count.set(self.count.get() + 1);
+        if self.count.get() > self.fail_after {
+            return Err(std::io::Error::other("injected EIO"));
+        }
+        RealFs.fsync_file(p)
+    }
+    fn fsync_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.fsync_dir(p)
+    }
+    fn rename_noreplace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        RealFs.rename_noreplace(a, b)
+    }
+    fn rename_replace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        RealFs.rename_replace(a, b)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.remove_file(p)
+    }
+    fn read_file(&self, p: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+        RealFs.read_file(p, cap)
+    }
+    fn list_dir(&self, p: &Path) -> std::io::Result<Vec<String>> {
+        RealFs.list_dir(p)
+    }
+    fn entry_kind(&self, p: &Path) -> std::io::Result<Option<EntryKind>> {
+        RealFs.entry_kind(p)
+    }
+}
+
+#[test]
+fn fsync_failure_aborts_the_generation() {
+    let (_dir, root) = store_with_genesis();
+    let other = synthetic_state(12, 3, 30_000);
+    // The commit record's file fsync is the 3·chunks + 2nd fsync: fail exactly there.
+    let chunk_fsyncs = other.chunks.len() * 3 + 1;
+    let fs = FailingFsync {
+        fail_after: chunk_fsyncs,
+        count: Default::default(),
+    };
+    let error = publish_with(
+        &fs,
+        &root,
+        &other,
+        Topology::new(4).expect("t"),
+        &mut NoHooks,
+        WriterFaults::default(),
+    )
+    .expect_err("aborts");
+    assert!(
+        matches!(error, StoreError::FsyncFailed { generation: 1, .. }),
+        "{error}"
+    );
+    assert!(
+        !root.join(commit_rel_path(1)).exists(),
+        "no commit after a failed fsync"
+    );
+    let report = store::recover(&root).expect("recover");
+    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+}
+
+#[test]
+fn too_large() {
+    let (_dir, root) = store_with_genesis();
+    write_file(&root.join(commit_rel_path(1)), &vec![b' '; 5000]);
+    assert!(matches!(load_error(&root, 1), StoreError::TooLarge { .. }));
+    recover_rejects(&root, 1, "too-large");
+}
+
+#[test]
+fn undecodable() {
+    let (_dir, root) = store_with_genesis();
+    write_file(&root.join(commit_rel_path(1)), b"{\"schema\":");
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::Undecodable { .. }
+    ));
+    recover_rejects(&root, 1, "undecodable");
+}
+
+#[test]
+fn wrong_schema() {
+    let (_dir, root) = store_with_genesis();
+    let latest = std::fs::read(root.join("refs/LATEST")).expect("latest");
+    write_file(&root.join(commit_rel_path(1)), &latest);
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::WrongSchema { .. }
+    ));
+    recover_rejects(&root, 1, "wrong-schema");
+}
+
+#[test]
+fn unsupported_version() {
+    let (_dir, root) = store_with_genesis();
+    let text =
+        String::from_utf8(std::fs::read(root.join(commit_rel_path(0))).expect("c")).expect("utf8");
+    let text = text.replace("\"version\":1", "\"version\":2");
+    write_file(&root.join(commit_rel_path(1)), text.as_bytes());
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::UnsupportedVersion { ref found, .. } if found == "2"
+    ));
+    recover_rejects(&root, 1, "unsupported-version");
+}
+
+#[test]
+fn not_canonical() {
+    let (_dir, root) = store_with_genesis();
+    let (mut commit, _) = genesis_records(&root);
+    commit.generation = 1;
+    let mut bytes = codec::encode(&commit).expect("encode");
+    bytes.push(b'\n');
+    write_file(&root.join(commit_rel_path(1)), &bytes);
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::NotCanonical { .. }
+    ));
+    recover_rejects(&root, 1, "not-canonical");
+}
+
+#[test]
+fn missing_object() {
+    let (_dir, root) = store_with_genesis();
+    craft(
+        &root,
+        |m| m.chunks[0].exp_avg = Digest::of(b"nothing stored"),
+        |_| {},
+    );
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::MissingObject { .. }
+    ));
+    recover_rejects(&root, 1, "missing-object");
+}
+
+#[test]
+fn digest_mismatch() {
+    let (_dir, root) = store_with_genesis();
+    let (_, manifest) = genesis_records(&root);
+    let path = root.join(object_rel_path(&manifest.chunks[1].parameters));
+    std::fs::remove_file(&path).expect("rm");
+    write_file(&path, &vec![0u8; 120_000]);
+    let error = load_error(&root, 0);
+    assert!(
+        matches!(&error, StoreError::DigestMismatch { path: p, .. } if p == &path),
+        "{error}"
+    );
+}
+
+#[test]
+fn generation_name_mismatch() {
+    let (_dir, root) = store_with_genesis();
+    std::fs::copy(root.join(commit_rel_path(0)), root.join(commit_rel_path(1))).expect("copy");
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::GenerationNameMismatch {
+            named: 1,
+            recorded: 0,
+            ..
+        }
+    ));
+    recover_rejects(&root, 1, "generation-name-mismatch");
+}
+
+#[test]
+fn binding_mismatch() {
+    let (_dir, root) = store_with_genesis();
+    craft(&root, |_| {}, |c| c.step += 1);
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::BindingMismatch { what: "step", .. }
+    ));
+    recover_rejects(&root, 1, "binding-mismatch");
+}
+
+#[test]
+fn malformed_manifest() {
+    let (_dir, root) = store_with_genesis();
+    craft(&root, |m| m.chunks.swap(0, 1), |_| {});
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::MalformedManifest { .. }
+    ));
+    recover_rejects(&root, 1, "malformed-manifest");
+}
+
+#[test]
+fn ownership_mismatch() {
+    let (_dir, root) = store_with_genesis();
+    craft(&root, |m| m.ownership = vec![0; m.chunks.len()], |_| {});
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::OwnershipMismatch { .. }
+    ));
+    recover_rejects(&root, 1, "ownership-mismatch");
+}
+
+#[test]
+fn chunk_size() {
+    let (_dir, root) = store_with_genesis();
+    // Point chunk 0's first payload at the (shorter) last chunk's payload: the digest
+    // verifies, the length does not.
+    craft(
+        &root,
+        |m| {
+            let last = m.chunks[m.chunks.len() - 1].parameters;
+            m.chunks[0].parameters = last;
+        },
+        |_| {},
+    );
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::ChunkSize { id: 0, .. }
+    ));
+    recover_rejects(&root, 1, "chunk-size");
+}
+
+#[test]
+fn malformed_state() {
+    let (_dir, root) = store_with_genesis();
+    craft(&root, |m| m.hyperparameters.micro_batch_size = 0, |_| {});
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::MalformedState { .. }
+    ));
+    recover_rejects(&root, 1, "malformed-state");
+}
+
+#[test]
+fn root_mismatch() {
+    let (_dir, root) = store_with_genesis();
+    craft(
+        &root,
+        |m| m.logical_state_root = Digest::of(b"another root"),
+        |_| {},
+    );
+    assert!(matches!(
+        load_error(&root, 1),
+        StoreError::RootMismatch { .. }
+    ));
+    recover_rejects(&root, 1, "root-mismatch");
+}
+
+#[test]
+fn invalid_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut bad = state();
+    bad.chunks[1].exp_avg.pop();
+    let root = dir.path().join("store");
+    let error = store::publish(&root, &bad, Topology::new(4).expect("t"), &mut NoHooks)
+        .expect_err("invalid");
+    assert!(matches!(error, StoreError::InvalidState(_)));
+    assert!(!root.exists(), "nothing written for an invalid state");
+}
+
+#[test]
+fn invalid_topology() {
+    let (_dir, root) = store_with_genesis();
+    let error = unchanged(&root, || {
+        store::publish(&root, &state(), Topology { workers: 0 }, &mut NoHooks).expect_err("invalid")
+    });
+    assert!(matches!(error, StoreError::InvalidTopology(_)));
+    let error = unchanged(&root, || {
+        store::reshard(&root, 0, Topology { workers: 13 }).expect_err("invalid")
+    });
+    assert!(matches!(error, StoreError::InvalidTopology(_)));
+}
+
+#[test]
+fn generation_not_found() {
+    let (_dir, root) = store_with_genesis();
+    assert!(matches!(
+        load_error(&root, 9),
+        StoreError::GenerationNotFound { generation: 9, .. }
+    ));
+    let error = unchanged(&root, || {
+        store::reshard(&root, 9, Topology::new(3).expect("t")).expect_err("no source")
+    });
+    assert!(matches!(error, StoreError::GenerationNotFound { .. }));
+}
+
+/// Hides `commits/` entries, so the writer picks a generation that is already taken.
+struct BlindCommits;
+
+impl FileSystem for BlindCommits {
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.create_dir(p)
+    }
+    fn write_new_file(&self, p: &Path, b: &[u8], r: bool) -> std::io::Result<()> {
+        RealFs.write_new_file(p, b, r)
+    }
+    fn fsync_file(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.fsync_file(p)
+    }
+    fn fsync_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.fsync_dir(p)
+    }
+    fn rename_noreplace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        RealFs.rename_noreplace(a, b)
+    }
+    fn rename_replace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        RealFs.rename_replace(a, b)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.remove_file(p)
+    }
+    fn read_file(&self, p: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+        RealFs.read_file(p, cap)
+    }
+    fn list_dir(&self, p: &Path) -> std::io::Result<Vec<String>> {
+        if p.ends_with("commits") {
+            return Ok(Vec::new());
+        }
+        RealFs.list_dir(p)
+    }
+    fn entry_kind(&self, p: &Path) -> std::io::Result<Option<EntryKind>> {
+        RealFs.entry_kind(p)
+    }
+}
+
+#[test]
+fn generation_taken_never_replaces_a_record() {
+    let (_dir, root) = store_with_genesis();
+    let before = std::fs::read(root.join(commit_rel_path(0))).expect("read");
+    let other = synthetic_state(12, 3, 30_000);
+    let error = publish_with(
+        &BlindCommits,
+        &root,
+        &other,
+        Topology::new(3).expect("t"),
+        &mut NoHooks,
+        WriterFaults::default(),
+    )
+    .expect_err("taken");
+    assert!(
+        matches!(error, StoreError::GenerationTaken { generation: 0, .. }),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read(root.join(commit_rel_path(0))).expect("read"),
+        before
+    );
+    let latest: LatestRecord = codec::decode(
+        Path::new("l"),
+        &std::fs::read(root.join("refs/LATEST")).expect("l"),
+    )
+    .expect("decode");
+    assert_eq!(latest.commit, Digest::of(&before), "LATEST not advanced");
+}
+
+#[test]
+fn generation_overflow() {
+    let (_dir, root) = store_with_genesis();
+    write_file(&root.join("commits/18446744073709551615.json"), b"junk");
+    let error = store::publish(&root, &state(), Topology::new(4).expect("t"), &mut NoHooks)
+        .expect_err("overflow");
+    assert!(matches!(error, StoreError::GenerationOverflow));
+}
+
+#[test]
+fn stopped_by_a_hook() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("store");
+    let mut hook = FnHook(|e: &shardlift::store::BarrierEvent| {
+        if e.barrier == shardlift::store::Barrier::CommitAfterFileFsync {
+            Err("stop here".to_owned())
+        } else {
+            Ok(())
+        }
+    });
+    let error = store::publish(&root, &state(), Topology::new(4).expect("t"), &mut hook)
+        .expect_err("stopped");
+    assert!(matches!(
+        error,
+        StoreError::Stopped {
+            barrier: "commit-after-file-fsync",
+            ..
+        }
+    ));
+    assert!(store::recover(&root).expect("recover").selected.is_none());
+}
+
+#[test]
+fn bad_handoff() {
+    use shardlift::store::handoff::{decode_handoff, encode_handoff};
+    let good = encode_handoff(&state(), Topology::new(4).expect("t")).expect("encode");
+    let (back, topology) = decode_handoff(Path::new("h"), &good).expect("round trip");
+    assert_eq!(back, state());
+    assert_eq!(topology.workers, 4);
+    for bad in [&b"nope"[..], &good[..good.len() - 1]] {
+        assert!(matches!(
+            decode_handoff(Path::new("h"), bad),
+            Err(StoreError::BadHandoff { .. })
+        ));
+    }
+    let mut extra = good.clone();
+    extra.push(0);
+    assert!(matches!(
+        decode_handoff(Path::new("h"), &extra),
+        Err(StoreError::BadHandoff { .. })
+    ));
+    let mut flipped = good;
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    assert!(matches!(
+        decode_handoff(Path::new("h"), &flipped),
+        Err(StoreError::DigestMismatch { .. })
+    ));
+}
