@@ -41,11 +41,17 @@ pub enum IpcError {
     AcceptTimeout { timeout_ms: u64 },
 }
 
-/// Binds a listener at `path`, refusing paths that do not fit in `sun_path`.
-pub fn bind(path: &Path) -> Result<UnixListener, IpcError> {
+/// Refuses socket paths that do not fit in `sun_path` (both ends call it).
+pub fn check_socket_path(path: &Path) -> Result<(), IpcError> {
     if path.as_os_str().len() > MAX_SOCKET_PATH_BYTES {
         return Err(IpcError::SocketPathTooLong(path.to_owned()));
     }
+    Ok(())
+}
+
+/// Binds a listener at `path`, refusing paths that do not fit in `sun_path`.
+pub fn bind(path: &Path) -> Result<UnixListener, IpcError> {
+    check_socket_path(path)?;
     UnixListener::bind(path).map_err(|source| IpcError::Io {
         peer: "listener".into(),
         source,

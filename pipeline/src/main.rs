@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod receipt;
 mod release;
+mod sshsig;
 
 /// ShardLift release evidence: bind the source revision, run both killer-demo barriers,
 /// verify the bundles, emit checkable manifests; and record, merge and verify the

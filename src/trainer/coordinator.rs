@@ -8,7 +8,7 @@
 //! unexpected reply — tears the whole group down (SIGTERM, grace, SIGKILL, reap) and is
 //! returned as an error naming the rank; nothing waits without a deadline.
 use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::ipc::{self, FramedStream, IpcError};
@@ -478,12 +478,4 @@ impl CoordinatorSession {
         }
         Ok((self.state.clone(), exits))
     }
-}
-
-/// Socket path helper for the worker side (kept here so both ends agree on its limits).
-pub fn check_socket_path(path: &Path) -> Result<(), IpcError> {
-    if path.as_os_str().len() > ipc::MAX_SOCKET_PATH_BYTES {
-        return Err(IpcError::SocketPathTooLong(path.to_owned()));
-    }
-    Ok(())
 }

@@ -68,8 +68,6 @@ pub enum ProtocolError {
     UnknownTag(u8),
     #[error("list of {0} elements exceeds the cap of {MAX_LIST}")]
     ListTooLong(u64),
-    #[error("hyper-parameters are not valid JSON: {0}")]
-    Hyperparameters(String),
     #[error("text is not UTF-8")]
     Text,
 }
@@ -121,8 +119,14 @@ impl Message {
                 chunks,
             } => {
                 let mut e = Encoder::new(TAG_INIT);
-                let json = serde_json::to_vec(hyperparameters).unwrap_or_default();
-                e.u32(*workers).bytes(&json);
+                let h = hyperparameters;
+                e.u32(*workers)
+                    .u64(h.seed)
+                    .f32(h.learning_rate)
+                    .f32(h.beta1)
+                    .f32(h.beta2);
+                e.f32(h.epsilon).f32(h.weight_decay).u32(h.micro_batch_size);
+                e.u32(h.logical_micro_batches).u32(h.chunk_elements);
                 put_chunks(&mut e, chunks);
                 e.finish()
             }
@@ -179,8 +183,17 @@ impl Message {
             TAG_HELLO => Message::Hello { rank: d.u32()? },
             TAG_INIT => {
                 let workers = d.u32()?;
-                let hyperparameters = serde_json::from_slice(d.bytes()?)
-                    .map_err(|error| ProtocolError::Hyperparameters(error.to_string()))?;
+                let hyperparameters = Hyperparameters {
+                    seed: d.u64()?,
+                    learning_rate: d.f32()?,
+                    beta1: d.f32()?,
+                    beta2: d.f32()?,
+                    epsilon: d.f32()?,
+                    weight_decay: d.f32()?,
+                    micro_batch_size: d.u32()?,
+                    logical_micro_batches: d.u32()?,
+                    chunk_elements: d.u32()?,
+                };
                 Message::Init {
                     workers,
                     hyperparameters,

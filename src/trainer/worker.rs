@@ -19,7 +19,7 @@ pub fn run(socket: &Path, rank: u32) -> anyhow::Result<()> {
     // If the coordinator dies, so do we: no orphaned workers.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
     engine::pin_single_thread();
-    super::coordinator::check_socket_path(socket)?;
+    crate::ipc::check_socket_path(socket)?;
     let stream = UnixStream::connect(socket)?;
     let mut connection = FramedStream::new(stream, "coordinator", WORKER_IDLE_TIMEOUT_MS)?;
     connection.send(&Message::Hello { rank }.encode())?;

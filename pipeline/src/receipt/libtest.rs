@@ -1,0 +1,271 @@
+//! Reads test IDs and outcomes from `cargo test` output (libtest's human format).
+//!
+//! Cargo announces each test binary on stderr (`Running unittests src/lib.rs
+//! (target/debug/deps/shardlift-…)`, `Running tests/store_x.rs (…)`, `Doc-tests
+//! shardlift`) and runs them one after another; each binary writes one block to stdout:
+//! `running N tests`, one `test NAME ... ok|FAILED|ignored` line per test, optionally a
+//! `failures:` section, then `test result: … P passed; F failed; I ignored; …`. The k-th
+//! block on stdout therefore belongs to the k-th announcement on stderr, whatever the
+//! interleaving of the two streams. A test ID is `<binary>::<test name>` where the binary
+//! is `<target name>/<source>` (`shardlift/src/lib.rs`, `store_x/tests/store_x.rs`) or
+//! `doc/<crate>`, unique across a workspace.
+//!
+//! Every block that reached its `test result:` line must list exactly as many tests per
+//! outcome as that line counts; otherwise the output was not understood and nothing is
+//! recorded.
+use super::schema::{Counts, TestOutcome};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LibtestError {
+    #[error("stdout has test block {index} but stderr announced only {announced} test binaries")]
+    UnannouncedBlock { index: usize, announced: usize },
+    #[error("{binary}: the test lines count {parsed:?} but libtest's summary says {summary:?}")]
+    CountMismatch {
+        binary: String,
+        parsed: Counts,
+        summary: Counts,
+    },
+    #[error("test ID {0:?} appears twice in the lane's output")]
+    DuplicateTestId(String),
+    #[error("unreadable libtest summary line {0:?}")]
+    BadSummary(String),
+}
+
+#[derive(Debug, Default)]
+pub struct Parsed {
+    /// (test ID, outcome) in output order.
+    pub tests: Vec<(String, TestOutcome)>,
+    /// Sum of the summaries of the blocks that completed.
+    pub summary: Counts,
+    /// Blocks that never reached their summary line (a crashed test binary).
+    pub incomplete_blocks: usize,
+}
+
+/// The binaries cargo announced on stderr, in order.
+pub fn announced_binaries(stderr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in stderr.lines() {
+        let line = strip_ansi(line);
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("Running ") {
+            // `unittests src/lib.rs (target/debug/deps/shardlift-0123abcd)` or
+            // `tests/store_x.rs (target/debug/deps/store_x-0123abcd)`
+            let rest = rest.strip_prefix("unittests ").unwrap_or(rest);
+            let Some((source, artifact)) = rest.rsplit_once(" (") else {
+                continue;
+            };
+            let artifact = artifact.trim_end_matches(')');
+            let file = artifact.rsplit('/').next().unwrap_or(artifact);
+            let stem = match file.rsplit_once('-') {
+                Some((stem, hash)) if hash.bytes().all(|b| b.is_ascii_hexdigit()) => stem,
+                _ => file,
+            };
+            out.push(format!("{stem}/{source}"));
+        } else if let Some(krate) = line.strip_prefix("Doc-tests ") {
+            out.push(format!("doc/{}", krate.trim()));
+        }
+    }
+    out
+}
+
+/// Parses stdout against the binaries announced on stderr.
+pub fn parse(stdout: &str, stderr: &str) -> Result<Parsed, LibtestError> {
+    let binaries = announced_binaries(stderr);
+    let mut parsed = Parsed::default();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut block: Option<Block> = None;
+    let mut index = 0;
+    for raw in stdout.lines() {
+        let line = strip_ansi(raw);
+        let trimmed = line.trim_end();
+        if let Some(rest) = trimmed.strip_prefix("running ") {
+            if rest.ends_with(" tests") || rest.ends_with(" test") {
+                if block.take().is_some() {
+                    parsed.incomplete_blocks += 1;
+                }
+                let binary =
+                    binaries
+                        .get(index)
+                        .cloned()
+                        .ok_or(LibtestError::UnannouncedBlock {
+                            index: index + 1,
+                            announced: binaries.len(),
+                        })?;
+                index += 1;
+                block = Some(Block {
+                    binary,
+                    counts: Counts::default(),
+                    in_failures: false,
+                    pending: None,
+                });
+                continue;
+            }
+        }
+        let Some(current) = block.as_mut() else {
+            continue;
+        };
+        if let Some(rest) = trimmed.strip_prefix("test result: ") {
+            let summary = parse_summary(rest)?;
+            if summary != current.counts {
+                return Err(LibtestError::CountMismatch {
+                    binary: current.binary.clone(),
+                    parsed: current.counts,
+                    summary,
+                });
+            }
+            parsed.summary = parsed.summary.plus(summary);
+            block = None;
+            continue;
+        }
+        if current.in_failures {
+            continue;
+        }
+        if trimmed == "failures:" {
+            current.in_failures = true;
+            continue;
+        }
+        let outcome_and_name = if let Some(rest) = trimmed.strip_prefix("test ") {
+            match rest.rsplit_once(" ...") {
+                Some((name, result)) => match outcome(result.trim()) {
+                    Some(Some(outcome)) => Some((name.to_owned(), outcome)),
+                    Some(None) => None, // a benchmark line
+                    None if result.trim().is_empty() => {
+                        // `--test-threads=1` prints the name first, the result later.
+                        current.pending = Some(name.to_owned());
+                        None
+                    }
+                    None => None,
+                },
+                None => None,
+            }
+        } else if let Some(name) = current.pending.clone() {
+            match outcome(trimmed.trim()) {
+                Some(Some(outcome)) => {
+                    current.pending = None;
+                    Some((name, outcome))
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some((name, outcome)) = outcome_and_name {
+            let id = format!("{}::{name}", current.binary);
+            if !seen.insert(id.clone()) {
+                return Err(LibtestError::DuplicateTestId(id));
+            }
+            current.counts.add(outcome);
+            parsed.tests.push((id, outcome));
+        }
+    }
+    if block.is_some() {
+        parsed.incomplete_blocks += 1;
+    }
+    Ok(parsed)
+}
+
+struct Block {
+    binary: String,
+    counts: Counts,
+    in_failures: bool,
+    pending: Option<String>,
+}
+
+/// `Some(Some(outcome))` for a test result, `Some(None)` for a bench line, `None` otherwise.
+fn outcome(result: &str) -> Option<Option<TestOutcome>> {
+    match result {
+        "ok" => Some(Some(TestOutcome::Passed)),
+        "FAILED" => Some(Some(TestOutcome::Failed)),
+        "ignored" => Some(Some(TestOutcome::Ignored)),
+        r if r.starts_with("ignored, ") => Some(Some(TestOutcome::Ignored)),
+        r if r.starts_with("bench:") => Some(None),
+        _ => None,
+    }
+}
+
+/// `ok. 3 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out; finished in 0.01s`
+fn parse_summary(rest: &str) -> Result<Counts, LibtestError> {
+    let bad = || LibtestError::BadSummary(rest.to_owned());
+    let (_, counts) = rest.split_once(". ").ok_or_else(bad)?;
+    let mut summary = Counts::default();
+    let mut found = 0;
+    for part in counts.split(';') {
+        let mut words = part.split_whitespace();
+        let (Some(number), Some(label)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(number) = number.parse::<u64>() else {
+            continue;
+        };
+        match label {
+            "passed" => summary.passed = number,
+            "failed" => summary.failed = number,
+            "ignored" => summary.ignored = number,
+            _ => continue,
+        }
+        found += 1;
+    }
+    if found != 3 {
+        return Err(bad());
+    }
+    Ok(summary)
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STDERR: &str = "   Compiling x\n     Running unittests src/lib.rs (target/debug/deps/shardlift-0123abcd)\n     Running tests/store_a.rs (target/debug/deps/store_a-ffee)\n   Doc-tests shardlift\n";
+
+    #[test]
+    fn blocks_follow_announcements() {
+        let stdout = "\nrunning 2 tests\ntest a::b ... ok\ntest a::c ... ignored, slow\n\ntest result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 3 filtered out; finished in 0.00s\n\nrunning 1 test\ntest t ... \nnoise from a child\nFAILED\n\nfailures:\n\n---- t stdout ----\ntest fake ... ok\n\nfailures:\n    t\n\ntest result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        let parsed = parse(stdout, STDERR).expect("parse");
+        assert_eq!(
+            parsed.tests,
+            vec![
+                ("shardlift/src/lib.rs::a::b".to_owned(), TestOutcome::Passed),
+                (
+                    "shardlift/src/lib.rs::a::c".to_owned(),
+                    TestOutcome::Ignored
+                ),
+                (
+                    "store_a/tests/store_a.rs::t".to_owned(),
+                    TestOutcome::Failed
+                ),
+            ]
+        );
+        assert_eq!(parsed.summary.total(), 3);
+        assert_eq!(parsed.incomplete_blocks, 0);
+    }
+
+    #[test]
+    fn disagreeing_summary_is_refused() {
+        let stdout = "running 1 test\ntest a ... ok\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        assert!(matches!(
+            parse(stdout, STDERR),
+            Err(LibtestError::CountMismatch { .. })
+        ));
+        assert!(matches!(
+            parse(stdout, ""),
+            Err(LibtestError::UnannouncedBlock { .. })
+        ));
+    }
+}

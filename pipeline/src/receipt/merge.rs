@@ -1,0 +1,543 @@
+//! `receipt merge` (with carry-forward) and `receipt plan`.
+//!
+//! Merge refuses inputs that disagree on schema, commit, global fingerprint, mode,
+//! toolchain, platform or tool version, and duplicate shard names or test IDs, each with
+//! its own error. The union ORs `dirty`, spans the session times of the inputs, fails if
+//! any input failed, and records each input (name, digest, shards, counts, times, signer).
+//!
+//! Carry-forward takes, from an older receipt, each shard absent from the fresh inputs, but
+//! only when all five conditions hold ([`StaleReason`] names the one that does not):
+//! (a) its commit is the current commit or an ancestor of it; (b) its narrow manifest,
+//! extra paths included, recomputes identically at the current commit; (c) it was recorded
+//! from a clean tree; (d) none of its test IDs is also a fresh one; (e) every test ID it
+//! claims is in the old receipt's test table. Fresh shards always win. `plan` applies the
+//! same conditions as a dry run.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use shardlift::canonical::CanonicalError;
+use shardlift::digest::Digest;
+
+use super::git::{GitError, Repo};
+use super::schema::{
+    self, Carried, Extension, InputSummary, Outcome, Receipt, Session, Shard, TestEntry,
+};
+use super::{read_file, write_atomically, write_signature, IoError, SignatureError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("nothing to merge")]
+    NoInputs,
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("{path}: {source}")]
+    Decode {
+        path: PathBuf,
+        source: CanonicalError,
+    },
+    #[error("{path} has schema {found}, but {first} has {expected}")]
+    SchemaMismatch {
+        path: PathBuf,
+        first: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{path} was recorded at commit {found}, but {first} at {expected}")]
+    CommitMismatch {
+        path: PathBuf,
+        first: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{path} has global fingerprint {found}, but {first} has {expected}")]
+    FingerprintMismatch {
+        path: PathBuf,
+        first: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{path} has mode {found:?}, but {first} has {expected:?}")]
+    ModeMismatch {
+        path: PathBuf,
+        first: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{path} has toolchain {found}, but {first} has {expected}")]
+    ToolchainMismatch {
+        path: PathBuf,
+        first: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{path} has platform {found}, but {first} has {expected}")]
+    PlatformMismatch {
+        path: PathBuf,
+        first: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{path} was made by {found}, but {first} by {expected}")]
+    ToolVersionMismatch {
+        path: PathBuf,
+        first: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("shard name {name:?} appears in more than one input ({path})")]
+    DuplicateShardName { name: String, path: PathBuf },
+    #[error("test ID {id:?} appears in more than one input ({path})")]
+    DuplicateTestId { id: String, path: PathBuf },
+    #[error("input {path}: {source}")]
+    InputSignature {
+        path: PathBuf,
+        source: SignatureError,
+    },
+    #[error("--verify-inputs needs --allowed-signers")]
+    NoAllowedSigners,
+    #[error("carry-forward needs --repo")]
+    NoRepo,
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("cannot encode the merged receipt: {0}")]
+    Encode(CanonicalError),
+    #[error(transparent)]
+    Sign(#[from] super::SignError),
+}
+
+/// Why an old shard cannot be carried forward.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "condition", rename_all = "snake_case")]
+pub enum StaleReason {
+    /// (a)
+    NotAncestor { commit: String, current: String },
+    /// (b)
+    ManifestChanged { changed: Vec<String> },
+    /// (c)
+    RecordedDirty,
+    /// (d)
+    DuplicatesFreshTests { ids: Vec<String> },
+    /// (e)
+    UnknownTestIds { ids: Vec<String> },
+}
+
+impl std::fmt::Display for StaleReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StaleReason::NotAncestor { commit, current } => {
+                write!(
+                    f,
+                    "(a) commit {commit} is not {current} or an ancestor of it"
+                )
+            }
+            StaleReason::ManifestChanged { changed } => {
+                write!(f, "(b) narrow manifest changed: {}", changed.join(", "))
+            }
+            StaleReason::RecordedDirty => write!(f, "(c) recorded from a dirty tree"),
+            StaleReason::DuplicatesFreshTests { ids } => {
+                write!(f, "(d) test IDs also run fresh: {}", ids.join(", "))
+            }
+            StaleReason::UnknownTestIds { ids } => write!(
+                f,
+                "(e) test IDs missing from the old receipt's tests: {}",
+                ids.join(", ")
+            ),
+        }
+    }
+}
+
+pub struct MergeOptions {
+    pub inputs: Vec<PathBuf>,
+    pub out: PathBuf,
+    pub verify_inputs: bool,
+    pub allowed_signers: Option<PathBuf>,
+    pub carry_from: Option<PathBuf>,
+    pub repo: Option<PathBuf>,
+    pub sign_key: Option<PathBuf>,
+}
+
+pub struct Loaded {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+    pub receipt: Receipt,
+    pub signer: Option<String>,
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// `schema@version` from the JSON header, without decoding the rest.
+fn header(bytes: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Header {
+        schema: Option<serde_json::Value>,
+        version: Option<serde_json::Value>,
+    }
+    match serde_json::from_slice::<Header>(bytes) {
+        Ok(h) => format!(
+            "{}@{}",
+            h.schema.map(|v| v.to_string()).unwrap_or_default(),
+            h.version.map(|v| v.to_string()).unwrap_or_default()
+        ),
+        Err(_) => "<undecodable>".to_owned(),
+    }
+}
+
+pub fn load(path: &Path) -> Result<(Vec<u8>, Receipt), MergeError> {
+    let bytes = read_file(path)?;
+    let receipt = Receipt::decode(&bytes).map_err(|source| MergeError::Decode {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok((bytes, receipt))
+}
+
+pub fn merge(options: MergeOptions) -> Result<(Receipt, Vec<(String, StaleReason)>), MergeError> {
+    if options.inputs.is_empty() {
+        return Err(MergeError::NoInputs);
+    }
+    if options.verify_inputs && options.allowed_signers.is_none() {
+        return Err(MergeError::NoAllowedSigners);
+    }
+    // Schema agreement is checked on the headers first, so disagreeing inputs are named
+    // as such rather than as one unsupported version.
+    let raw: Vec<(PathBuf, Vec<u8>)> = options
+        .inputs
+        .iter()
+        .map(|p| read_file(p).map(|b| (p.clone(), b)))
+        .collect::<Result<_, _>>()?;
+    let first_header = header(&raw[0].1);
+    for (path, bytes) in &raw[1..] {
+        let found = header(bytes);
+        if found != first_header {
+            return Err(MergeError::SchemaMismatch {
+                path: path.clone(),
+                first: raw[0].0.clone(),
+                expected: first_header,
+                found,
+            });
+        }
+    }
+    let mut inputs = Vec::new();
+    for (path, bytes) in raw {
+        let receipt = Receipt::decode(&bytes).map_err(|source| MergeError::Decode {
+            path: path.clone(),
+            source,
+        })?;
+        let signer = match (&options.allowed_signers, options.verify_inputs) {
+            (Some(allowed), true) => Some(
+                super::verify_signature(&path, &bytes, allowed).map_err(|source| {
+                    MergeError::InputSignature {
+                        path: path.clone(),
+                        source,
+                    }
+                })?,
+            ),
+            _ => None,
+        };
+        inputs.push(Loaded {
+            path,
+            bytes,
+            receipt,
+            signer,
+        });
+    }
+    check_agreement(&inputs)?;
+
+    let first = &inputs[0].receipt.shardlift;
+    let mut shards: Vec<Shard> = Vec::new();
+    let mut tests: BTreeMap<String, TestEntry> = BTreeMap::new();
+    let mut summaries = Vec::new();
+    let mut dirty = false;
+    let mut outcome = Outcome::Passed;
+    let mut started = first.session.started.clone();
+    let mut finished = first.session.finished.clone();
+    for input in &inputs {
+        let ext = &input.receipt.shardlift;
+        for shard in &ext.shards {
+            if shards.iter().any(|s| s.name == shard.name) {
+                return Err(MergeError::DuplicateShardName {
+                    name: shard.name.clone(),
+                    path: input.path.clone(),
+                });
+            }
+            shards.push(shard.clone());
+        }
+        for (id, entry) in &ext.tests {
+            if tests.insert(id.clone(), entry.clone()).is_some() {
+                return Err(MergeError::DuplicateTestId {
+                    id: id.clone(),
+                    path: input.path.clone(),
+                });
+            }
+        }
+        dirty |= ext.dirty;
+        if ext.session.outcome == Outcome::Failed {
+            outcome = Outcome::Failed;
+        }
+        started = earliest(&started, &ext.session.started);
+        finished = latest(&finished, &ext.session.finished);
+        summaries.push(InputSummary {
+            name: file_name(&input.path),
+            digest: Digest::of(&input.bytes),
+            shards: ext.shards.iter().map(|s| s.name.clone()).collect(),
+            counts: input.receipt.counts(),
+            started: ext.session.started.clone(),
+            finished: ext.session.finished.clone(),
+            outcome: ext.session.outcome,
+            signer: input.signer.clone(),
+        });
+    }
+
+    let mut stale = Vec::new();
+    if let Some(old_path) = &options.carry_from {
+        let repo_path = options.repo.as_deref().ok_or(MergeError::NoRepo)?;
+        let repo = Repo::open(repo_path)?;
+        let (old_bytes, old) = load(old_path)?;
+        if let (Some(allowed), true) = (&options.allowed_signers, options.verify_inputs) {
+            super::verify_signature(old_path, &old_bytes, allowed).map_err(|source| {
+                MergeError::InputSignature {
+                    path: old_path.clone(),
+                    source,
+                }
+            })?;
+        }
+        let fresh_ids: BTreeSet<String> = tests.keys().cloned().collect();
+        let current = first.commit.clone();
+        let carried_at = schema::now_rfc3339();
+        let from_receipt = Digest::of(&old_bytes);
+        for shard in &old.shardlift.shards {
+            if shards.iter().any(|s| s.name == shard.name) {
+                continue; // fresh shards always win
+            }
+            let reasons = carry_conditions(&repo, &current, &old, shard, &fresh_ids)?;
+            if !reasons.is_empty() {
+                stale.extend(reasons.into_iter().map(|r| (shard.name.clone(), r)));
+                continue;
+            }
+            let mut carried = shard.clone();
+            carried.carried = Some(Carried {
+                from_receipt,
+                carried_at: carried_at.clone(),
+                original_dirty: shard.dirty,
+            });
+            for id in &shard.test_ids {
+                if let Some(entry) = old.shardlift.tests.get(id) {
+                    tests.insert(id.clone(), entry.clone());
+                }
+            }
+            if shard.outcome == Outcome::Failed {
+                outcome = Outcome::Failed;
+            }
+            dirty |= shard.dirty;
+            shards.push(carried);
+        }
+    }
+
+    let receipt = Receipt::assemble(Extension {
+        commit: first.commit.clone(),
+        tree: first.tree.clone(),
+        mode: first.mode.clone(),
+        toolchain: first.toolchain.clone(),
+        platform: first.platform.clone(),
+        tool: first.tool.clone(),
+        dirty,
+        session: Session {
+            started,
+            finished,
+            outcome,
+        },
+        shards,
+        tests,
+        inputs: summaries,
+    });
+    let bytes = receipt.encode().map_err(MergeError::Encode)?;
+    write_atomically(&options.out, &bytes)?;
+    if let Some(key) = &options.sign_key {
+        write_signature(&options.out, key, &bytes)?;
+    }
+    Ok((receipt, stale))
+}
+
+fn check_agreement(inputs: &[Loaded]) -> Result<(), MergeError> {
+    let first = &inputs[0];
+    let a = &first.receipt.shardlift;
+    for input in &inputs[1..] {
+        let b = &input.receipt.shardlift;
+        let path = input.path.clone();
+        let first_path = first.path.clone();
+        if a.commit != b.commit {
+            return Err(MergeError::CommitMismatch {
+                path,
+                first: first_path,
+                expected: a.commit.clone(),
+                found: b.commit.clone(),
+            });
+        }
+        if a.tree != b.tree {
+            return Err(MergeError::FingerprintMismatch {
+                path,
+                first: first_path,
+                expected: a.tree.clone(),
+                found: b.tree.clone(),
+            });
+        }
+        if a.mode != b.mode {
+            return Err(MergeError::ModeMismatch {
+                path,
+                first: first_path,
+                expected: a.mode.clone(),
+                found: b.mode.clone(),
+            });
+        }
+        if a.toolchain != b.toolchain {
+            return Err(MergeError::ToolchainMismatch {
+                path,
+                first: first_path,
+                expected: format!("{:?}", a.toolchain),
+                found: format!("{:?}", b.toolchain),
+            });
+        }
+        if a.platform != b.platform {
+            return Err(MergeError::PlatformMismatch {
+                path,
+                first: first_path,
+                expected: a.platform.clone(),
+                found: b.platform.clone(),
+            });
+        }
+        if a.tool != b.tool {
+            return Err(MergeError::ToolVersionMismatch {
+                path,
+                first: first_path,
+                expected: a.tool.clone(),
+                found: b.tool.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn earliest(a: &str, b: &str) -> String {
+    match (schema::parse_time(a), schema::parse_time(b)) {
+        (Some(x), Some(y)) if y < x => b.to_owned(),
+        _ => a.to_owned(),
+    }
+}
+
+fn latest(a: &str, b: &str) -> String {
+    match (schema::parse_time(a), schema::parse_time(b)) {
+        (Some(x), Some(y)) if y > x => b.to_owned(),
+        _ => a.to_owned(),
+    }
+}
+
+/// Every carry-forward condition that `shard` fails, in the order (a)..(e).
+pub fn carry_conditions(
+    repo: &Repo,
+    current: &str,
+    old: &Receipt,
+    shard: &Shard,
+    fresh_ids: &BTreeSet<String>,
+) -> Result<Vec<StaleReason>, GitError> {
+    let mut reasons = Vec::new();
+    let ancestor = repo.is_same_or_ancestor(&shard.commit, current)?;
+    if !ancestor {
+        reasons.push(StaleReason::NotAncestor {
+            commit: shard.commit.clone(),
+            current: current.to_owned(),
+        });
+    }
+    let now = repo.manifest(current, &shard.scope, false)?;
+    if now != shard.manifest {
+        reasons.push(StaleReason::ManifestChanged {
+            changed: shard.manifest.changed_paths(&now),
+        });
+    }
+    if shard.dirty {
+        reasons.push(StaleReason::RecordedDirty);
+    }
+    let duplicates: Vec<String> = shard
+        .test_ids
+        .iter()
+        .filter(|id| fresh_ids.contains(*id))
+        .cloned()
+        .collect();
+    if !duplicates.is_empty() {
+        reasons.push(StaleReason::DuplicatesFreshTests { ids: duplicates });
+    }
+    let unknown: Vec<String> = shard
+        .test_ids
+        .iter()
+        .filter(|id| {
+            old.shardlift
+                .tests
+                .get(*id)
+                .is_none_or(|entry| entry.shard != shard.name)
+        })
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        reasons.push(StaleReason::UnknownTestIds { ids: unknown });
+    }
+    Ok(reasons)
+}
+
+#[derive(Serialize)]
+pub struct PlanEntry {
+    pub shard: String,
+    pub status: &'static str,
+    pub reasons: Vec<StaleReason>,
+}
+
+#[derive(Serialize)]
+pub struct Plan {
+    pub receipt: String,
+    pub current: String,
+    pub shards: Vec<PlanEntry>,
+}
+
+/// The carry-forward conditions as a dry run against HEAD of `repo`; `fresh` receipts
+/// (optional) supply the fresh test IDs for condition (d).
+pub fn plan(old_path: &Path, repo_path: &Path, fresh: &[PathBuf]) -> Result<Plan, MergeError> {
+    let (_, old) = load(old_path)?;
+    let repo = Repo::open(repo_path)?;
+    let current = repo.head()?.commit;
+    let mut fresh_ids = BTreeSet::new();
+    let mut fresh_shards = BTreeSet::new();
+    for path in fresh {
+        let (_, receipt) = load(path)?;
+        fresh_ids.extend(receipt.shardlift.tests.keys().cloned());
+        fresh_shards.extend(receipt.shardlift.shards.iter().map(|s| s.name.clone()));
+    }
+    let mut shards = Vec::new();
+    for shard in &old.shardlift.shards {
+        if fresh_shards.contains(&shard.name) {
+            shards.push(PlanEntry {
+                shard: shard.name.clone(),
+                status: "fresh",
+                reasons: Vec::new(),
+            });
+            continue;
+        }
+        let reasons = carry_conditions(&repo, &current, &old, shard, &fresh_ids)?;
+        shards.push(PlanEntry {
+            shard: shard.name.clone(),
+            status: if reasons.is_empty() {
+                "carryable"
+            } else {
+                "stale"
+            },
+            reasons,
+        });
+    }
+    Ok(Plan {
+        receipt: file_name(old_path),
+        current,
+        shards,
+    })
+}

@@ -1,0 +1,371 @@
+//! `receipt record`: runs a lane and writes its receipt.
+//!
+//! The recorder never trusts a result handed to it: it runs the lane command itself,
+//! reads the test IDs and outcomes from its output ([`super::libtest`]), and takes commit,
+//! tree, cleanliness and the narrow manifest from git.
+//!
+//! Concurrent workers never share one receipt: the recorder takes an exclusive lock file
+//! `OUT.lock` (created with `create_new`, removed when done), so a second recorder aimed at
+//! the same `--out` is refused; and when the CI runner declares parallel nodes
+//! (`CI_NODE_TOTAL`, `CIRCLE_NODE_TOTAL`, `BUILDKITE_PARALLEL_JOB_COUNT` above 1), the lane
+//! name must end in `-<node index>` so that each worker records its own shard.
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::git::{GitError, Repo};
+use super::libtest::{self, LibtestError};
+use super::schema::{
+    self, Counts, ExitStatus, Extension, Outcome, Receipt, Scope, Session, Shard, TestEntry,
+    TestOutcome, Toolchain,
+};
+use super::{write_atomically, write_signature, IoError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("the lane name {0:?} must be 1-64 characters of [A-Za-z0-9._-]")]
+    BadLaneName(String),
+    #[error("no lane command given after `--`")]
+    NoCommand,
+    #[error("--fingerprint-paths names no path")]
+    NoScope,
+    #[error("another recorder holds {0} (concurrent workers must not share one receipt)")]
+    OutLocked(PathBuf),
+    #[error("the runner declares {total} parallel nodes ({variable}); lane {lane:?} must end in -{index} so each worker records its own receipt")]
+    SharedAcrossNodes {
+        variable: &'static str,
+        total: u64,
+        index: String,
+        lane: String,
+    },
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("cannot run the lane command {command:?}: {message}")]
+    Spawn { command: String, message: String },
+    #[error("the lane's output was not understood: {0}")]
+    Output(#[from] LibtestError),
+    #[error("the lane ran no test (no libtest output was seen)")]
+    NoTests,
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("cannot encode the receipt: {0}")]
+    Encode(#[from] shardlift::canonical::CanonicalError),
+    #[error(transparent)]
+    Sign(#[from] super::SignError),
+    #[error("lane {lane} failed ({status}); its receipt is at {out}")]
+    LaneFailed {
+        lane: String,
+        status: String,
+        out: PathBuf,
+    },
+}
+
+pub struct RecordOptions {
+    pub lane: String,
+    pub repo: PathBuf,
+    pub mode: Option<String>,
+    pub scope: Scope,
+    pub out: PathBuf,
+    pub sign_key: Option<PathBuf>,
+    pub command: Vec<String>,
+}
+
+/// Removes the lock file when dropped.
+struct OutLock(PathBuf);
+
+impl Drop for OutLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn lock_out(out: &Path) -> Result<OutLock, RecordError> {
+    let mut name = out.as_os_str().to_owned();
+    name.push(".lock");
+    let lock = PathBuf::from(name);
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+    {
+        Ok(mut file) => {
+            let _ = writeln!(file, "{}", std::process::id());
+            Ok(OutLock(lock))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(RecordError::OutLocked(lock))
+        }
+        Err(e) => Err(IoError::Write {
+            path: lock,
+            message: e.to_string(),
+        }
+        .into()),
+    }
+}
+
+const PARALLEL_NODES: [(&str, &str); 3] = [
+    ("CI_NODE_TOTAL", "CI_NODE_INDEX"),
+    ("CIRCLE_NODE_TOTAL", "CIRCLE_NODE_INDEX"),
+    ("BUILDKITE_PARALLEL_JOB_COUNT", "BUILDKITE_PARALLEL_JOB"),
+];
+
+fn check_runner(lane: &str) -> Result<(), RecordError> {
+    for (total_var, index_var) in PARALLEL_NODES {
+        let total = std::env::var(total_var)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(1);
+        if total > 1 {
+            let index = std::env::var(index_var).unwrap_or_default();
+            if index.is_empty() || !lane.ends_with(&format!("-{index}")) {
+                return Err(RecordError::SharedAcrossNodes {
+                    variable: total_var,
+                    total,
+                    index,
+                    lane: lane.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn valid_lane_name(lane: &str) -> bool {
+    (1..=64).contains(&lane.len())
+        && lane
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Runs the lane and writes its receipt; a failed lane still gets its receipt, then an error.
+pub fn record(options: RecordOptions) -> Result<Receipt, RecordError> {
+    if !valid_lane_name(&options.lane) {
+        return Err(RecordError::BadLaneName(options.lane));
+    }
+    let Some((program, args)) = options.command.split_first() else {
+        return Err(RecordError::NoCommand);
+    };
+    if options.scope.paths.is_empty() {
+        return Err(RecordError::NoScope);
+    }
+    check_runner(&options.lane)?;
+    let _lock = lock_out(&options.out)?;
+
+    let repo = Repo::open(&options.repo)?;
+    let before = repo.head()?;
+    let manifest = repo.manifest(&before.commit, &options.scope, true)?;
+    let toolchain = toolchain();
+    let platform = platform();
+    let mode = options.mode.clone().unwrap_or_else(|| {
+        if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
+            "ci".to_owned()
+        } else {
+            "local".to_owned()
+        }
+    });
+
+    let started = schema::now_rfc3339();
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| RecordError::Spawn {
+            command: options.command.join(" "),
+            message: e.to_string(),
+        })?;
+    let stdout = child.stdout.take().map(|out| tee(out, false));
+    let stderr = child.stderr.take().map(|err| tee(err, true));
+    let status = child.wait().map_err(|e| RecordError::Spawn {
+        command: options.command.join(" "),
+        message: e.to_string(),
+    })?;
+    let stdout = stdout.map(join).unwrap_or_default();
+    let stderr = stderr.map(join).unwrap_or_default();
+    let finished = schema::now_rfc3339();
+    let after = repo.head()?;
+
+    let parsed = libtest::parse(&stdout, &stderr)?;
+    if parsed.tests.is_empty() && parsed.summary.total() == 0 && !stdout.contains("running ") {
+        return Err(RecordError::NoTests);
+    }
+    let exit = exit_status(&status);
+    let any_failed = parsed.tests.iter().any(|(_, o)| *o == TestOutcome::Failed);
+    let outcome = if status.success() && !any_failed && parsed.incomplete_blocks == 0 {
+        Outcome::Passed
+    } else {
+        Outcome::Failed
+    };
+    let dirty = !before.dirty_files.is_empty() || !after.dirty_files.is_empty();
+    let mut counts = Counts::default();
+    let mut tests = BTreeMap::new();
+    let mut test_ids = Vec::new();
+    for (id, test_outcome) in &parsed.tests {
+        counts.add(*test_outcome);
+        test_ids.push(id.clone());
+        tests.insert(
+            id.clone(),
+            TestEntry {
+                shard: options.lane.clone(),
+                outcome: *test_outcome,
+            },
+        );
+    }
+    test_ids.sort();
+    let shard = Shard {
+        name: options.lane.clone(),
+        commit: before.commit.clone(),
+        dirty,
+        scope_fingerprint: options.scope.fingerprint(),
+        manifest_digest: manifest.digest(),
+        scope: options.scope.clone(),
+        manifest,
+        command: options.command.clone(),
+        environment: environment(),
+        started: started.clone(),
+        finished: finished.clone(),
+        exit,
+        outcome,
+        test_ids,
+        counts,
+        carried: None,
+    };
+    let receipt = Receipt::assemble(Extension {
+        commit: before.commit,
+        tree: before.tree,
+        mode,
+        toolchain,
+        platform,
+        tool: tool(),
+        dirty,
+        session: Session {
+            started,
+            finished,
+            outcome,
+        },
+        shards: vec![shard],
+        tests,
+        inputs: Vec::new(),
+    });
+    let bytes = receipt.encode()?;
+    write_atomically(&options.out, &bytes)?;
+    if let Some(key) = &options.sign_key {
+        write_signature(&options.out, key, &bytes)?;
+    }
+    if outcome == Outcome::Failed {
+        return Err(RecordError::LaneFailed {
+            lane: options.lane,
+            status: describe(&status),
+            out: options.out,
+        });
+    }
+    Ok(receipt)
+}
+
+/// Copies a child stream to ours line by line while keeping it.
+fn tee<R: std::io::Read + Send + 'static>(
+    stream: R,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut kept = String::new();
+        let mut reader = BufReader::new(stream);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if to_stderr {
+                        let _ = std::io::stderr().write_all(&line);
+                    } else {
+                        let _ = std::io::stdout().write_all(&line);
+                    }
+                    kept.push_str(&String::from_utf8_lossy(&line));
+                }
+            }
+        }
+        kept
+    })
+}
+
+fn join(handle: std::thread::JoinHandle<String>) -> String {
+    handle.join().unwrap_or_default()
+}
+
+fn exit_status(status: &std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    ExitStatus {
+        code: status.code(),
+        signal: status.signal(),
+    }
+}
+
+fn describe(status: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        _ => "unknown status".to_owned(),
+    }
+}
+
+fn first_line(program: &str, args: &[&str]) -> Option<String> {
+    let output = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines().next().map(|l| l.trim().to_owned())
+}
+
+fn toolchain() -> Toolchain {
+    let absent = || "absent".to_owned();
+    Toolchain {
+        rustc: first_line("rustc", &["--version"]).unwrap_or_else(absent),
+        cargo: first_line("cargo", &["--version"]).unwrap_or_else(absent),
+        nextest: first_line("cargo", &["nextest", "--version"]).unwrap_or_else(absent),
+    }
+}
+
+fn platform() -> String {
+    let host = Command::new("rustc")
+        .arg("-vV")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .and_then(|output| {
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        });
+    host.unwrap_or_else(|| format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS))
+}
+
+pub fn tool() -> String {
+    format!("pipeline {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The variables that steer a cargo test run (values as set; nothing else is recorded).
+fn environment() -> BTreeMap<String, String> {
+    const NAMES: [&str; 3] = ["CI", "RUST_TEST_THREADS", "RUST_BACKTRACE"];
+    const PREFIXES: [&str; 4] = [
+        "SHARDLIFT_",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_",
+        "RUSTFLAGS",
+    ];
+    std::env::vars()
+        .filter(|(name, _)| {
+            NAMES.contains(&name.as_str()) || PREFIXES.iter().any(|p| name.starts_with(p))
+        })
+        .collect()
+}
