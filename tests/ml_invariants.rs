@@ -4,11 +4,13 @@
 //! tampering, removal, extra files and other schema versions.
 #![cfg(feature = "torch")]
 mod common;
+#[path = "common/scenario.rs"]
+mod scenario;
+
+use scenario::{passes_and_detects, verdict};
 
 use std::path::Path;
-use std::sync::OnceLock;
 
-use shardlift::dataset::FashionMnist;
 use shardlift::digest::Digest;
 use shardlift::invariants::elastic::{
     elastic_observation, logged_failure_code, optimizer_sha256, ElasticExpectation, ElasticRun,
@@ -18,78 +20,46 @@ use shardlift::invariants::evidence::{
     self, derive, verify_artifact, EvidenceError, Observation, Provenance, SuiteStatus, Verdict,
 };
 use shardlift::invariants::provenance::{self, ObservedRuntime, REGISTERED_PAIRS};
-use shardlift::invariants::scenarios::{self, slot_sha256, Context, REGISTRY};
+use shardlift::invariants::scenarios::{slot_sha256, REGISTRY};
 use shardlift::logical::{Hyperparameters, LogicalState};
 use shardlift::process::ExitOutcome;
 
-fn data() -> &'static FashionMnist {
-    static DATA: OnceLock<FashionMnist> = OnceLock::new();
-    DATA.get_or_init(|| {
-        shardlift::dataset::ensure_and_load(&common::cache_directory(), None).expect("dataset")
-    })
-}
-
-fn verdict(id: &str, inject: bool) -> (Verdict, Vec<String>) {
-    let spec = scenarios::spec(id).expect("registered");
-    let work = tempfile::tempdir().expect("tempdir");
-    let ctx =
-        Context::new(common::shardlift_exe(), work.path().join("w"), data(), 5).expect("context");
-    let observation = scenarios::observe(spec, &ctx, inject).expect("observed");
-    let result = derive(spec, &observation, Digest::of(b"unused"));
-    (result.verdict, result.failed_checks)
-}
-
-fn passes_and_detects(id: &str, named_check: &str) {
-    let (clean, failed) = verdict(id, false);
-    assert_eq!(
-        clean,
-        Verdict::Pass,
-        "{id} failed without injection: {failed:?}"
-    );
-    let (injected, failed) = verdict(id, true);
-    assert_eq!(injected, Verdict::Fail, "{id} missed its violation");
-    assert!(
-        failed.iter().any(|c| c == named_check),
-        "{id}: expected {named_check} among the failed checks {failed:?}"
-    );
-}
-
 #[test]
 fn s01_parameter_round_trip_detects_a_flipped_parameter_bit() {
-    passes_and_detects("parameter-round-trip", "parameters_sha256");
+    passes_and_detects("parameter-round-trip", "parameters_sha256", 5);
 }
 
 #[test]
 fn s02_optimizer_slots_detect_a_perturbed_exp_avg_sq() {
-    passes_and_detects("optimizer-slots-and-step", "exp_avg_sq_sha256");
+    passes_and_detects("optimizer-slots-and-step", "exp_avg_sq_sha256", 5);
 }
 
 #[test]
 fn s03_cursor_and_ledger_detect_an_advanced_cursor() {
-    passes_and_detects("data-cursor-and-ledger", "cursor");
-    let (_, failed) = verdict("data-cursor-and-ledger", true);
+    passes_and_detects("data-cursor-and-ledger", "cursor", 5);
+    let (_, failed) = verdict("data-cursor-and-ledger", true, 5);
     assert!(failed.contains(&"next_batch_sample_ids_sha256".to_owned()));
 }
 
 #[test]
 fn s04_logical_root_detects_a_changed_hyperparameter() {
-    passes_and_detects("logical-state-root", "loaded_root");
+    passes_and_detects("logical-state-root", "loaded_root", 5);
 }
 
 #[test]
 fn s05_resumed_next_step_detects_a_reset_step_count() {
-    passes_and_detects("resumed-next-step", "next_root");
+    passes_and_detects("resumed-next-step", "next_root", 5);
 }
 
 #[test]
 fn s08_reshard_w4_to_w3_detects_a_rewritten_chunk() {
-    passes_and_detects("reshard-w4-to-w3", "resharded_root");
+    passes_and_detects("reshard-w4-to-w3", "resharded_root", 5);
 }
 
 #[test]
 fn s09_reshard_round_trip_detects_a_republished_chunk() {
-    passes_and_detects("reshard-w3-to-w4-round-trip", "chunk_objects_sha256");
-    let (_, failed) = verdict("reshard-w3-to-w4-round-trip", true);
+    passes_and_detects("reshard-w3-to-w4-round-trip", "chunk_objects_sha256", 5);
+    let (_, failed) = verdict("reshard-w3-to-w4-round-trip", true, 5);
     assert!(failed.contains(&"objects_written".to_owned()));
 }
 

@@ -4,57 +4,29 @@
 //! case, which needs Python torch and lives in the slow lane).
 #![cfg(feature = "torch")]
 mod common;
+#[path = "common/scenario.rs"]
+mod scenario;
+
+use scenario::{passes_and_detects, verdict};
 
 use std::path::Path;
 use std::process::Command;
 
-use shardlift::digest::Digest;
-use shardlift::invariants::evidence::{derive, Verdict};
-use shardlift::invariants::scenarios::{self, Context};
-
-fn verdict(id: &str, inject: bool) -> (Verdict, Vec<String>) {
-    let data =
-        shardlift::dataset::ensure_and_load(&common::cache_directory(), None).expect("dataset");
-    let spec = scenarios::spec(id).expect("registered");
-    assert!(spec.spawns_processes);
-    let work = tempfile::tempdir().expect("tempdir");
-    let ctx =
-        Context::new(common::shardlift_exe(), work.path().join("w"), &data, 6).expect("context");
-    let observation = scenarios::observe(spec, &ctx, inject).expect("observed");
-    let result = derive(spec, &observation, Digest::of(b"unused"));
-    (result.verdict, result.failed_checks)
-}
-
-fn passes_and_detects(id: &str, named_check: &str) {
-    let (clean, failed) = verdict(id, false);
-    assert_eq!(
-        clean,
-        Verdict::Pass,
-        "{id} failed without injection: {failed:?}"
-    );
-    let (injected, failed) = verdict(id, true);
-    assert_eq!(injected, Verdict::Fail, "{id} missed its violation");
-    assert!(
-        failed.iter().any(|c| c == named_check),
-        "{id}: expected {named_check} among the failed checks {failed:?}"
-    );
-}
-
 #[test]
 fn s06_pointer_stability_detects_latest_advanced_before_the_commit_rename() {
-    passes_and_detects("pointer-stable-across-failed-attempt", "latest_sha256");
+    passes_and_detects("pointer-stable-across-failed-attempt", "latest_sha256", 6);
 }
 
 #[test]
 fn s07_no_promotion_detects_retry_then_commit_after_a_failed_fsync() {
-    passes_and_detects("no-promotion-after-failure", "selected_generation");
-    let (_, failed) = verdict("no-promotion-after-failure", true);
+    passes_and_detects("no-promotion-after-failure", "selected_generation", 6);
+    let (_, failed) = verdict("no-promotion-after-failure", true, 6);
     assert!(failed.contains(&"candidate_commit_present".to_owned()));
 }
 
 #[test]
 fn s10_stale_latest_detects_a_recovery_that_trusts_latest() {
-    passes_and_detects("stale-latest-ignored", "selected_generation");
+    passes_and_detects("stale-latest-ignored", "selected_generation", 6);
 }
 
 fn shardlift(args: &[&str]) -> std::process::Output {
@@ -148,4 +120,16 @@ fn run_refuses_to_start_without_a_launcher_or_skip_and_never_reuses_a_directory(
     ]);
     assert_eq!(run.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&run.stderr).contains("already exists"));
+}
+
+#[test]
+fn the_scenarios_tested_here_are_the_ones_that_spawn_processes() {
+    for id in [
+        "pointer-stable-across-failed-attempt",
+        "no-promotion-after-failure",
+        "stale-latest-ignored",
+    ] {
+        let spec = shardlift::invariants::scenarios::spec(id).expect("registered");
+        assert!(spec.spawns_processes, "{id} belongs in the ml lane");
+    }
 }
