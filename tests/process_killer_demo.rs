@@ -348,7 +348,33 @@ fn refusals_come_before_any_work() {
         cache.to_str().expect("utf8"),
     ]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(!run.exists(), "work started despite a bad cache directory");
+    assert!(
+        !run.exists(),
+        "work started despite a world-writable cache directory"
+    );
+
+    // A cache directory owned by another user (the tests run as root, which may chown).
+    let foreign = scratch.path().join("foreign-cache");
+    std::fs::create_dir(&foreign).expect("mkdir");
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).expect("chown to nobody");
+    let output = killer_demo(&[
+        "--barrier",
+        "commit-after-rename",
+        "--run-directory",
+        run.to_str().expect("utf8"),
+        "--cache-directory",
+        foreign.to_str().expect("utf8"),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("owned"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !run.exists(),
+        "work started despite a cache directory owned by someone else"
+    );
 
     // A dirty checkout.
     let repository = scratch.path().join("repo");
