@@ -1,17 +1,156 @@
-//! Release evidence (being written).
+//! Release evidence: `release-evidence` binds a clean checkout, runs both killer-demo
+//! barriers, verifies their bundles and emits a checkable, path-free directory;
+//! `verify-release` re-checks such a directory and names the file of any tampering.
+//!
+//! The directory holds `bundles/<barrier>/` (the four bundle records of each run),
+//! `transcripts/` (normalised transcripts of each child command), `summary.json` (canonical
+//! JSON), `release-evidence.json` (an in-toto Statement v1 with a SLSA provenance v1
+//! predicate), `SHA256SUMS` (GNU format, covering every other file) and, when signed,
+//! `SHA256SUMS.sig` (SSHSIG, namespace `shardlift-release-evidence-v1`).
+use std::path::PathBuf;
 
-/// Produce release evidence for a clean checkout (not implemented yet).
+use anyhow::Context as _;
+
+pub mod error;
+pub mod pins;
+pub mod produce;
+pub mod scan;
+pub mod sources;
+pub mod statement;
+pub mod summary;
+pub mod sums;
+pub mod verify;
+
+/// Bind a clean checkout, run both killer-demo barriers as child processes, verify their
+/// bundles, and write release evidence into a new directory.
+///
+/// Refused before any run: an existing --out, a checkout with modified, staged or
+/// untracked files (named), a ci/libtorch.lock at HEAD that differs from the pins, a
+/// missing shardlift binary. Prints one JSON record on stdout; progress goes to stderr.
 #[derive(clap::Args, Debug)]
-pub struct ReleaseEvidenceArgs {}
-
-/// Re-check a release-evidence directory (not implemented yet).
-#[derive(clap::Args, Debug)]
-pub struct VerifyReleaseArgs {}
-
-pub fn run_release_evidence(_args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
-    anyhow::bail!("release-evidence is not implemented yet")
+pub struct ReleaseEvidenceArgs {
+    /// The git checkout to bind (must be clean; ignored files are allowed and listed).
+    #[arg(long, value_name = "PATH")]
+    pub repository: PathBuf,
+    /// The directory to create (must not exist).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Sign SHA256SUMS with this unencrypted OpenSSH Ed25519 private key (SSHSIG,
+    /// namespace shardlift-release-evidence-v1), writing SHA256SUMS.sig.
+    #[arg(long, value_name = "SSH_PRIVATE_KEY")]
+    pub sign_key: Option<PathBuf>,
+    /// The shardlift binary to run (default: `shardlift` next to this pipeline binary).
+    #[arg(long, value_name = "PATH")]
+    pub shardlift: Option<PathBuf>,
+    /// Dataset cache passed to killer-demo (default: shardlift's default cache).
+    #[arg(long, value_name = "DIR")]
+    pub cache_directory: Option<PathBuf>,
+    /// Take the dataset only from this directory (passed to killer-demo).
+    #[arg(long, value_name = "DIR")]
+    pub source_directory: Option<PathBuf>,
 }
 
-pub fn run_verify_release(_args: VerifyReleaseArgs) -> anyhow::Result<()> {
-    anyhow::bail!("verify-release is not implemented yet")
+/// Re-check a release-evidence directory: SHA256SUMS, the layout, the signature (with
+/// --allowed-signers), path-freeness, both bundles, the Statement, the summary and the
+/// transcripts. Any change to any file fails with an error naming it.
+///
+/// With --repository, also reports (without failing) whether the runtime sources the
+/// evidence recorded still match that checkout's HEAD tree, naming the files that changed.
+/// Prints one JSON record on stdout. Exit codes: 0 verified; 1 rejected; 2 bad command line.
+#[derive(clap::Args, Debug)]
+pub struct VerifyReleaseArgs {
+    /// The release-evidence directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// An OpenSSH allowed_signers file; when given, SHA256SUMS.sig must verify against it.
+    #[arg(long, value_name = "FILE")]
+    pub allowed_signers: Option<PathBuf>,
+    /// Compare the recorded runtime-source blob ids with this checkout's HEAD tree.
+    #[arg(long, value_name = "PATH")]
+    pub repository: Option<PathBuf>,
+}
+
+pub fn run_release_evidence(args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
+    let shardlift = match args.shardlift {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .context("locating the pipeline binary")?
+            .with_file_name("shardlift"),
+    };
+    let options = produce::ProduceOptions {
+        repository: args.repository,
+        out: args.out,
+        sign_key: args.sign_key,
+        shardlift,
+        cache_directory: args
+            .cache_directory
+            .unwrap_or_else(shardlift::defaults::cache_directory),
+        source_directory: args.source_directory,
+    };
+    let produced = produce::produce(&options).context("release-evidence refused or failed")?;
+    println!("{}", serde_json::to_string(&produced)?);
+    eprintln!(
+        "release-evidence: wrote {} files to {} for commit {}",
+        produced.files,
+        produced.out.display(),
+        produced.commit
+    );
+    Ok(())
+}
+
+pub fn run_verify_release(args: VerifyReleaseArgs) -> anyhow::Result<()> {
+    let verified = match verify::verify(&args.dir, args.allowed_signers.as_deref()) {
+        Ok(verified) => verified,
+        Err(error) => {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "status": "rejected",
+                    "error_kind": error.kind(),
+                    "file": error.file(),
+                    "error": error.to_string(),
+                })
+            );
+            return Err(anyhow::Error::new(error)
+                .context(format!("release evidence {} rejected", args.dir.display())));
+        }
+    };
+    let staleness = match &args.repository {
+        Some(repository) => Some(
+            verify::staleness(&verified, repository)
+                .context("comparing the recorded runtime sources with the checkout")?,
+        ),
+        None => None,
+    };
+    if verified.signature == verify::SignatureCheck::PresentUnchecked {
+        eprintln!(
+            "verify-release: SHA256SUMS.sig is present but was not checked; pass --allowed-signers to check who signed"
+        );
+    }
+    let mut record = serde_json::to_value(&verified)?;
+    record["staleness"] = serde_json::to_value(&staleness)?;
+    println!("{record}");
+    if let Some(staleness) = staleness {
+        if staleness.stale {
+            eprintln!(
+                "verify-release: STALE: the evidence is of {}; HEAD {} has other runtime sources:",
+                staleness.recorded_commit, staleness.current_commit
+            );
+            for (label, paths) in [
+                ("changed", &staleness.changed),
+                ("added", &staleness.added),
+                ("removed", &staleness.removed),
+            ] {
+                for path in paths {
+                    eprintln!("  {label}: {path}");
+                }
+            }
+        } else {
+            eprintln!(
+                "verify-release: current: HEAD {} has the runtime sources the evidence recorded (of {})",
+                staleness.current_commit, staleness.recorded_commit
+            );
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,77 @@
+//! `summary.json`: a path-free summary of both runs, closed schema, canonical JSON.
+use serde::{Deserialize, Serialize};
+use shardlift::bundle::{BundleSummary, CheckpointEntry};
+use shardlift::canonical::CanonicalRecord;
+use shardlift::digest::Digest;
+
+pub const SUMMARY_SCHEMA: &str = "shardlift.release.summary";
+pub const SUMMARY_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseSummary {
+    pub schema: String,
+    pub version: u32,
+    pub source: SourceSummary,
+    pub runs: Vec<RunSummary>,
+    pub nonclaims: Vec<String>,
+}
+
+impl CanonicalRecord for ReleaseSummary {
+    const SCHEMA: &'static str = SUMMARY_SCHEMA;
+    const VERSION: u32 = SUMMARY_VERSION;
+    const CAP: u64 = 1 << 20;
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSummary {
+    pub commit: String,
+    pub tree: String,
+    /// How many runtime-source blobs the Statement binds.
+    pub runtime_sources: u64,
+}
+
+/// One barrier's run, as verified.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSummary {
+    pub barrier: String,
+    pub status: String,
+    pub candidate_installed: bool,
+    pub selected_generation: u64,
+    pub selected_step: u64,
+    pub replayed_batches: u64,
+    pub final_checkpoint: CheckpointEntry,
+    pub logit_probe_equal: bool,
+    pub logical_state_roots_equal: bool,
+    pub ledger_digests_equal: bool,
+    pub worker_exits: u64,
+    /// The bundle's folder inside the evidence directory.
+    pub bundle: String,
+    pub audit_sha256: Digest,
+    /// `verify-bundle` accepted the bundle.
+    pub bundle_verified: bool,
+}
+
+impl RunSummary {
+    /// The summary of a verified bundle kept at `folder`.
+    pub fn from_bundle(folder: &str, summary: &BundleSummary) -> Self {
+        RunSummary {
+            barrier: summary.barrier.clone(),
+            status: summary.run_status.clone(),
+            candidate_installed: summary.candidate_installed,
+            selected_generation: summary.selected_generation,
+            selected_step: summary.selected_step,
+            replayed_batches: summary.replayed_batches,
+            final_checkpoint: summary.final_checkpoint.clone(),
+            logit_probe_equal: summary.logit_probe_equal,
+            logical_state_roots_equal: summary.logical_state_roots_equal,
+            ledger_digests_equal: summary.ledger_digests_equal,
+            worker_exits: summary.worker_exits,
+            bundle: folder.to_owned(),
+            audit_sha256: summary.audit_sha256,
+            bundle_verified: summary.status == "verified",
+        }
+    }
+}

@@ -1,0 +1,513 @@
+//! End to end: `pipeline release-evidence` on a throwaway clean repository (both real
+//! killer-demo runs, once per test binary), then `verify-release`, `sha256sum -c`,
+//! `ssh-keygen -Y verify`, and every kind of tampering, each named.
+//!
+//! Needs the real `shardlift` binary with the torch feature (`cargo build`): by default the
+//! one next to the pipeline binary (target/debug/shardlift), or `SHARDLIFT_BIN`.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use sha2::Digest as _;
+
+const NAMESPACE: &str = "shardlift-release-evidence-v1";
+const PRINCIPAL: &str = "release@shardlift.test";
+
+fn pipeline() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pipeline"))
+}
+
+fn shardlift() -> PathBuf {
+    let path = std::env::var_os("SHARDLIFT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_BIN_EXE_pipeline")).with_file_name("shardlift"));
+    let help = Command::new(&path)
+        .args(["killer-demo", "--help"])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {}: {e}; build it with `cargo build`",
+                path.display()
+            )
+        });
+    assert!(
+        help.status.success(),
+        "{} has no killer-demo (built without the torch feature?); run `cargo build` first",
+        path.display()
+    );
+    path
+}
+
+fn git(repo: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "-c",
+            "user.name=test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
+        .args(args)
+        .output()
+        .expect("run git");
+    assert!(output.status.success(), "git {args:?}: {output:?}");
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
+    let key = dir.join(name);
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&key)
+        .status()
+        .expect("run ssh-keygen");
+    assert!(status.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).expect("read .pub");
+    (key, public.trim().to_owned())
+}
+
+/// A forger's edit of one file's text.
+type Edit = Box<dyn Fn(String) -> String>;
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    repo: PathBuf,
+    /// Signed evidence.
+    out: PathBuf,
+    key: PathBuf,
+    allowed: PathBuf,
+    other_key: PathBuf,
+    other_allowed: PathBuf,
+    commit: String,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let shardlift = shardlift();
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().to_owned();
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let repo = root.join("repo");
+        for (relative, bytes) in [
+            ("Cargo.toml", b"[package]\nname = \"x\"\n".to_vec()),
+            (
+                "Cargo.lock",
+                std::fs::read(workspace.join("Cargo.lock")).expect("read"),
+            ),
+            (
+                "ci/libtorch.lock",
+                std::fs::read(workspace.join("ci/libtorch.lock")).expect("read"),
+            ),
+            ("src/lib.rs", b"pub fn f() {}\n".to_vec()),
+            ("src/store/mod.rs", b"pub fn g() {}\n".to_vec()),
+            ("docs/notes.md", b"not a runtime source\n".to_vec()),
+            (".gitignore", b"/target\n".to_vec()),
+        ] {
+            let path = repo.join(relative);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, bytes).expect("write");
+        }
+        git(&repo, &["init", "-q"]);
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "init"]);
+        let commit = git(&repo, &["rev-parse", "HEAD"]);
+
+        let (key, public) = keygen(&root, "release");
+        let (other_key, other_public) = keygen(&root, "other");
+        let allowed = root.join("allowed_signers");
+        std::fs::write(&allowed, format!("{PRINCIPAL} {public}\n")).expect("write");
+        let other_allowed = root.join("other_allowed_signers");
+        std::fs::write(&other_allowed, format!("{PRINCIPAL} {other_public}\n")).expect("write");
+
+        let out = root.join("evidence");
+        let output = pipeline()
+            .arg("release-evidence")
+            .arg("--repository")
+            .arg(&repo)
+            .arg("--out")
+            .arg(&out)
+            .arg("--sign-key")
+            .arg(&key)
+            .arg("--shardlift")
+            .arg(&shardlift)
+            .output()
+            .expect("run pipeline");
+        assert!(
+            output.status.success(),
+            "release-evidence failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Fixture {
+            _tmp: tmp,
+            root,
+            repo,
+            out,
+            key,
+            allowed,
+            other_key,
+            other_allowed,
+            commit,
+        }
+    })
+}
+
+fn verify(dir: &Path, allowed: Option<&Path>) -> Output {
+    let mut command = pipeline();
+    command.arg("verify-release").arg("--dir").arg(dir);
+    if let Some(allowed) = allowed {
+        command.arg("--allowed-signers").arg(allowed);
+    }
+    command.output().expect("run verify-release")
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// A fresh copy of the fixture's evidence.
+fn copy_of_evidence(label: &str) -> PathBuf {
+    let f = fixture();
+    let dir = f.root.join("copies").join(label);
+    assert!(!dir.exists(), "copy {label} reused");
+    copy_tree(&f.out, &dir);
+    dir
+}
+
+fn emitted_files(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("SHA256SUMS")).expect("read SHA256SUMS");
+    text.lines()
+        .map(|line| line.split_once("  ").expect("GNU line").1.to_owned())
+        .collect()
+}
+
+/// Rewrites SHA256SUMS to match the files, as a forger would.
+fn reseal(dir: &Path) {
+    let mut text = String::new();
+    for name in emitted_files(dir) {
+        let bytes = std::fs::read(dir.join(&name)).expect("read");
+        text.push_str(&format!("{}  {name}\n", sha256_hex(&bytes)));
+    }
+    std::fs::write(dir.join("SHA256SUMS"), text).expect("write");
+}
+
+fn assert_rejected_naming(output: &Output, name: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "accepted; stdout {stdout}");
+    assert!(stderr.contains(name), "{name} not named in: {stderr}");
+    assert!(stdout.contains("\"status\":\"rejected\""), "{stdout}");
+}
+
+#[test]
+fn release_evidence_verifies_with_its_signature_and_sha256sum_accepts_it() {
+    let f = fixture();
+    let output = verify(&f.out, Some(&f.allowed));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("\"status\":\"verified\""), "{stdout}");
+    assert!(stdout.contains(PRINCIPAL), "{stdout}");
+    assert!(stdout.contains(&f.commit), "{stdout}");
+
+    let sha256sum = Command::new("sha256sum")
+        .args(["-c", "--strict", "SHA256SUMS"])
+        .current_dir(&f.out)
+        .output()
+        .expect("run sha256sum");
+    assert!(sha256sum.status.success(), "{sha256sum:?}");
+
+    // OpenSSH itself accepts the signature over SHA256SUMS in the release namespace.
+    let mut child = Command::new("ssh-keygen")
+        .args(["-Y", "verify", "-f"])
+        .arg(&f.allowed)
+        .args(["-I", PRINCIPAL, "-n", NAMESPACE, "-s"])
+        .arg(f.out.join("SHA256SUMS.sig"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ssh-keygen");
+    std::io::Write::write_all(
+        &mut child.stdin.take().expect("stdin"),
+        &std::fs::read(f.out.join("SHA256SUMS")).expect("read"),
+    )
+    .expect("write");
+    assert!(
+        child.wait().expect("wait").success(),
+        "ssh-keygen -Y verify refused it"
+    );
+}
+
+#[test]
+fn the_statement_binds_head_and_every_subject_is_the_files_sha256() {
+    let f = fixture();
+    let statement: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.out.join("release-evidence.json")).expect("read"))
+            .expect("JSON");
+    assert_eq!(statement["_type"], "https://in-toto.io/Statement/v1");
+    assert_eq!(statement["predicateType"], "https://slsa.dev/provenance/v1");
+    let dependencies = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .expect("array");
+    let source = dependencies
+        .iter()
+        .find(|d| d["name"] == "source")
+        .expect("source dependency");
+    assert_eq!(source["digest"]["gitCommit"], f.commit.as_str());
+    assert_eq!(
+        source["digest"]["gitTree"],
+        git(&f.repo, &["rev-parse", "HEAD^{tree}"]).as_str()
+    );
+    // Runtime sources come from the HEAD tree; docs are not runtime sources.
+    let blob = git(&f.repo, &["rev-parse", "HEAD:src/lib.rs"]);
+    assert!(dependencies
+        .iter()
+        .any(|d| d["name"] == "src/lib.rs" && d["digest"]["gitBlob"] == blob.as_str()));
+    assert!(!dependencies.iter().any(|d| d["name"] == "docs/notes.md"));
+    for name in [
+        "Cargo.lock",
+        "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+    ] {
+        assert!(dependencies.iter().any(|d| d["name"] == name), "{name}");
+    }
+    let subjects = statement["subject"].as_array().expect("subjects");
+    assert_eq!(subjects.len(), 8);
+    for subject in subjects {
+        let name = subject["name"].as_str().expect("name");
+        assert!(name.starts_with("bundles/"), "{name}");
+        let bytes = std::fs::read(f.out.join(name)).expect("read subject");
+        assert_eq!(
+            subject["digest"]["sha256"],
+            sha256_hex(&bytes).as_str(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_evidence_is_path_free_and_host_free() {
+    let f = fixture();
+    let mut needles = vec![
+        f.root.to_string_lossy().into_owned(),
+        f.repo.to_string_lossy().into_owned(),
+        std::env::temp_dir().to_string_lossy().into_owned(),
+    ];
+    if let Some(home) = std::env::var_os("HOME") {
+        needles.push(home.to_string_lossy().into_owned());
+    }
+    for name in emitted_files(&f.out) {
+        let text = std::fs::read_to_string(f.out.join(&name)).expect("read");
+        for needle in needles.iter().filter(|n| n.len() > 1) {
+            assert!(!text.contains(needle.as_str()), "{name} contains {needle}");
+        }
+        assert!(!text.contains("\"wall_time_ms\":1"), "{name}");
+    }
+}
+
+#[test]
+fn changing_any_emitted_file_is_rejected_naming_it() {
+    let f = fixture();
+    for (index, name) in emitted_files(&f.out).iter().enumerate() {
+        let dir = copy_of_evidence(&format!("flip-{index}"));
+        let path = dir.join(name);
+        let mut bytes = std::fs::read(&path).expect("read");
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x01;
+        std::fs::write(&path, bytes).expect("write");
+        assert_rejected_naming(&verify(&dir, None), name);
+    }
+    // SHA256SUMS itself, and (when a signer is required) its signature.
+    let dir = copy_of_evidence("flip-sums");
+    let mut sums = std::fs::read(dir.join("SHA256SUMS")).expect("read");
+    sums[3] = if sums[3] == b'0' { b'1' } else { b'0' };
+    std::fs::write(dir.join("SHA256SUMS"), sums).expect("write");
+    assert_rejected_naming(&verify(&dir, None), "SHA256SUMS");
+    let dir = copy_of_evidence("flip-sig");
+    let signature = std::fs::read_to_string(dir.join("SHA256SUMS.sig")).expect("read");
+    let mut lines: Vec<String> = signature.lines().map(str::to_owned).collect();
+    let body = &mut lines[3];
+    let replacement = if body.starts_with('A') { "B" } else { "A" };
+    body.replace_range(0..1, replacement);
+    std::fs::write(dir.join("SHA256SUMS.sig"), lines.join("\n") + "\n").expect("write");
+    assert_rejected_naming(&verify(&dir, Some(&f.allowed)), "SHA256SUMS.sig");
+}
+
+#[test]
+fn consistent_forgeries_are_rejected_naming_the_file() {
+    let f = fixture();
+    let other = "0123456789abcdef0123456789abcdef01234567";
+    let cases: [(&str, Edit); 4] = [
+        (
+            "release-evidence.json",
+            Box::new(move |t: String| t.replace(&f.commit, other)),
+        ),
+        (
+            "summary.json",
+            Box::new(|t: String| t.replacen("\"replayed_batches\":1", "\"replayed_batches\":0", 1)),
+        ),
+        (
+            "transcripts/commit-after-rename.killer-demo.txt",
+            Box::new(|t: String| t.replace("\"status\":\"passed\"", "\"status\":\"failed\"")),
+        ),
+        (
+            "bundles/commit-after-rename/audit.json",
+            Box::new(|t: String| t.replace("\"status\":\"passed\"", "\"status\":\"failed\"")),
+        ),
+    ];
+    for (index, (name, edit)) in cases.iter().enumerate() {
+        let dir = copy_of_evidence(&format!("forge-{index}"));
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path).expect("read");
+        let edited = edit(text.clone());
+        assert_ne!(edited, text, "the edit of {name} changed nothing");
+        std::fs::write(&path, edited).expect("write");
+        reseal(&dir);
+        assert_rejected_naming(&verify(&dir, None), name);
+        // With the signer's key required, the resealed SHA256SUMS no longer verifies.
+        assert_rejected_naming(&verify(&dir, Some(&f.allowed)), "SHA256SUMS.sig");
+    }
+}
+
+#[test]
+fn extra_missing_and_relisted_files_are_named() {
+    let dir = copy_of_evidence("extra");
+    std::fs::write(dir.join("transcripts/extra.txt"), "x\n").expect("write");
+    assert_rejected_naming(&verify(&dir, None), "transcripts/extra.txt");
+
+    let dir = copy_of_evidence("missing");
+    std::fs::remove_file(dir.join("summary.json")).expect("remove");
+    assert_rejected_naming(&verify(&dir, None), "summary.json");
+
+    // Removed from SHA256SUMS as well: the layout names it.
+    let dir = copy_of_evidence("unlisted-and-gone");
+    std::fs::remove_file(dir.join("transcripts/commit-after-rename.verify-bundle.txt"))
+        .expect("remove");
+    let sums = std::fs::read_to_string(dir.join("SHA256SUMS")).expect("read");
+    let kept: String = sums
+        .lines()
+        .filter(|l| !l.ends_with("commit-after-rename.verify-bundle.txt"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("SHA256SUMS"), kept).expect("write");
+    assert_rejected_naming(
+        &verify(&dir, None),
+        "transcripts/commit-after-rename.verify-bundle.txt",
+    );
+}
+
+#[test]
+fn signatures_by_another_key_or_in_another_namespace_are_rejected() {
+    let f = fixture();
+    // The genuine signature, checked against someone else's key.
+    assert_rejected_naming(&verify(&f.out, Some(&f.other_allowed)), "SHA256SUMS.sig");
+
+    let sign = |dir: &Path, key: &Path, namespace: &str| {
+        std::fs::remove_file(dir.join("SHA256SUMS.sig")).expect("remove");
+        let status = Command::new("ssh-keygen")
+            .args(["-q", "-Y", "sign", "-f"])
+            .arg(key)
+            .args(["-n", namespace])
+            .arg(dir.join("SHA256SUMS"))
+            .stderr(Stdio::null())
+            .status()
+            .expect("ssh-keygen -Y sign");
+        assert!(status.success());
+    };
+    // The right key, another namespace.
+    let dir = copy_of_evidence("namespace");
+    sign(&dir, &f.key, "file");
+    let output = verify(&dir, Some(&f.allowed));
+    assert_rejected_naming(&output, "SHA256SUMS.sig");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("namespace"));
+    // Another key, the right namespace.
+    let dir = copy_of_evidence("other-key");
+    sign(&dir, &f.other_key, NAMESPACE);
+    assert_rejected_naming(&verify(&dir, Some(&f.allowed)), "SHA256SUMS.sig");
+    // Re-signed by the right key in the right namespace: accepted (the test's own check).
+    let dir = copy_of_evidence("resigned");
+    sign(&dir, &f.key, NAMESPACE);
+    assert!(verify(&dir, Some(&f.allowed)).status.success());
+    // No signature at all, but one is required.
+    let dir = copy_of_evidence("unsigned");
+    std::fs::remove_file(dir.join("SHA256SUMS.sig")).expect("remove");
+    assert!(verify(&dir, None).status.success());
+    assert_rejected_naming(&verify(&dir, Some(&f.allowed)), "SHA256SUMS.sig");
+}
+
+#[test]
+fn staleness_names_the_runtime_sources_changed_since_without_failing() {
+    let f = fixture();
+    let clone = f.root.join("later");
+    let status = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&f.repo)
+        .arg(&clone)
+        .status()
+        .expect("git clone");
+    assert!(status.success());
+    let current = pipeline()
+        .args(["verify-release", "--dir"])
+        .arg(&f.out)
+        .arg("--repository")
+        .arg(&clone)
+        .output()
+        .expect("run");
+    assert!(current.status.success());
+    assert!(String::from_utf8_lossy(&current.stdout).contains("\"stale\":false"));
+
+    std::fs::write(clone.join("src/lib.rs"), "pub fn f() { }\n").expect("write");
+    std::fs::write(clone.join("src/new.rs"), "\n").expect("write");
+    std::fs::write(
+        clone.join("docs/notes.md"),
+        "changed, not a runtime source\n",
+    )
+    .expect("write");
+    std::fs::remove_file(clone.join("src/store/mod.rs")).expect("remove");
+    git(&clone, &["add", "-A"]);
+    git(&clone, &["commit", "-q", "-m", "later"]);
+    let stale = pipeline()
+        .args(["verify-release", "--dir"])
+        .arg(&f.out)
+        .arg("--repository")
+        .arg(&clone)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&stale.stdout);
+    let stderr = String::from_utf8_lossy(&stale.stderr);
+    assert!(stale.status.success(), "{stderr}");
+    let record: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON");
+    assert_eq!(record["staleness"]["stale"], true);
+    assert_eq!(
+        record["staleness"]["changed"],
+        serde_json::json!(["src/lib.rs"])
+    );
+    assert_eq!(
+        record["staleness"]["added"],
+        serde_json::json!(["src/new.rs"])
+    );
+    assert_eq!(
+        record["staleness"]["removed"],
+        serde_json::json!(["src/store/mod.rs"])
+    );
+    assert!(stderr.contains("changed: src/lib.rs"), "{stderr}");
+    assert!(!stdout.contains("docs/notes.md"));
+}
