@@ -48,6 +48,11 @@ pub struct ReleaseEvidenceArgs {
     /// Take the dataset only from this directory (passed to killer-demo).
     #[arg(long, value_name = "DIR")]
     pub source_directory: Option<PathBuf>,
+    /// Include this merged test-lane receipt (ci/test writes target/receipts/merged.json);
+    /// it must record HEAD. It is emitted as receipts/merged.json, listed in SHA256SUMS,
+    /// and bound by digest in the Statement.
+    #[arg(long, value_name = "FILE")]
+    pub receipt: Option<PathBuf>,
 }
 
 /// Re-check a release-evidence directory: SHA256SUMS, the layout, the signature (with
@@ -86,6 +91,7 @@ pub fn run_release_evidence(args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
             .cache_directory
             .unwrap_or_else(shardlift::defaults::cache_directory),
         source_directory: args.source_directory,
+        receipt: args.receipt,
     };
     let produced = produce::produce(&options).context("release-evidence refused or failed")?;
     println!("{}", serde_json::to_string(&produced)?);

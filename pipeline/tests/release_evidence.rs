@@ -126,9 +126,35 @@ fn fixture() -> &'static Fixture {
         let other_allowed = root.join("other_allowed_signers");
         std::fs::write(&other_allowed, format!("{PRINCIPAL} {other_public}\n")).expect("write");
 
+        // A test-lane receipt of this exact commit, recorded by the real recorder from a
+        // lane that prints libtest output; the evidence must carry it and bind its digest.
+        let lane = root.join("lane.sh");
+        std::fs::write(
+            &lane,
+            "#!/bin/sh\necho '     Running unittests src/lib.rs (target/debug/deps/x-0123abcd)' >&2\n\
+             echo ''\necho 'running 1 test'\necho 'test tests::ok ... ok'\necho ''\n\
+             echo 'test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\n",
+        )
+        .expect("write lane");
+        let receipt = root.join("receipt.json");
+        let recorded = pipeline()
+            .args(["receipt", "record", "--lane", "unit", "--fingerprint-paths", "src", "--repo"])
+            .arg(&repo)
+            .arg("--out")
+            .arg(&receipt)
+            .arg("--")
+            .arg("sh")
+            .arg(&lane)
+            .env_remove("CI")
+            .output()
+            .expect("run receipt record");
+        assert!(recorded.status.success(), "receipt record: {recorded:?}");
+
         let out = root.join("evidence");
         let output = pipeline()
             .arg("release-evidence")
+            .arg("--receipt")
+            .arg(&receipt)
             .arg("--repository")
             .arg(&repo)
             .arg("--out")
@@ -314,7 +340,14 @@ fn the_evidence_is_path_free_and_host_free() {
     if let Some(home) = std::env::var_os("HOME") {
         needles.push(home.to_string_lossy().into_owned());
     }
-    for name in emitted_files(&f.out) {
+    // Everything the pipeline wrote; the receipt is ci/test's record, carried verbatim
+    // (with the lane's command and environment) and bound by digest, so it is exempt.
+    let produced: Vec<String> = emitted_files(&f.out)
+        .into_iter()
+        .filter(|name| name != "receipts/merged.json")
+        .collect();
+    assert!(produced.len() >= 10, "{produced:?}");
+    for name in produced {
         let text = std::fs::read_to_string(f.out.join(&name)).expect("read");
         for needle in needles.iter().filter(|n| n.len() > 1) {
             assert!(!text.contains(needle.as_str()), "{name} contains {needle}");
@@ -510,4 +543,54 @@ fn staleness_names_the_runtime_sources_changed_since_without_failing() {
     );
     assert!(stderr.contains("changed: src/lib.rs"), "{stderr}");
     assert!(!stdout.contains("docs/notes.md"));
+}
+
+#[test]
+fn the_receipt_is_emitted_and_bound_by_the_statement() {
+    let f = fixture();
+    let receipt = std::fs::read(f.out.join("receipts/merged.json")).expect("receipt emitted");
+    assert_eq!(
+        receipt,
+        std::fs::read(f.root.join("receipt.json")).expect("original")
+    );
+    let statement: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(f.out.join("release-evidence.json")).expect("statement"),
+    )
+    .expect("json");
+    let byproducts = statement["predicate"]["runDetails"]["byproducts"]
+        .as_array()
+        .expect("byproducts");
+    let bound = byproducts
+        .iter()
+        .find(|d| d["name"] == "receipts/merged.json")
+        .expect("the receipt is a byproduct of the Statement");
+    assert_eq!(bound["digest"]["sha256"], sha256_hex(&receipt));
+    assert!(emitted_files(&f.out).contains(&"receipts/merged.json".to_owned()));
+}
+
+#[test]
+fn a_receipt_of_another_commit_is_refused_before_any_run() {
+    let f = fixture();
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let receipt = std::fs::read_to_string(f.root.join("receipt.json")).expect("receipt");
+    let forged = receipt.replace(&f.commit, &"0".repeat(40));
+    assert_ne!(forged, receipt);
+    let path = scratch.path().join("other.json");
+    std::fs::write(&path, forged).expect("write");
+    let out = scratch.path().join("out");
+    let output = pipeline()
+        .arg("release-evidence")
+        .arg("--receipt")
+        .arg(&path)
+        .arg("--repository")
+        .arg(&f.repo)
+        .arg("--out")
+        .arg(&out)
+        .arg("--shardlift")
+        .arg(shardlift())
+        .output()
+        .expect("run pipeline");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("receipts/merged.json"));
+    assert!(!out.exists());
 }

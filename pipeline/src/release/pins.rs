@@ -85,6 +85,8 @@ pub const SHA256SUMS: &str = "SHA256SUMS";
 pub const SIGNATURE: &str = "SHA256SUMS.sig";
 pub const STATEMENT: &str = "release-evidence.json";
 pub const SUMMARY: &str = "summary.json";
+/// The merged test-lane receipt of this revision, when one is included (`--receipt`).
+pub const RECEIPT: &str = "receipts/merged.json";
 
 /// The transcript of the killer-demo run at `barrier`.
 pub fn demo_transcript(barrier: &str) -> String {
@@ -102,9 +104,13 @@ pub fn bundle_folder(barrier: &str) -> String {
 }
 
 /// Every file a release-evidence directory holds besides `SHA256SUMS` and its
-/// signature, sorted by byte order (the order of `SHA256SUMS`).
-pub fn expected_files() -> Vec<String> {
+/// signature, sorted by byte order (the order of `SHA256SUMS`); `with_receipt` adds the
+/// merged test-lane receipt.
+pub fn expected_files(with_receipt: bool) -> Vec<String> {
     let mut files = vec![STATEMENT.to_owned(), SUMMARY.to_owned()];
+    if with_receipt {
+        files.push(RECEIPT.to_owned());
+    }
     for barrier in BARRIERS {
         for name in shardlift::bundle::BUNDLE_FILES {
             files.push(format!("{}/{name}", bundle_folder(barrier)));
@@ -181,7 +187,7 @@ mod tests {
 
     #[test]
     fn expected_files_are_sorted_and_complete() {
-        let files = expected_files();
+        let files = expected_files(false);
         assert_eq!(files.len(), 2 + 2 * 6);
         let mut sorted = files.clone();
         sorted.sort();

@@ -48,6 +48,8 @@ pub struct ProduceOptions {
     pub shardlift: PathBuf,
     pub cache_directory: PathBuf,
     pub source_directory: Option<PathBuf>,
+    /// The merged test-lane receipt of this revision to include (its commit must be HEAD).
+    pub receipt: Option<PathBuf>,
 }
 
 /// What was written.
@@ -396,6 +398,30 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
             .map_err(ReleaseError::Sign)?;
     }
 
+    // The receipt, if any, must record the tests of exactly this revision.
+    let receipt = match &options.receipt {
+        Some(path) => {
+            let bytes = read_capped(path, 64 << 20)?;
+            let decoded = crate::receipt::schema::Receipt::decode(&bytes).map_err(|e| {
+                ReleaseError::Malformed {
+                    name: pins::RECEIPT.into(),
+                    message: e.to_string(),
+                }
+            })?;
+            if decoded.shardlift.commit != source.commit {
+                return Err(ReleaseError::Inconsistent {
+                    name: pins::RECEIPT.into(),
+                    claim: format!(
+                        "the receipt records commit {}, not HEAD {}: run ci/test at HEAD first",
+                        decoded.shardlift.commit, source.commit
+                    ),
+                });
+            }
+            Some(bytes)
+        }
+        None => None,
+    };
+
     let scratch = tempfile::Builder::new()
         .prefix("shardlift-release-")
         .tempdir()
@@ -610,6 +636,9 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
             message: e.to_string(),
         })?;
     emitted.push((pins::SUMMARY.into(), summary_bytes));
+    if let Some(bytes) = receipt {
+        emitted.push((pins::RECEIPT.into(), bytes));
+    }
 
     let statement = build_statement(&source, &emitted, shardlift_sha256, pipeline_sha256, loaded);
     let statement_bytes =
@@ -646,7 +675,9 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
         }
     }
     needles.retain(|n| n.len() > 1);
-    for (name, bytes) in &emitted {
+    // The receipt is an input recorded by ci/test, bound here by its digest; it keeps the
+    // lane environment it recorded verbatim, so it is not held to path-freeness.
+    for (name, bytes) in emitted.iter().filter(|(name, _)| name != pins::RECEIPT) {
         let text = String::from_utf8_lossy(bytes);
         if let Some((needle, excerpt)) = scan::find_any(&text, &needles) {
             return Err(ReleaseError::HostLeak {
@@ -718,6 +749,9 @@ fn install(
             fsync_dir(&out.join(pins::bundle_folder(barrier)))?;
         }
         fsync_dir(&out.join("bundles"))?;
+        if emitted.iter().any(|(name, _)| name == pins::RECEIPT) {
+            fsync_dir(&out.join("receipts"))?;
+        }
         fsync_dir(&out.join("transcripts"))?;
         fsync_dir(out)
     })();

@@ -188,7 +188,8 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
         }
         files.insert(name.clone(), bytes);
     }
-    let expected_files = pins::expected_files();
+    let with_receipt = files.contains_key(pins::RECEIPT);
+    let expected_files = pins::expected_files(with_receipt);
     for name in files.keys() {
         if !expected_files.contains(name) {
             return Err(ReleaseError::UnexpectedFile { name: name.clone() });
@@ -225,7 +226,10 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
     };
 
     // ---- path-free ----
-    for (name, bytes) in &files {
+    for (name, bytes) in files
+        .iter()
+        .filter(|(name, _)| name.as_str() != pins::RECEIPT)
+    {
         if let Some(excerpt) = scan::absolute_path_excerpt(&String::from_utf8_lossy(bytes)) {
             return Err(ReleaseError::PathLeak {
                 name: name.clone(),
@@ -267,6 +271,25 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
 
     // ---- the Statement ----
     let statement = check_statement(&files, &bundles)?;
+    if let Some(bytes) = files.get(pins::RECEIPT) {
+        let receipt = crate::receipt::schema::Receipt::decode(bytes).map_err(|e| {
+            ReleaseError::Malformed {
+                name: pins::RECEIPT.into(),
+                message: e.to_string(),
+            }
+        })?;
+        let revision = &statement
+            .predicate
+            .build_definition
+            .external_parameters
+            .source_revision;
+        require(&receipt.shardlift.commit == revision, pins::RECEIPT, || {
+            format!(
+                "the receipt records commit {}, not {revision}",
+                receipt.shardlift.commit
+            )
+        })?;
+    }
     let source = &statement.predicate.build_definition.resolved_dependencies[0];
     let commit = source.digest.get("gitCommit").cloned().unwrap_or_default();
     let tree = source.digest.get("gitTree").cloned().unwrap_or_default();
@@ -439,7 +462,7 @@ fn check_statement(
     // Subjects: exactly the bundle files, with their SHA-256.
     let mut expected_subjects = Vec::new();
     let mut expected_byproducts = Vec::new();
-    for file in pins::expected_files() {
+    for file in pins::expected_files(files.contains_key(pins::RECEIPT)) {
         let descriptor = ResourceDescriptor::named(
             file.clone(),
             &[("sha256", Digest::of(&files[&file]).to_hex())],
