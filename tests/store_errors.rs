@@ -533,9 +533,18 @@ fn bad_handoff() {
         decode_handoff(Path::new("h"), &extra),
         Err(StoreError::BadHandoff { .. })
     ));
-    let mut flipped = good;
-    let last = flipped.len() - 1;
-    flipped[last] ^= 1;
+    // A flipped payload bit breaks the seal first...
+    let mut flipped = good.clone();
+    let last_payload_byte = flipped.len() - 33;
+    flipped[last_payload_byte] ^= 1;
+    assert!(matches!(
+        decode_handoff(Path::new("h"), &flipped),
+        Err(StoreError::BadHandoff { .. })
+    ));
+    // ...and, resealed, still fails its payload digest.
+    flipped.truncate(flipped.len() - 32);
+    let seal = shardlift::digest::Digest::of(&flipped);
+    flipped.extend_from_slice(&seal.0);
     assert!(matches!(
         decode_handoff(Path::new("h"), &flipped),
         Err(StoreError::DigestMismatch { .. })

@@ -3,8 +3,10 @@
 //! Layout: the magic line `SHARDLIFT-HANDOFF-1\n`, the header length as u64 LE, the
 //! header (a canonical manifest record, decoded under the manifest schema), then every
 //! chunk's three payloads in manifest order, each exactly `elements × 4` bytes and each
-//! checked against its digest in the header. No trailing bytes. The decoded state must
-//! validate and match the header's logical-state root.
+//! checked against its digest in the header, then the SHA-256 of everything before it
+//! (32 bytes), which binds the header fields no payload digest covers (e.g. the ledger
+//! digest). No trailing bytes. The decoded state must validate and match the header's
+//! logical-state root.
 use std::path::Path;
 
 use crate::digest::Digest;
@@ -31,6 +33,8 @@ pub fn encode_handoff(state: &LogicalState, topology: Topology) -> Result<Vec<u8
             out.extend_from_slice(&payload);
         }
     }
+    let seal = Digest::of(&out);
+    out.extend_from_slice(&seal.0);
     Ok(out)
 }
 
@@ -40,7 +44,14 @@ pub fn decode_handoff(path: &Path, bytes: &[u8]) -> Result<(LogicalState, Topolo
         path: path.to_owned(),
         reason: reason.to_owned(),
     };
-    let rest = bytes
+    let (body, seal) = bytes
+        .split_at_checked(bytes.len().saturating_sub(32))
+        .filter(|(_, seal)| seal.len() == 32)
+        .ok_or_else(|| bad("shorter than its seal"))?;
+    if Digest::of(body).0[..] != seal[..] {
+        return Err(bad("the seal (SHA-256 of the file) does not match"));
+    }
+    let rest = body
         .strip_prefix(HANDOFF_MAGIC)
         .ok_or_else(|| bad("missing magic"))?;
     let (length, rest) = rest
