@@ -176,16 +176,8 @@ pub fn install(
 pub struct BundleSummary {
     pub status: &'static str,
     pub run_status: String,
-    pub barrier: String,
-    pub candidate_installed: bool,
-    pub selected_generation: u64,
-    pub selected_step: u64,
-    pub replayed_batches: u64,
-    pub final_checkpoint: CheckpointEntry,
-    pub logit_probe_equal: bool,
-    pub logical_state_roots_equal: bool,
-    pub ledger_digests_equal: bool,
-    pub worker_exits: u64,
+    #[serde(flatten)]
+    pub outcome: RunOutcome,
     pub audit_sha256: Digest,
 }
 
@@ -330,16 +322,7 @@ pub fn verify(directory: &Path) -> Result<BundleSummary, BundleError> {
     Ok(BundleSummary {
         status: "verified",
         run_status: audit.status.clone(),
-        barrier: audit.barrier.clone(),
-        candidate_installed: audit.candidate_installed,
-        selected_generation: audit.selected_generation,
-        selected_step: audit.selected_step,
-        replayed_batches: audit.replayed_batches,
-        final_checkpoint: audit.final_checkpoint.clone(),
-        logit_probe_equal: audit.comparisons.logit_probe_equal,
-        logical_state_roots_equal: audit.comparisons.logical_state_roots_equal,
-        ledger_digests_equal: audit.comparisons.ledger_digests_equal,
-        worker_exits: audit.worker_exits,
+        outcome: RunOutcome::of(&audit),
         audit_sha256: Digest::of(&audit_bytes),
     })
 }

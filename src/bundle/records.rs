@@ -252,6 +252,39 @@ impl CanonicalRecord for AuditRecord {
     const CAP: u64 = 1 << 20;
 }
 
+/// What a run showed, stated the same way by every report of it (killer-demo's stdout
+/// record and verify-bundle's summary): read from the audit, its one source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RunOutcome {
+    pub barrier: String,
+    pub candidate_installed: bool,
+    pub selected_generation: u64,
+    pub selected_step: u64,
+    pub replayed_batches: u64,
+    pub final_checkpoint: CheckpointEntry,
+    pub logit_probe_equal: bool,
+    pub logical_state_roots_equal: bool,
+    pub ledger_digests_equal: bool,
+    pub worker_exits: u64,
+}
+
+impl RunOutcome {
+    pub fn of(audit: &AuditRecord) -> Self {
+        RunOutcome {
+            barrier: audit.barrier.clone(),
+            candidate_installed: audit.candidate_installed,
+            selected_generation: audit.selected_generation,
+            selected_step: audit.selected_step,
+            replayed_batches: audit.replayed_batches,
+            final_checkpoint: audit.final_checkpoint.clone(),
+            logit_probe_equal: audit.comparisons.logit_probe_equal,
+            logical_state_roots_equal: audit.comparisons.logical_state_roots_equal,
+            ledger_digests_equal: audit.comparisons.ledger_digests_equal,
+            worker_exits: audit.worker_exits,
+        }
+    }
+}
+
 /// The expected row of the outcome table for a barrier: (candidate installed, selected
 /// generation, selected step, replayed batches, final generation, final step).
 pub fn expected_outcome(barrier: &str) -> Option<(bool, u64, u64, u64, u64, u64)> {

@@ -104,16 +104,8 @@ fn invariant(condition: bool, message: impl FnOnce() -> String) -> Result<(), De
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct DemoRecord {
     pub status: String,
-    pub barrier: String,
-    pub candidate_installed: bool,
-    pub selected_generation: u64,
-    pub selected_step: u64,
-    pub replayed_batches: u64,
-    pub final_checkpoint: CheckpointEntry,
-    pub logit_probe_equal: bool,
-    pub logical_state_roots_equal: bool,
-    pub ledger_digests_equal: bool,
-    pub worker_exits: u64,
+    #[serde(flatten)]
+    pub outcome: RunOutcome,
     pub bundle_directory: String,
     pub audit_sha256: Digest,
     pub wall_time_ms: u64,
@@ -578,6 +570,8 @@ pub fn run(
         context: ContextEntry { wall_time_ms },
         self_sha256: Digest([0; 32]),
     };
+    let status = audit.status.clone();
+    let outcome = RunOutcome::of(&audit);
     let bundle_directory = options.run_directory.join("bundle");
     let installed = bundle::install(
         &bundle_directory,
@@ -594,17 +588,8 @@ pub fn run(
         ),
     );
     Ok(DemoRecord {
-        status: if passed { "passed" } else { "failed" }.to_owned(),
-        barrier: barrier.name().to_owned(),
-        candidate_installed: kill.candidate_visible,
-        selected_generation: selected.generation,
-        selected_step: selected.step,
-        replayed_batches,
-        final_checkpoint,
-        logit_probe_equal: probe_equal,
-        logical_state_roots_equal: roots_equal,
-        ledger_digests_equal: ledgers_equal,
-        worker_exits: exits.len() as u64,
+        status,
+        outcome,
         bundle_directory: installed.directory.display().to_string(),
         audit_sha256: installed.audit_sha256,
         wall_time_ms,

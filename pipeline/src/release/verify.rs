@@ -253,8 +253,11 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
             }
         })?;
         let audit_name = format!("{folder}/{}", shardlift::bundle::AUDIT);
-        require(summary.barrier == barrier, &audit_name, || {
-            format!("the bundle in {folder} is of barrier {}", summary.barrier)
+        require(summary.outcome.barrier == barrier, &audit_name, || {
+            format!(
+                "the bundle in {folder} is of barrier {}",
+                summary.outcome.barrier
+            )
         })?;
         require(summary.run_status == "passed", &audit_name, || {
             format!(
