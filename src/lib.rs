@@ -1,26 +1,30 @@
 //! ShardLift: a crash-consistency lab for sharded training state.
 //!
-//! The core (everything but `trainer`) builds without libtorch: digests, the logical
-//! state and its root, the optimizer, the data cursor and ledger, the dataset, the
-//! process supervisor, framed IPC, and the checkpoint store with its crash harness.
-//! The tch-based training engine sits behind the default `torch` feature.
+//! The crate is layered; a module may use the ones above it in this list, never below
+//! (checked by `tests/store_layering.rs`, drawn in `docs/architecture.md`):
+//!
+//! - [`core`]: digests, canonical JSON, the logical state and its root, data cursor and
+//!   ledger, per-chunk AdamW — torch-free, no I/O.
+//! - [`durable`]: the one file-system seam and durable-file writer.
+//! - [`dataset`]: the pinned Fashion-MNIST bytes.
+//! - [`store`]: the content-addressed checkpoint store and its commit protocol (RFC 0001).
+//! - [`lab`]: the crash lab that tests the store (kills, power loss, corruption).
+//! - [`supervise`]: child processes and framed IPC.
+//! - [`engine`] (feature `torch`): the tch arithmetic of one micro-batch.
+//! - [`trainer`]: coordinator sessions over worker processes, engine injected.
+//! - [`evidence`]: bundle records, install and verify, the source binding.
+//! - [`orchestrate`] (feature `torch`): the killer demo, the invariant suite, benches.
 #![forbid(unsafe_code)]
 
-pub mod adamw;
-pub mod bundle;
-pub mod canonical;
+pub mod core;
 pub mod dataset;
-pub mod defaults;
+pub mod durable;
 #[cfg(feature = "torch")]
-pub mod demo;
-pub mod digest;
+pub mod engine;
+pub mod evidence;
+pub mod lab;
 #[cfg(feature = "torch")]
-pub mod invariants;
-pub mod ipc;
-pub mod logical;
-pub mod process;
-pub mod sampling;
-pub mod source;
+pub mod orchestrate;
 pub mod store;
-#[cfg(feature = "torch")]
+pub mod supervise;
 pub mod trainer;

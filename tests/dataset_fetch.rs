@@ -8,11 +8,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use shardlift::core::digest::Digest;
 use shardlift::dataset::{
     ensure_and_load_with, fetch_with_pins, load_with_pins, DatasetError, PinTable, Resource,
     SourceKind,
 };
-use shardlift::digest::Digest;
 use support::{closed_port_url, options, populated_cache, snapshot, HttpServer, Reply, Synthetic};
 
 fn temp() -> tempfile::TempDir {

@@ -11,18 +11,18 @@ use scenario::{passes_and_detects, verdict};
 
 use std::path::Path;
 
-use shardlift::digest::Digest;
-use shardlift::invariants::elastic::{
+use shardlift::core::digest::Digest;
+use shardlift::core::logical::{Hyperparameters, LogicalState};
+use shardlift::orchestrate::invariants::elastic::{
     elastic_observation, logged_failure_code, optimizer_sha256, ElasticExpectation, ElasticRun,
     MarkerRecord, WorkerReport, FAILURE_EXIT_CODE, MARKER_SCHEMA, REPORT_SCHEMA,
 };
-use shardlift::invariants::evidence::{
+use shardlift::orchestrate::invariants::evidence::{
     self, derive, verify_artifact, EvidenceError, Observation, Provenance, SuiteStatus, Verdict,
 };
-use shardlift::invariants::provenance::{self, ObservedRuntime, REGISTERED_PAIRS};
-use shardlift::invariants::scenarios::{slot_sha256, REGISTRY};
-use shardlift::logical::{Hyperparameters, LogicalState};
-use shardlift::process::ExitOutcome;
+use shardlift::orchestrate::invariants::provenance::{self, ObservedRuntime, REGISTERED_PAIRS};
+use shardlift::orchestrate::invariants::scenarios::{slot_sha256, REGISTRY};
+use shardlift::supervise::process::ExitOutcome;
 
 #[test]
 fn s01_parameter_round_trip_detects_a_flipped_parameter_bit() {
@@ -232,7 +232,7 @@ fn synthetic_provenance() -> Provenance {
         libtorch_cpu_sha256: Digest::from_hex(REGISTERED_PAIRS[0].libtorch_cpu_sha256)
             .expect("hex"),
     };
-    shardlift::invariants::provenance_record(&observed, &REGISTERED_PAIRS[0], None)
+    shardlift::orchestrate::invariants::provenance_record(&observed, &REGISTERED_PAIRS[0], None)
 }
 
 fn synthetic_observations(skip_elastic: bool) -> Vec<Observation> {

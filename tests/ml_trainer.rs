@@ -2,12 +2,12 @@
 #![cfg(feature = "torch")]
 mod common;
 
-use shardlift::logical::{Hyperparameters, LogicalState};
-use shardlift::process::ExitOutcome;
-use shardlift::sampling::SampleStream;
-use shardlift::trainer::{
-    evaluate, in_process_step, CoordinatorSession, SessionError, SessionOptions, SplitView,
-};
+use shardlift::core::logical::{Hyperparameters, LogicalState};
+use shardlift::core::sampling::SampleStream;
+use shardlift::core::step::SplitView;
+use shardlift::engine::{evaluate, in_process_step};
+use shardlift::supervise::process::ExitOutcome;
+use shardlift::trainer::{CoordinatorSession, SessionError, SessionOptions};
 
 fn data() -> shardlift::dataset::FashionMnist {
     shardlift::dataset::ensure_and_load(&common::cache_directory(), None).expect("dataset")

@@ -2,13 +2,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use shardlift::logical::Topology;
+use shardlift::core::topology::Topology;
+use shardlift::lab::powerloss::tree_digest;
+use shardlift::lab::{kill_publisher_at, kill_publisher_at_occurrence, recover_in_child};
 use shardlift::store::layout::synthetic_state;
-use shardlift::store::powerloss::tree_digest;
-use shardlift::store::{
-    self, kill_publisher_at, kill_publisher_at_occurrence, recover_in_child, Barrier, NoHooks,
-    StoreError,
-};
+use shardlift::store::{self, Barrier, NoHooks, StoreError};
 
 const EXE: &str = env!("CARGO_BIN_EXE_shardlift");
 

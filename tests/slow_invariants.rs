@@ -8,10 +8,12 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use shardlift::digest::Digest;
-use shardlift::invariants::elastic::{observe_elastic, LaunchOptions, LAUNCHER_TIMEOUT_S};
-use shardlift::invariants::evidence::{derive, Observation, Verdict};
-use shardlift::invariants::scenarios::{Context, REGISTRY};
+use shardlift::core::digest::Digest;
+use shardlift::orchestrate::invariants::elastic::{
+    observe_elastic, LaunchOptions, LAUNCHER_TIMEOUT_S,
+};
+use shardlift::orchestrate::invariants::evidence::{derive, Observation, Verdict};
+use shardlift::orchestrate::invariants::scenarios::{Context, REGISTRY};
 
 fn torchrun() -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/python-torch");
@@ -72,7 +74,7 @@ fn all_eleven_scenarios_pass_with_a_real_elastic_restart_and_the_artifact_verifi
         String::from_utf8_lossy(&verify.stderr)
     );
 
-    let observation: Observation = shardlift::canonical::decode(
+    let observation: Observation = shardlift::core::canonical::decode(
         &std::fs::read(out.join("observation-11-elastic-restart.json")).expect("read"),
     )
     .expect("decode");

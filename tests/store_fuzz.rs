@@ -2,9 +2,10 @@
 //! (runs without nightly; the cargo-fuzz targets live in fuzz/).
 use std::path::Path;
 
-use shardlift::logical::{SplitMix64, Topology};
+use shardlift::core::rng::SplitMix64;
+use shardlift::core::topology::Topology;
+use shardlift::lab::handoff::{decode_handoff, encode_handoff};
 use shardlift::store::codec::{self, CommitRecord, LatestRecord, ManifestRecord};
-use shardlift::store::handoff::{decode_handoff, encode_handoff};
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::{self, NoHooks};
 

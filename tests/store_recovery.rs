@@ -1,15 +1,15 @@
 //! Recovery, LATEST statuses, reshard, and the power-loss checker's teeth.
 use std::path::Path;
 
-use shardlift::digest::Digest;
-use shardlift::logical::Topology;
-use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};
-use shardlift::store::layout::synthetic_state;
-use shardlift::store::matrix::{
+use shardlift::core::digest::Digest;
+use shardlift::core::topology::Topology;
+use shardlift::lab::matrix::{
     build_corruption_base, corruption_case, corruption_cases, generation_expectation,
     power_loss_scenario, Action,
 };
-use shardlift::store::powerloss::{tree_digest, EnumerationLimits};
+use shardlift::lab::powerloss::{tree_digest, EnumerationLimits};
+use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};
+use shardlift::store::layout::synthetic_state;
 use shardlift::store::{self, LatestStatus, NoHooks, RecordingHooks, WriterFaults};
 
 fn two_generations() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -53,7 +53,7 @@ fn publish_then_load_round_trips() {
     assert_eq!(hooks.events.len(), state.chunks.len() * 3 * 4 + 12);
     let (loaded, topology) = store::load_generation(&root, 0).expect("load");
     assert_eq!(loaded, state);
-    assert_eq!(topology.workers, 4);
+    assert_eq!(topology.workers(), 4);
     let report = store::recover(&root).expect("recover");
     assert_eq!(report.latest.status, LatestStatus::Consistent);
 }
@@ -124,7 +124,7 @@ fn reshard_w4_to_w3_keeps_the_root_and_writes_no_chunk_object() {
     // Exactly one new object: the manifest.
     assert_eq!(chunk_object_count(&root), objects_before + 1);
     let (resharded, topology) = store::load_generation(&root, 2).expect("load");
-    assert_eq!(topology.workers, 3);
+    assert_eq!(topology.workers(), 3);
     assert_eq!(resharded.logical_state_root(), source.logical_state_root());
     assert_eq!(resharded, source);
     let report = store::recover(&root).expect("recover");

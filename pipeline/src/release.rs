@@ -89,7 +89,7 @@ pub fn run_release_evidence(args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
         shardlift,
         cache_directory: args
             .cache_directory
-            .unwrap_or_else(shardlift::defaults::cache_directory),
+            .unwrap_or_else(shardlift::dataset::defaults::cache_directory),
         source_directory: args.source_directory,
         receipt: args.receipt,
     };

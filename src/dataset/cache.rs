@@ -16,9 +16,9 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::error::DatasetError;
-use super::pins::ResourcePin;
-use super::verify::verify_payload;
+use crate::dataset::error::DatasetError;
+use crate::dataset::pins::ResourcePin;
+use crate::dataset::verify::verify_payload;
 
 /// A cache directory whose existing parts passed the ownership and mode checks.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::digest::Digest;
+use crate::core::digest::Digest;
 
 /// How to get the dataset when no source worked.
 pub const HOW_TO_GET_THE_DATA: &str = "install Debian's package with \

@@ -8,18 +8,18 @@
 //!    the data.
 //!
 //! Nothing is written until every missing resource has been acquired and verified; then
-//! all of them are installed at once (see [`super::cache`]).
+//! all of them are installed at once (see [`crate::dataset::cache`]).
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::cache::{read_capped, Cache, Capped};
-use super::error::DatasetError;
-use super::pins::{PinTable, Resource, ResourcePin, FASHION_MNIST};
-use super::verify::{gunzip, verify_gzip, verify_payload};
-use crate::digest::Digest;
+use crate::core::digest::Digest;
+use crate::dataset::cache::{read_capped, Cache, Capped};
+use crate::dataset::error::DatasetError;
+use crate::dataset::pins::{PinTable, Resource, ResourcePin, FASHION_MNIST};
+use crate::dataset::verify::{gunzip, verify_gzip, verify_payload};
 
 /// The GitHub repository that publishes Fashion-MNIST.
 pub const UPSTREAM_REPOSITORY: &str = "zalandoresearch/fashion-mnist";

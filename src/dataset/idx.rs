@@ -9,8 +9,8 @@
 //! The header is big-endian. The file length must be exactly the header plus the product
 //! of the dimensions (computed with checked arithmetic), and `n` is capped at
 //! [`MAX_COUNT`]. Parsing never copies: it returns views into the given bytes.
-use super::error::DatasetError;
-use super::pins::IdxKind;
+use crate::dataset::error::DatasetError;
+use crate::dataset::pins::IdxKind;
 
 /// Magic number of an IDX file of unsigned bytes with three dimensions.
 pub const IMAGES_MAGIC: u32 = 0x0000_0803;

@@ -28,7 +28,7 @@
 use std::path::Path;
 
 mod cache;
-pub mod cli;
+pub mod defaults;
 mod error;
 mod fetch;
 pub mod idx;
@@ -187,6 +187,16 @@ fn split(
         labels,
         count,
     })
+}
+
+impl<'a> From<&'a Split> for crate::core::step::SplitView<'a> {
+    fn from(split: &'a Split) -> Self {
+        crate::core::step::SplitView {
+            images: &split.images,
+            labels: &split.labels,
+            count: split.count,
+        }
+    }
 }
 
 #[cfg(test)]

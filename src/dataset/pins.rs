@@ -15,7 +15,7 @@
 //! compile time: a malformed digest in this file is a build error, never a runtime one.
 use serde::Serialize;
 
-use crate::digest::Digest;
+use crate::core::digest::Digest;
 
 /// The four Fashion-MNIST resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

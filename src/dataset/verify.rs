@@ -1,10 +1,10 @@
 //! Checks bytes against the pins: gzip files, decompression with a cap, payloads.
 use std::io::{self, Read};
 
-use super::error::DatasetError;
-use super::idx;
-use super::pins::ResourcePin;
-use crate::digest::Digest;
+use crate::core::digest::Digest;
+use crate::dataset::error::DatasetError;
+use crate::dataset::idx;
+use crate::dataset::pins::ResourcePin;
 
 /// Checks a downloaded `.gz` against the canonical upstream pin (size and SHA-256).
 pub(crate) fn verify_gzip(pin: &ResourcePin, url: &str, gzip: &[u8]) -> Result<(), DatasetError> {

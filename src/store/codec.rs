@@ -9,11 +9,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::canonical::{self, CanonicalError, CanonicalRecord};
-use crate::digest::Digest;
-use crate::logical::{Hyperparameters, PARAMETER_COUNT};
+use crate::core::canonical::{self, CanonicalError, CanonicalRecord};
+use crate::core::digest::Digest;
+use crate::core::logical::{Hyperparameters, PARAMETER_COUNT};
 
-use super::error::StoreError;
+use crate::store::error::StoreError;
 
 pub const MANIFEST_SCHEMA: &str = "shardlift.store.manifest";
 pub const COMMIT_SCHEMA: &str = "shardlift.store.commit";
@@ -74,7 +74,7 @@ pub mod dec_u64_opt {
         let text = <Option<std::borrow::Cow<'de, str>>>::deserialize(deserializer)?;
         match text {
             None => Ok(None),
-            Some(text) => super::dec_u64::parse(&text)
+            Some(text) => crate::store::codec::dec_u64::parse(&text)
                 .map(Some)
                 .map_err(serde::de::Error::custom),
         }
@@ -235,7 +235,7 @@ pub fn encode<R: CanonicalRecord>(record: &R) -> Result<Vec<u8>, StoreError> {
     })
 }
 
-/// Decodes a record with `crate::canonical` (cap, schema id, version, closed schema,
+/// Decodes a record with `crate::core::canonical` (cap, schema id, version, closed schema,
 /// canonical form, in that order); `path` only names the source in errors.
 pub fn decode<R: CanonicalRecord>(path: &Path, bytes: &[u8]) -> Result<R, StoreError> {
     let path = path.to_owned();

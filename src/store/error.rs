@@ -1,9 +1,10 @@
 //! Every way the store can refuse or fail, one typed variant per reason.
 use std::path::PathBuf;
 
-use crate::digest::Digest;
-use crate::logical::{LogicalStateError, TopologyError};
-use crate::process::ProcessError;
+use crate::core::digest::Digest;
+use crate::core::logical::LogicalStateError;
+use crate::core::topology::TopologyError;
+use crate::supervise::process::ProcessError;
 
 /// Why a store operation failed. Each variant names the file it concerns where there is one.
 #[derive(Debug, thiserror::Error)]

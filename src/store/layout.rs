@@ -1,20 +1,21 @@
 //! From a `LogicalState` to manifest entries and back, with every check on the way back.
 use std::path::Path;
 
-use crate::digest::Digest;
-use crate::logical::{f32_from_le_bytes, ChunkState, LogicalState, Topology};
+use crate::core::digest::Digest;
+use crate::core::logical::{f32_from_le_bytes, ChunkState, LogicalState};
+use crate::core::topology::Topology;
 
-use super::codec::{
+use crate::store::codec::{
     ChunkEntry, HyperparametersRecord, ManifestRecord, MANIFEST_SCHEMA, SCHEMA_VERSION,
 };
-use super::error::StoreError;
+use crate::store::error::StoreError;
 
 /// The three raw little-endian FP32 payloads of a chunk, in manifest order.
 pub fn chunk_payloads(chunk: &ChunkState) -> [Vec<u8>; 3] {
     [
-        crate::logical::f32_le_bytes(&chunk.parameters),
-        crate::logical::f32_le_bytes(&chunk.exp_avg),
-        crate::logical::f32_le_bytes(&chunk.exp_avg_sq),
+        crate::core::logical::f32_le_bytes(&chunk.parameters),
+        crate::core::logical::f32_le_bytes(&chunk.exp_avg),
+        crate::core::logical::f32_le_bytes(&chunk.exp_avg_sq),
     ]
 }
 
@@ -31,7 +32,7 @@ pub fn manifest_for(
         cursor: state.cursor,
         ledger_digest: state.ledger_digest,
         hyperparameters: HyperparametersRecord::from(&state.hyperparameters),
-        workers: topology.workers,
+        workers: topology.workers(),
         ownership: topology.chunk_ownership(chunks.len()),
         chunks,
         logical_state_root: state.logical_state_root(),
@@ -70,7 +71,7 @@ pub fn check_manifest(path: &Path, manifest: &ManifestRecord) -> Result<Topology
     if hyper.micro_batch_size == 0 || hyper.logical_micro_batches == 0 {
         return Err(StoreError::MalformedState {
             path: path.to_owned(),
-            source: crate::logical::LogicalStateError::EmptyBatch,
+            source: crate::core::logical::LogicalStateError::EmptyBatch,
         });
     }
     let expected = hyper.chunk_count();
@@ -176,12 +177,12 @@ pub fn assemble_state(
 /// A deterministic, valid state for tests, the crash matrix and benchmarks: the seeded
 /// genesis parameters with `chunk_elements` per chunk, at `step`, with non-zero moments.
 pub fn synthetic_state(seed: u64, step: u64, chunk_elements: u32) -> LogicalState {
-    let mut hyper = crate::logical::Hyperparameters::with_seed(seed);
+    let mut hyper = crate::core::logical::Hyperparameters::with_seed(seed);
     hyper.chunk_elements = chunk_elements.max(1);
     let mut state = LogicalState::genesis(hyper);
     state.step = step;
     state.cursor = step.saturating_mul(hyper.global_batch_size());
-    let mut ledger = crate::digest::FramedHasher::new("shardlift/store/synthetic-ledger/v1");
+    let mut ledger = crate::core::digest::FramedHasher::new("shardlift/store/synthetic-ledger/v1");
     ledger.u64(seed).u64(step);
     state.ledger_digest = ledger.finish();
     let scale = step as f32 + 1.0;
@@ -225,7 +226,7 @@ pub fn verify_payloads(
         payloads.push([slot(p)?, slot(m)?, slot(v)?]);
     }
     let hyper = manifest.hyperparameters.to_hyperparameters();
-    let actual = crate::logical::logical_state_root_of_payloads(
+    let actual = crate::core::logical::logical_state_root_of_payloads(
         &hyper,
         manifest.step,
         manifest.cursor,
@@ -252,7 +253,7 @@ mod tests {
             state.validate().expect("valid");
             let payloads: Vec<[Vec<u8>; 3]> = state.chunks.iter().map(chunk_payloads).collect();
             assert_eq!(
-                crate::logical::logical_state_root_of_payloads(
+                crate::core::logical::logical_state_root_of_payloads(
                     &state.hyperparameters,
                     state.step,
                     state.cursor,

@@ -10,29 +10,19 @@
 //! checks live in [`matrix`].
 use std::path::Path;
 
-use crate::logical::{LogicalState, Topology};
+use crate::core::logical::LogicalState;
+use crate::core::topology::Topology;
 
 pub mod barrier;
-pub mod bench;
-pub mod cli;
 pub mod codec;
-pub mod corruption;
 pub mod error;
-pub mod fs;
-pub mod handoff;
-pub mod harness;
 pub mod layout;
-pub mod matrix;
-pub mod powerloss;
 pub mod recovery;
 pub mod writer;
 
+pub use crate::durable::fs::{FileSystem, RealFs};
 pub use barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, NoHooks, RecordingHooks};
 pub use error::StoreError;
-pub use fs::{FileSystem, RealFs};
-pub use harness::{
-    kill_publisher_at, kill_publisher_at_occurrence, publish_in_child, recover_in_child, KillReport,
-};
 pub use recovery::{LatestStatus, RecoveryReport, Rejection, SelectedGeneration};
 pub use writer::{CommitSummary, WriterFaults};
 

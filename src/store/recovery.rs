@@ -5,18 +5,19 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::digest::Digest;
-use crate::logical::{LogicalState, Topology};
+use crate::core::digest::Digest;
+use crate::core::logical::LogicalState;
+use crate::core::topology::Topology;
 
-use super::codec::{
+use crate::core::canonical::CanonicalRecord;
+use crate::durable::fs::{EntryKind, FileSystem};
+use crate::store::codec::{
     commit_rel_path, decode, object_rel_path, parse_commit_name, CommitRecord, LatestRecord,
     ManifestRecord, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
 };
-use super::error::StoreError;
-use super::fs::{EntryKind, FileSystem};
-use super::layout::{assemble_state, check_manifest, verify_payloads};
-use super::writer::LATEST_REL_PATH;
-use crate::canonical::CanonicalRecord;
+use crate::store::error::StoreError;
+use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
+use crate::store::writer::LATEST_REL_PATH;
 
 /// What LATEST says relative to the scan's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,7 +199,7 @@ pub fn verify_generation_with(
     };
     Ok(VerifiedGeneration {
         generation,
-        commit_digest: crate::digest::Digest::of(&commit_bytes),
+        commit_digest: crate::core::digest::Digest::of(&commit_bytes),
         commit,
         manifest_digest: Digest::of(&manifest_bytes),
         manifest,
@@ -285,7 +286,7 @@ pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, 
                     generation,
                     commit_digest: v.commit_digest,
                     manifest_digest: v.manifest_digest,
-                    workers: v.topology.workers,
+                    workers: v.topology.workers(),
                     step: v.manifest.step,
                     logical_state_root: v.manifest.logical_state_root,
                 });

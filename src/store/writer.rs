@@ -5,17 +5,18 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::digest::Digest;
-use crate::logical::{LogicalState, Topology};
+use crate::core::digest::Digest;
+use crate::core::logical::LogicalState;
+use crate::core::topology::Topology;
 
-use super::barrier::{Barrier, BarrierEvent, BarrierHook};
-use super::codec::{
+use crate::durable::fs::{EntryKind, FileSystem};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
+use crate::store::codec::{
     commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, CommitRecord,
     LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES, SCHEMA_VERSION,
 };
-use super::error::StoreError;
-use super::fs::{EntryKind, FileSystem};
-use super::layout::{chunk_entries, chunk_payloads, manifest_for};
+use crate::store::error::StoreError;
+use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for};
 
 /// Store sub-directories, in creation order.
 pub const LAYOUT_DIRS: [&str; 4] = ["objects", "commits", "staging", "refs"];
@@ -397,7 +398,7 @@ pub fn publish_with(
     faults: WriterFaults,
 ) -> Result<CommitSummary, StoreError> {
     state.validate()?;
-    let topology = Topology::new(topology.workers)?;
+    let topology = Topology::new(topology.workers())?;
     let mut writer = Writer::begin(fs, root, hooks, faults)?;
     let entries = chunk_entries(state);
     for chunk in &state.chunks {
@@ -418,15 +419,15 @@ pub fn reshard_with(
     topology: Topology,
     hooks: &mut dyn BarrierHook,
 ) -> Result<CommitSummary, StoreError> {
-    let topology = Topology::new(topology.workers)?;
+    let topology = Topology::new(topology.workers())?;
     if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? != Some(EntryKind::Dir) {
         return Err(StoreError::NoStore {
             path: root.to_owned(),
         });
     }
-    let source = super::recovery::verify_generation_with(fs, root, generation, false)?;
+    let source = crate::store::recovery::verify_generation_with(fs, root, generation, false)?;
     let mut manifest = source.manifest.clone();
-    manifest.workers = topology.workers;
+    manifest.workers = topology.workers();
     manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
     let writer = Writer::begin(fs, root, hooks, WriterFaults::default())?;
     writer.commit(&manifest, CommitKind::Reshard, Some(generation))

@@ -11,13 +11,17 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::ipc::{self, FramedStream, IpcError};
-use crate::logical::{LogicalState, Topology, TopologyError};
-use crate::process::{ChildSpec, ExitRecord, ProcessError, Supervisor, TEARDOWN_GRACE_MS};
-use crate::sampling::SampleStream;
+use crate::core::logical::LogicalState;
+use crate::core::sampling::SampleStream;
+use crate::core::topology::{Topology, TopologyError};
+use crate::supervise::ipc::{self, FramedStream, IpcError};
+use crate::supervise::process::{
+    ChildSpec, ExitRecord, ProcessError, Supervisor, TEARDOWN_GRACE_MS,
+};
 
-use super::engine::{self, EngineError, MicroBatchGradient, SplitView, StepOutcome};
-use super::protocol::{Message, ProtocolError};
+use crate::core::step::{self, MicroBatchGradient, SplitView, StepError, StepOutcome};
+use crate::trainer::engines::EngineKind;
+use crate::trainer::protocol::{Message, ProtocolError};
 
 /// Options of one session.
 #[derive(Clone, Debug)]
@@ -31,6 +35,8 @@ pub struct SessionOptions {
     pub step_timeout_ms: u64,
     /// Deadline for all workers to connect.
     pub connect_timeout_ms: u64,
+    /// The gradient engine the workers run.
+    pub engine: EngineKind,
 }
 
 impl SessionOptions {
@@ -41,7 +47,14 @@ impl SessionOptions {
             session: session.to_owned(),
             step_timeout_ms: 120_000,
             connect_timeout_ms: 60_000,
+            engine: EngineKind::Tch,
         }
+    }
+
+    /// The same options with workers running `engine`.
+    pub fn with_engine(mut self, engine: EngineKind) -> Self {
+        self.engine = engine;
+        self
     }
 }
 
@@ -82,7 +95,7 @@ pub enum SessionError {
     #[error("worker rank {rank} ended with {outcome} at shutdown", outcome = .record.outcome)]
     UncleanExit { rank: u32, record: ExitRecord },
     #[error(transparent)]
-    Engine(#[from] EngineError),
+    Step(#[from] StepError),
 }
 
 /// How a failed worker ended, appended to IPC errors once the group is reaped.
@@ -148,20 +161,23 @@ impl CoordinatorSession {
         let listener = ipc::bind(&socket_path).map_err(SessionError::Accept)?;
         let mut supervisor = Supervisor::new();
         let mut child_of_rank = Vec::new();
-        for rank in 0..topology.workers {
+        for rank in 0..topology.workers() {
             let spec = ChildSpec::new(&options.shardlift_exe, "worker", &options.session)
                 .arg("worker")
                 .arg("--socket")
                 .arg(socket_path.as_os_str())
                 .arg("--rank")
                 .arg(rank.to_string())
+                .arg("--engine")
+                .arg(options.engine.name())
                 .env("OMP_NUM_THREADS", "1")
                 .env("MKL_NUM_THREADS", "1")
                 .rank(rank);
             child_of_rank.push(supervisor.spawn(spec)?);
         }
-        let mut by_rank: Vec<Option<FramedStream>> = (0..topology.workers).map(|_| None).collect();
-        for _ in 0..topology.workers {
+        let mut by_rank: Vec<Option<FramedStream>> =
+            (0..topology.workers()).map(|_| None).collect();
+        for _ in 0..topology.workers() {
             let live = supervisor.live_pids();
             let accepted = ipc::accept_checked(
                 &listener,
@@ -233,7 +249,7 @@ impl CoordinatorSession {
             state,
             _socket_directory: socket_directory,
         };
-        for rank in 0..topology.workers {
+        for rank in 0..topology.workers() {
             let chunks = session
                 .state
                 .chunks
@@ -242,7 +258,7 @@ impl CoordinatorSession {
                 .cloned()
                 .collect();
             let init = Message::Init {
-                workers: topology.workers,
+                workers: topology.workers(),
                 hyperparameters: session.state.hyperparameters,
                 chunks,
             };
@@ -330,13 +346,13 @@ impl CoordinatorSession {
         stream: &mut SampleStream,
         train: SplitView<'_>,
     ) -> Result<StepOutcome, SessionError> {
-        let batches = match engine::plan_step(&self.state, stream, train) {
+        let batches = match step::plan_step(&self.state, stream, train) {
             Ok(batches) => batches,
             Err(error) => return Err(self.fail(error.into())),
         };
         let next_step = self.state.step + 1;
         let parameters = self.state.flat_parameters();
-        let workers = self.topology.workers;
+        let workers = self.topology.workers();
         for rank in 0..workers {
             let owned = batches
                 .iter()
@@ -384,7 +400,7 @@ impl CoordinatorSession {
                 }
             }
         }
-        let (loss, gradient) = match engine::reduce_in_logical_order(
+        let (loss, gradient) = match step::reduce_in_logical_order(
             results,
             self.state.hyperparameters.logical_micro_batches,
         ) {
@@ -440,7 +456,7 @@ impl CoordinatorSession {
                 }
             }
         }
-        engine::advance_counters(&mut self.state, &batches);
+        step::advance_counters(&mut self.state, &batches);
         Ok(StepOutcome {
             step: self.state.step,
             loss,
@@ -450,10 +466,10 @@ impl CoordinatorSession {
     /// Shuts every worker down, waits for each to exit 0, and returns the state and the
     /// session's exit records.
     pub fn finish(mut self) -> Result<(LogicalState, Vec<ExitRecord>), SessionError> {
-        for rank in 0..self.topology.workers {
+        for rank in 0..self.topology.workers() {
             self.send(rank, &Message::Shutdown)?;
         }
-        for rank in 0..self.topology.workers {
+        for rank in 0..self.topology.workers() {
             match self.receive(rank)? {
                 Message::Bye => {}
                 other => {

@@ -1,8 +1,8 @@
 //! Coordinator ↔ worker messages, encoded with `ipc::Encoder` and decoded strictly.
-use crate::ipc::{DecodeError, Decoder, Encoder};
-use crate::logical::{ChunkState, Hyperparameters};
+use crate::core::logical::{ChunkState, Hyperparameters};
+use crate::supervise::ipc::{DecodeError, Decoder, Encoder};
 
-use super::engine::{MicroBatch, MicroBatchGradient};
+use crate::core::step::{MicroBatch, MicroBatchGradient};
 
 const TAG_HELLO: u8 = 1;
 const TAG_INIT: u8 = 2;

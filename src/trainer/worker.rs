@@ -4,22 +4,21 @@
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use crate::adamw;
-use crate::ipc::FramedStream;
-use crate::logical::{ChunkState, Hyperparameters};
+use crate::core::adamw;
+use crate::core::logical::{ChunkState, Hyperparameters};
+use crate::supervise::ipc::FramedStream;
 
-use super::engine::{self, MicroBatchGradient};
-use super::protocol::Message;
+use crate::core::step::{GradientEngine, MicroBatchGradient};
+use crate::trainer::protocol::Message;
 
 /// How long a worker waits for the coordinator's next message before giving up.
 pub const WORKER_IDLE_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 
 /// Runs the worker loop until `Shutdown`.
-pub fn run(socket: &Path, rank: u32) -> anyhow::Result<()> {
+pub fn run(socket: &Path, rank: u32, engine: &dyn GradientEngine) -> anyhow::Result<()> {
     // If the coordinator dies, so do we: no orphaned workers.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-    engine::pin_single_thread();
-    crate::ipc::check_socket_path(socket)?;
+    crate::supervise::ipc::check_socket_path(socket)?;
     let stream = UnixStream::connect(socket)?;
     let mut connection = FramedStream::new(stream, "coordinator", WORKER_IDLE_TIMEOUT_MS)?;
     connection.send(&Message::Hello { rank }.encode())?;
@@ -27,7 +26,7 @@ pub fn run(socket: &Path, rank: u32) -> anyhow::Result<()> {
     let mut owned: Vec<ChunkState> = Vec::new();
     loop {
         let message = Message::decode(&connection.receive()?)?;
-        let reply = match handle(message, &mut hyperparameters, &mut owned) {
+        let reply = match handle(engine, message, &mut hyperparameters, &mut owned) {
             Ok(Some(reply)) => reply,
             Ok(None) => continue,
             Err(error) => {
@@ -49,6 +48,7 @@ pub fn run(socket: &Path, rank: u32) -> anyhow::Result<()> {
 }
 
 fn handle(
+    engine: &dyn GradientEngine,
     message: Message,
     hyperparameters: &mut Option<Hyperparameters>,
     owned: &mut Vec<ChunkState>,
@@ -71,9 +71,7 @@ fn handle(
             let h = hyperparameters.ok_or_else(|| anyhow::anyhow!("compute before init"))?;
             let results = batches
                 .iter()
-                .map(|batch| {
-                    engine::micro_batch_gradient(&parameters, batch, h.global_batch_size())
-                })
+                .map(|batch| engine.micro_batch_gradient(&parameters, batch, h.global_batch_size()))
                 .collect::<Result<Vec<MicroBatchGradient>, _>>()?;
             Ok(Some(Message::Gradients { step, results }))
         }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// The dataset cache the tests share: `$SHARDLIFT_CACHE_DIR` (ci/test sets it) or the
 /// default cache. The real Fashion-MNIST bytes are acquired into it on first use.
 pub fn cache_directory() -> PathBuf {
-    shardlift::defaults::cache_directory()
+    shardlift::dataset::defaults::cache_directory()
 }
 
 /// The `shardlift` binary under test.

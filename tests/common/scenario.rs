@@ -2,10 +2,10 @@
 //! injected, and require that the injection is caught by the named check.
 use std::sync::OnceLock;
 
+use shardlift::core::digest::Digest;
 use shardlift::dataset::FashionMnist;
-use shardlift::digest::Digest;
-use shardlift::invariants::evidence::{derive, Verdict};
-use shardlift::invariants::scenarios::{self, Context};
+use shardlift::orchestrate::invariants::evidence::{derive, Verdict};
+use shardlift::orchestrate::invariants::scenarios::{self, Context};
 
 /// The real dataset, loaded once per test binary.
 pub fn data() -> &'static FashionMnist {

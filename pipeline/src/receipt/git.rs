@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use shardlift::digest::Digest;
+use shardlift::core::digest::Digest;
 
 use super::schema::{Manifest, Scope};
 

@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use shardlift::canonical::CanonicalError;
-use shardlift::digest::Digest;
+use shardlift::core::canonical::CanonicalError;
+use shardlift::core::digest::Digest;
 
 use super::git::{GitError, Repo};
 use super::schema::{

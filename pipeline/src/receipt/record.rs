@@ -50,7 +50,7 @@ pub enum RecordError {
     #[error(transparent)]
     Io(#[from] IoError),
     #[error("cannot encode the receipt: {0}")]
-    Encode(#[from] shardlift::canonical::CanonicalError),
+    Encode(#[from] shardlift::core::canonical::CanonicalError),
     #[error(transparent)]
     Sign(#[from] super::SignError),
     #[error("lane {lane} failed ({status}); its receipt is at {out}")]

@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use shardlift::canonical::{self, CanonicalError, CanonicalRecord};
-use shardlift::digest::{Digest, FramedHasher};
+use shardlift::core::canonical::{self, CanonicalError, CanonicalRecord};
+use shardlift::core::digest::{Digest, FramedHasher};
 
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 pub const PREDICATE_TYPE: &str = "https://in-toto.io/attestation/test-result/v0.1";

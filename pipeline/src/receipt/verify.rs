@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use shardlift::digest::Digest;
+use shardlift::core::digest::Digest;
 
 use super::merge::{load, MergeError};
 use super::schema::{self, Counts, Outcome, Receipt, TestOutcome, PREDICATE_TYPE, STATEMENT_TYPE};

@@ -2,8 +2,8 @@
 //! names the emitted file it concerns.
 use std::path::PathBuf;
 
-use shardlift::bundle::BundleError;
-use shardlift::digest::Digest;
+use shardlift::core::digest::Digest;
+use shardlift::evidence::bundle::BundleError;
 
 use crate::sshsig::SshSigError;
 
@@ -11,7 +11,7 @@ use crate::sshsig::SshSigError;
 pub enum ReleaseError {
     // ---- producing ----
     #[error(transparent)]
-    Source(#[from] shardlift::source::SourceError),
+    Source(#[from] shardlift::evidence::source::SourceError),
     #[error("git: {0}")]
     Git(String),
     #[error("{path} is not in the HEAD tree; release evidence binds it")]

@@ -2,7 +2,7 @@
 //! the versions, the runtime-source rule and the fixed names of the evidence layout.
 //!
 //! `pipeline` builds `shardlift` without its `torch` feature, so the tch/libtorch
-//! constants of `shardlift::demo` are not available here; the values below are the same
+//! constants of `shardlift::orchestrate::demo` are not available here; the values below are the same
 //! ones `ci/libtorch.lock` holds, and `release-evidence` refuses a checkout whose
 //! `ci/libtorch.lock` (read from the HEAD tree) names other hashes.
 
@@ -112,7 +112,7 @@ pub fn expected_files(with_receipt: bool) -> Vec<String> {
         files.push(RECEIPT.to_owned());
     }
     for barrier in BARRIERS {
-        for name in shardlift::bundle::BUNDLE_FILES {
+        for name in shardlift::evidence::bundle::BUNDLE_FILES {
             files.push(format!("{}/{name}", bundle_folder(barrier)));
         }
         files.push(demo_transcript(barrier));

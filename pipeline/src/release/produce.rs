@@ -13,9 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shardlift::bundle::BUNDLE_FILES;
+use shardlift::core::digest::Digest;
 use shardlift::dataset::FASHION_MNIST;
-use shardlift::digest::Digest;
+use shardlift::evidence::bundle::BUNDLE_FILES;
 
 use super::error::{io, ReleaseError};
 use super::pins::{self, BARRIERS, LIBTORCH_WHEELS};
@@ -109,7 +109,7 @@ struct SourceFacts {
 }
 
 fn bind_source(repository: &Path) -> Result<SourceFacts, ReleaseError> {
-    let binding = shardlift::source::check_clean_checkout(repository, None)?;
+    let binding = shardlift::evidence::source::check_clean_checkout(repository, None)?;
     let head = HeadTree::open(repository)?;
     if head.commit != binding.commit {
         return Err(ReleaseError::CheckoutChanged(format!(
@@ -551,12 +551,13 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
                 write_file(&staging, &format!("{folder}/{name}"), &bytes)?;
                 emitted.push((format!("{folder}/{name}"), bytes));
             }
-            let copy = shardlift::bundle::verify(&staging.join(&folder)).map_err(|source| {
-                ReleaseError::BundleRejected {
-                    name: folder.clone(),
-                    error: Box::new(source),
-                }
-            })?;
+            let copy =
+                shardlift::evidence::bundle::verify(&staging.join(&folder)).map_err(|source| {
+                    ReleaseError::BundleRejected {
+                        name: folder.clone(),
+                        error: Box::new(source),
+                    }
+                })?;
             if copy.audit_sha256 != line.audit_sha256 || copy.run_status != "passed" {
                 return Err(ReleaseError::DemoOutput {
                     barrier: barrier.into(),
@@ -584,8 +585,9 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
     }
 
     // ---- the checkout must not have changed under the runs ----
-    let after = shardlift::source::check_clean_checkout(&repository, Some(&source.commit))
-        .map_err(|e| ReleaseError::CheckoutChanged(e.to_string()))?;
+    let after =
+        shardlift::evidence::source::check_clean_checkout(&repository, Some(&source.commit))
+            .map_err(|e| ReleaseError::CheckoutChanged(e.to_string()))?;
     if after.tree != source.tree {
         return Err(ReleaseError::CheckoutChanged(format!(
             "the tree moved from {} to {}",
@@ -631,7 +633,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
         nonclaims: pins::NONCLAIMS.iter().map(|s| s.to_string()).collect(),
     };
     let summary_bytes =
-        shardlift::canonical::encode(&summary).map_err(|e| ReleaseError::Encode {
+        shardlift::core::canonical::encode(&summary).map_err(|e| ReleaseError::Encode {
             name: pins::SUMMARY.into(),
             message: e.to_string(),
         })?;

@@ -1,8 +1,8 @@
 //! `summary.json`: a path-free summary of both runs, closed schema, canonical JSON.
 use serde::{Deserialize, Serialize};
-use shardlift::bundle::{BundleSummary, CheckpointEntry};
-use shardlift::canonical::CanonicalRecord;
-use shardlift::digest::Digest;
+use shardlift::core::canonical::CanonicalRecord;
+use shardlift::core::digest::Digest;
+use shardlift::evidence::bundle::{BundleSummary, CheckpointEntry};
 
 pub const SUMMARY_SCHEMA: &str = "shardlift.release.summary";
 pub const SUMMARY_VERSION: u32 = 1;

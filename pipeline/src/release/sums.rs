@@ -1,6 +1,6 @@
 //! `SHA256SUMS` in GNU coreutils format: one `<64 lowercase hex><two spaces><path>` line
 //! per file, LF-terminated, sorted by path, so `sha256sum -c --strict SHA256SUMS` checks it.
-use shardlift::digest::Digest;
+use shardlift::core::digest::Digest;
 
 use super::error::ReleaseError;
 

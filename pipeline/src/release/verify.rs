@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use shardlift::bundle::BundleError;
-use shardlift::canonical::CanonicalError;
+use shardlift::core::canonical::CanonicalError;
+use shardlift::core::digest::Digest;
 use shardlift::dataset::FASHION_MNIST;
-use shardlift::digest::Digest;
+use shardlift::evidence::bundle::BundleError;
 
 use super::error::{io, ReleaseError};
 use super::pins::{self, BARRIERS, LIBTORCH_WHEELS};
@@ -123,7 +123,7 @@ fn bundle_error_file(error: &BundleError) -> Option<&str> {
         | BundleError::Malformed { name, .. }
         | BundleError::BindingMismatch { name, .. } => Some(name),
         BundleError::Incomplete | BundleError::SelfDigestMismatch { .. } => {
-            Some(shardlift::bundle::AUDIT)
+            Some(shardlift::evidence::bundle::AUDIT)
         }
         _ => None,
     }
@@ -242,17 +242,18 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
     let mut bundles = BTreeMap::new();
     for barrier in BARRIERS {
         let folder = pins::bundle_folder(barrier);
-        let summary = shardlift::bundle::verify(&dir.join(&folder)).map_err(|source| {
-            let name = match bundle_error_file(&source) {
-                Some(file) => format!("{folder}/{file}"),
-                None => folder.clone(),
-            };
-            ReleaseError::BundleRejected {
-                name,
-                error: Box::new(source),
-            }
-        })?;
-        let audit_name = format!("{folder}/{}", shardlift::bundle::AUDIT);
+        let summary =
+            shardlift::evidence::bundle::verify(&dir.join(&folder)).map_err(|source| {
+                let name = match bundle_error_file(&source) {
+                    Some(file) => format!("{folder}/{file}"),
+                    None => folder.clone(),
+                };
+                ReleaseError::BundleRejected {
+                    name,
+                    error: Box::new(source),
+                }
+            })?;
+        let audit_name = format!("{folder}/{}", shardlift::evidence::bundle::AUDIT);
         require(summary.outcome.barrier == barrier, &audit_name, || {
             format!(
                 "the bundle in {folder} is of barrier {}",
@@ -265,9 +266,9 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
                 summary.run_status
             )
         })?;
-        let audit: shardlift::bundle::AuditRecord = files
+        let audit: shardlift::evidence::bundle::AuditRecord = files
             .get(&audit_name)
-            .and_then(|bytes| shardlift::canonical::decode(bytes).ok())
+            .and_then(|bytes| shardlift::core::canonical::decode(bytes).ok())
             .ok_or_else(|| inconsistent(&audit_name, "does not decode"))?;
         bundles.insert(barrier, (summary, audit));
     }
@@ -308,7 +309,7 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
     // ---- the summary ----
     let summary_bytes = &files[pins::SUMMARY];
     let summary: ReleaseSummary =
-        shardlift::canonical::decode(summary_bytes).map_err(|e| match e {
+        shardlift::core::canonical::decode(summary_bytes).map_err(|e| match e {
             CanonicalError::NotCanonical { .. } => ReleaseError::NonCanonical {
                 name: pins::SUMMARY.into(),
             },
@@ -426,8 +427,8 @@ fn check_statement(
     bundles: &BTreeMap<
         &str,
         (
-            shardlift::bundle::BundleSummary,
-            shardlift::bundle::AuditRecord,
+            shardlift::evidence::bundle::BundleSummary,
+            shardlift::evidence::bundle::AuditRecord,
         ),
     >,
 ) -> Result<Statement, ReleaseError> {

@@ -1,0 +1,240 @@
+//! `shardlift store ...`, `shardlift crash-matrix` and the hidden `shardlift store-child`.
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use shardlift::core::topology::Topology;
+
+use shardlift::store::barrier::NoHooks;
+use shardlift::store::layout::synthetic_state;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum StoreCommand {
+    /// Scan commit records, verify everything, select the newest valid generation and
+    /// report LATEST's status. Read-only unless --repair-latest.
+    Recover {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// Rewrite refs/LATEST to name the selected generation if it does not.
+        #[arg(long)]
+        repair_latest: bool,
+    },
+    /// Offline reshard: commit the next generation with the same chunk objects and the
+    /// ownership map for N workers.
+    Reshard {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long)]
+        generation: u64,
+        #[arg(long)]
+        workers: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load and fully verify one generation; print its root and placement.
+    Verify {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long)]
+        generation: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish a synthetic state (for demos and tests).
+    PublishSynthetic {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 0)]
+        step: u64,
+        #[arg(long, default_value_t = 4)]
+        workers: u32,
+        #[arg(long, default_value_t = 8192)]
+        chunk_elements: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure publish, reshard and recovery against plain writes, copies and SHA-256.
+    Bench(shardlift::lab::bench::BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CrashMatrixArgs {
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Seed for sampled power-loss subsets.
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+    /// Upper bound on power-loss states checked per scenario.
+    #[arg(long, default_value_t = 300)]
+    pub max_states_per_scenario: usize,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StoreChildArgs {
+    #[command(subcommand)]
+    pub command: StoreChildCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum StoreChildCommand {
+    /// Publish the handoff's state, stopping at every barrier until acknowledged.
+    Publish {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long)]
+        handoff: PathBuf,
+    },
+    /// Recover and print the report as JSON.
+    Recover {
+        #[arg(long)]
+        store: PathBuf,
+    },
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub fn run(command: StoreCommand) -> anyhow::Result<()> {
+    match command {
+        StoreCommand::Recover {
+            store,
+            json,
+            repair_latest,
+        } => {
+            let report = shardlift::store::recover(&store)?;
+            let repaired = if repair_latest {
+                shardlift::store::repair_latest(&store, &report)?
+            } else {
+                false
+            };
+            if json {
+                print_json(&serde_json::json!({
+                    "report": report,
+                    "latest_repaired": repaired,
+                }))?;
+            } else {
+                match &report.selected {
+                    Some(s) => println!(
+                        "selected generation {} (step {}, {} workers, root {})",
+                        s.generation, s.step, s.workers, s.logical_state_root
+                    ),
+                    None => println!("no valid generation"),
+                }
+                println!("LATEST: {:?}", report.latest.status);
+                for r in &report.rejected {
+                    println!("rejected {}: {}", r.file, r.reason);
+                }
+            }
+            Ok(())
+        }
+        StoreCommand::Reshard {
+            store,
+            generation,
+            workers,
+            json,
+        } => {
+            let topology = Topology::new(workers)?;
+            let summary = shardlift::store::reshard(&store, generation, topology)
+                .with_context(|| format!("resharding generation {generation}"))?;
+            if json {
+                print_json(&summary)?;
+            } else {
+                println!(
+                    "generation {} = generation {generation} on {workers} workers (root {})",
+                    summary.generation, summary.logical_state_root
+                );
+            }
+            Ok(())
+        }
+        StoreCommand::Verify {
+            store,
+            generation,
+            json,
+        } => {
+            let (state, topology) = shardlift::store::load_generation(&store, generation)?;
+            let root = state.logical_state_root();
+            if json {
+                print_json(&serde_json::json!({
+                    "generation": generation,
+                    "step": state.step,
+                    "cursor": state.cursor,
+                    "workers": topology.workers(),
+                    "chunks": state.chunks.len(),
+                    "logical_state_root": root,
+                }))?;
+            } else {
+                println!("generation {generation} verifies: root {root}");
+            }
+            Ok(())
+        }
+        StoreCommand::PublishSynthetic {
+            store,
+            seed,
+            step,
+            workers,
+            chunk_elements,
+            json,
+        } => {
+            let topology = Topology::new(workers)?;
+            let state = synthetic_state(seed, step, chunk_elements);
+            let summary = shardlift::store::publish(&store, &state, topology, &mut NoHooks)?;
+            if json {
+                print_json(&summary)?;
+            } else {
+                println!("published generation {}", summary.generation);
+            }
+            Ok(())
+        }
+        StoreCommand::Bench(args) => shardlift::lab::bench::run(args),
+    }
+}
+
+pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating the shardlift executable")?;
+    let config = shardlift::lab::matrix::MatrixConfig {
+        seed: args.seed,
+        max_states_per_scenario: args.max_states_per_scenario,
+        ..shardlift::lab::matrix::MatrixConfig::default()
+    };
+    let summary = shardlift::lab::matrix::run_matrix(&exe, &config)?;
+    if args.json {
+        print_json(&summary)?;
+    } else {
+        println!(
+            "{} barriers, {} process kills, {} power-loss states, {} corruption cases, {} violations",
+            summary.barriers.len(),
+            summary.process_kills,
+            summary.power_loss_states,
+            summary.corruption_cases,
+            summary.violations
+        );
+        for v in &summary.violation_list {
+            println!("VIOLATION: {v}");
+        }
+    }
+    if summary.violations > 0 {
+        anyhow::bail!("{} invariant violations", summary.violations);
+    }
+    Ok(())
+}
+
+pub fn run_child(args: StoreChildArgs) -> anyhow::Result<()> {
+    match args.command {
+        StoreChildCommand::Publish { store, handoff } => {
+            shardlift::lab::harness::child_publish(&store, &handoff)?;
+            Ok(())
+        }
+        StoreChildCommand::Recover { store } => {
+            let report = shardlift::store::recover(&store)?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+    }
+}

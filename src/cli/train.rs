@@ -1,0 +1,218 @@
+//! `shardlift train`, `shardlift bench train` and the hidden `worker` command.
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use shardlift::core::step::SplitView;
+use shardlift::dataset::{self, FashionMnist};
+use shardlift::trainer::{run_steps, EngineKind, Placement};
+
+/// Train Fashion-MNIST for a few steps and print the resulting state digests.
+///
+/// With `--workers N` the coordinator (this process) runs N worker processes; with
+/// `--in-process` the same arithmetic runs here with no workers. Either way the printed
+/// `logical_state_root`, `ledger_digest` and `loss` are the same bytes for the same seed.
+#[derive(clap::Args, Debug)]
+pub struct TrainArgs {
+    /// Number of worker processes (1..=12).
+    #[arg(
+        long,
+        conflicts_with = "in_process",
+        required_unless_present = "in_process"
+    )]
+    pub workers: Option<u32>,
+    /// Run every micro-batch in this process instead of in workers.
+    #[arg(long)]
+    pub in_process: bool,
+    /// Optimizer steps to take from the seeded initial state.
+    #[arg(long, default_value_t = 3)]
+    pub steps: u64,
+    /// Seed of the initial parameters and the data order.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Dataset cache (created 0700 if missing; acquired on first use).
+    #[arg(long, value_name = "DIR")]
+    pub cache_directory: Option<PathBuf>,
+    /// Take the dataset only from this directory (e.g. /usr/share/datasets/fashion-mnist).
+    #[arg(long, value_name = "DIR")]
+    pub source_directory: Option<PathBuf>,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Gradient engine: `tch` (the model) or `fake` (a torch-free test engine whose
+    /// numbers are not a model's; for testing the coordinator without libtorch).
+    #[arg(long, default_value = "tch", value_parser = parse_engine)]
+    pub engine: EngineKind,
+}
+
+fn parse_engine(name: &str) -> Result<EngineKind, String> {
+    EngineKind::from_name(name).ok_or_else(|| format!("unknown engine {name:?} (tch, fake)"))
+}
+
+/// Benchmarks (figures, not assertions).
+#[cfg(feature = "torch")]
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Step time for W = 1, 3, 4 and in-process, each as a ratio to a plain
+    /// single-process tch step (tch's own Adam, one 192-sample batch) measured in the same run.
+    Train {
+        /// Steps timed per configuration (after one warm-up step).
+        #[arg(long, default_value_t = 5)]
+        steps: u64,
+        #[arg(long, value_name = "DIR")]
+        cache_directory: Option<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        source_directory: Option<PathBuf>,
+    },
+    /// Wall time of a killer-demo run per barrier, as a ratio to the same six training
+    /// steps taken by one uninterrupted W4 session without any checkpointing.
+    Demo {
+        #[arg(long, value_name = "DIR")]
+        cache_directory: Option<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        source_directory: Option<PathBuf>,
+    },
+}
+
+/// Internal: one worker process.
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// The coordinator's Unix socket.
+    #[arg(long)]
+    pub socket: PathBuf,
+    /// This worker's rank.
+    #[arg(long)]
+    pub rank: u32,
+    /// Gradient engine (`tch` or `fake`).
+    #[arg(long, default_value = "tch", value_parser = parse_engine)]
+    pub engine: EngineKind,
+}
+
+/// Loads the verified dataset, acquiring it on first use.
+pub fn load_dataset(
+    cache_directory: Option<&Path>,
+    source_directory: Option<&Path>,
+) -> anyhow::Result<FashionMnist> {
+    let cache = cache_directory
+        .map(Path::to_path_buf)
+        .unwrap_or_else(dataset::defaults::cache_directory);
+    dataset::ensure_and_load(&cache, source_directory)
+        .with_context(|| format!("loading Fashion-MNIST from the cache {}", cache.display()))
+}
+
+/// The printed result of `train`.
+#[derive(Debug, serde::Serialize)]
+struct TrainReport {
+    mode: &'static str,
+    engine: &'static str,
+    workers: Option<u32>,
+    seed: u64,
+    step: u64,
+    cursor: u64,
+    logical_state_root: String,
+    ledger_digest: String,
+    /// The last step's loss as FP32 bits (8 hex digits): exact.
+    loss: String,
+    /// The same loss as the shortest decimal that round-trips to those bits.
+    loss_decimal: String,
+    worker_exits: usize,
+}
+
+pub fn run_train(args: TrainArgs) -> anyhow::Result<()> {
+    let placement = if args.in_process {
+        Placement::InProcess
+    } else {
+        let workers = args
+            .workers
+            .context("--workers N or --in-process is required")?;
+        let shardlift_exe = std::env::current_exe().context("locating the shardlift binary")?;
+        Placement::Workers {
+            shardlift_exe,
+            workers,
+        }
+    };
+    let data = load_dataset(
+        args.cache_directory.as_deref(),
+        args.source_directory.as_deref(),
+    )?;
+    let run = run_steps(
+        args.engine,
+        &placement,
+        args.steps,
+        args.seed,
+        SplitView::from(&data.train),
+        true,
+    )?;
+    let workers = match placement {
+        Placement::InProcess => None,
+        Placement::Workers { workers, .. } => Some(workers),
+    };
+    let report = TrainReport {
+        mode: if workers.is_some() {
+            "workers"
+        } else {
+            "in-process"
+        },
+        engine: args.engine.name(),
+        workers,
+        seed: args.seed,
+        step: run.state.step,
+        cursor: run.state.cursor,
+        logical_state_root: run.state.logical_state_root().to_hex(),
+        ledger_digest: run.state.ledger_digest.to_hex(),
+        loss: format!("{:08x}", run.loss.to_bits()),
+        loss_decimal: format!("{:?}", run.loss),
+        worker_exits: run.worker_exits,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "step {} cursor {} loss {}\nlogical_state_root {}\nledger_digest {}",
+            report.step,
+            report.cursor,
+            report.loss_decimal,
+            report.logical_state_root,
+            report.ledger_digest
+        );
+    }
+    Ok(())
+}
+
+pub fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let engine = args.engine.instantiate()?;
+    shardlift::trainer::worker::run(&args.socket, args.rank, engine.as_ref())
+}
+
+#[cfg(feature = "torch")]
+pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Train {
+            steps,
+            cache_directory,
+            source_directory,
+        } => {
+            let data = load_dataset(cache_directory.as_deref(), source_directory.as_deref())?;
+            let exe = std::env::current_exe().context("locating the shardlift binary")?;
+            let report = shardlift::orchestrate::bench::train(&exe, &data, steps.max(1))?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        BenchCommand::Demo {
+            cache_directory,
+            source_directory,
+        } => {
+            let cache = cache_directory.unwrap_or_else(dataset::defaults::cache_directory);
+            let data = load_dataset(Some(&cache), source_directory.as_deref())?;
+            let exe = std::env::current_exe().context("locating the shardlift binary")?;
+            let report = shardlift::orchestrate::bench::demo(
+                &exe,
+                &data,
+                &cache,
+                source_directory.as_deref(),
+            )?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The logical training state: the model's parameters and AdamW slots in fixed-size
+//! chunks with stable ids, plus step, data cursor, ledger digest and hyper-parameters.
+//!
+//! Invariants (asserted by `LogicalState::validate`):
+//! - chunk `i` has id `i`; every chunk but the last holds exactly `chunk_elements`
+//!   values; the chunks cover `PARAMETER_COUNT` values in order;
+//! - each chunk's `parameters`, `exp_avg` and `exp_avg_sq` have the same length.
+//!
+//! Nothing here depends on how many workers exist: ownership is a separate `Topology`
+//! (`chunk c` and `micro-batch m` belong to rank `c mod W` and `m mod W`), so moving a
+//! chunk between workers never changes a byte of it.
+use crate::core::digest::{Digest, FramedHasher};
+use crate::core::rng::SplitMix64;
+
+/// Input features of the MLP (28×28 images).
+pub const INPUT_FEATURES: usize = 784;
+/// Hidden units of the MLP.
+pub const HIDDEN_UNITS: usize = 128;
+/// Output classes.
+pub const CLASSES: usize = 10;
+
+/// The model's tensors in their fixed flat order: (name, shape).
+pub const PARAMETER_TENSORS: [(&str, [usize; 2]); 4] = [
+    ("fc1.weight", [HIDDEN_UNITS, INPUT_FEATURES]),
+    ("fc1.bias", [HIDDEN_UNITS, 1]),
+    ("fc2.weight", [CLASSES, HIDDEN_UNITS]),
+    ("fc2.bias", [CLASSES, 1]),
+];
+
+/// Total number of FP32 parameters (784·128 + 128 + 128·10 + 10).
+pub const PARAMETER_COUNT: usize =
+    INPUT_FEATURES * HIDDEN_UNITS + HIDDEN_UNITS + HIDDEN_UNITS * CLASSES + CLASSES;
+
+/// Training hyper-parameters; every field enters the logical-state root.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hyperparameters {
+    pub seed: u64,
+    pub learning_rate: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub epsilon: f32,
+    pub weight_decay: f32,
+    /// Samples per logical micro-batch.
+    pub micro_batch_size: u32,
+    /// Logical micro-batches per global batch (L).
+    pub logical_micro_batches: u32,
+    /// FP32 values per optimizer chunk (the last chunk may be shorter).
+    pub chunk_elements: u32,
+}
+
+impl Hyperparameters {
+    /// The defaults every command uses unless told otherwise.
+    pub fn with_seed(seed: u64) -> Self {
+        Hyperparameters {
+            seed,
+            learning_rate: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+            weight_decay: 1e-2,
+            micro_batch_size: 16,
+            logical_micro_batches: 12,
+            chunk_elements: 8192,
+        }
+    }
+
+    /// Samples consumed by one optimizer step.
+    pub fn global_batch_size(&self) -> u64 {
+        u64::from(self.micro_batch_size) * u64::from(self.logical_micro_batches)
+    }
+
+    /// Number of chunks the parameter vector is cut into.
+    pub fn chunk_count(&self) -> usize {
+        PARAMETER_COUNT.div_ceil(self.chunk_elements as usize)
+    }
+
+    /// Half-open element range of chunk `id` in the flat parameter vector.
+    pub fn chunk_range(&self, id: usize) -> std::ops::Range<usize> {
+        let size = self.chunk_elements as usize;
+        let start = id * size;
+        start..(start + size).min(PARAMETER_COUNT)
+    }
+
+    fn hash_into(&self, hasher: &mut FramedHasher) {
+        hasher
+            .u64(self.seed)
+            .field(&self.learning_rate.to_le_bytes())
+            .field(&self.beta1.to_le_bytes())
+            .field(&self.beta2.to_le_bytes())
+            .field(&self.epsilon.to_le_bytes())
+            .field(&self.weight_decay.to_le_bytes())
+            .u64(u64::from(self.micro_batch_size))
+            .u64(u64::from(self.logical_micro_batches))
+            .u64(u64::from(self.chunk_elements));
+    }
+}
+
+/// One optimizer chunk: a contiguous slice of the flat parameter vector and its AdamW
+/// moments. The AdamW step count is the state's `step`, shared by every chunk.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkState {
+    pub id: u32,
+    pub parameters: Vec<f32>,
+    pub exp_avg: Vec<f32>,
+    pub exp_avg_sq: Vec<f32>,
+}
+
+/// Why a logical state is malformed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LogicalStateError {
+    #[error("chunk_elements must be at least 1")]
+    ZeroChunkElements,
+    #[error("expected {expected} chunks, found {found}")]
+    ChunkCount { expected: usize, found: usize },
+    #[error("chunk at position {position} has id {id}")]
+    ChunkId { position: usize, id: u32 },
+    #[error("chunk {id}: {slot} holds {found} values, expected {expected}")]
+    ChunkLength {
+        id: u32,
+        slot: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    #[error("micro_batch_size and logical_micro_batches must be at least 1")]
+    EmptyBatch,
+}
+
+/// The complete logical training state at an optimizer step boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogicalState {
+    pub hyperparameters: Hyperparameters,
+    /// Optimizer steps taken so far (AdamW's `t`).
+    pub step: u64,
+    /// Global index of the next unconsumed sample in the per-epoch permutation stream.
+    pub cursor: u64,
+    /// Running digest of the data ledger up to `step` (see `sampling`).
+    pub ledger_digest: Digest,
+    pub chunks: Vec<ChunkState>,
+}
+
+impl LogicalState {
+    /// The state at step 0: parameters from the seeded initialiser, zero moments.
+    pub fn genesis(hyperparameters: Hyperparameters) -> Self {
+        let flat = initial_parameters(hyperparameters.seed);
+        let chunks = (0..hyperparameters.chunk_count())
+            .map(|id| {
+                let values = flat[hyperparameters.chunk_range(id)].to_vec();
+                let zeros = vec![0.0f32; values.len()];
+                ChunkState {
+                    id: id as u32,
+                    parameters: values,
+                    exp_avg: zeros.clone(),
+                    exp_avg_sq: zeros,
+                }
+            })
+            .collect();
+        LogicalState {
+            hyperparameters,
+            step: 0,
+            cursor: 0,
+            ledger_digest: crate::core::ledger::genesis_ledger_digest(hyperparameters.seed),
+            chunks,
+        }
+    }
+
+    /// Checks the invariants in the module docs.
+    pub fn validate(&self) -> Result<(), LogicalStateError> {
+        let h = &self.hyperparameters;
+        if h.chunk_elements == 0 {
+            return Err(LogicalStateError::ZeroChunkElements);
+        }
+        if h.micro_batch_size == 0 || h.logical_micro_batches == 0 {
+            return Err(LogicalStateError::EmptyBatch);
+        }
+        if self.chunks.len() != h.chunk_count() {
+            return Err(LogicalStateError::ChunkCount {
+                expected: h.chunk_count(),
+                found: self.chunks.len(),
+            });
+        }
+        for (position, chunk) in self.chunks.iter().enumerate() {
+            if chunk.id as usize != position {
+                return Err(LogicalStateError::ChunkId {
+                    position,
+                    id: chunk.id,
+                });
+            }
+            let expected = h.chunk_range(position).len();
+            for (slot, values) in [
+                ("parameters", &chunk.parameters),
+                ("exp_avg", &chunk.exp_avg),
+                ("exp_avg_sq", &chunk.exp_avg_sq),
+            ] {
+                if values.len() != expected {
+                    return Err(LogicalStateError::ChunkLength {
+                        id: chunk.id,
+                        slot,
+                        expected,
+                        found: values.len(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The flat parameter vector in the model's fixed tensor order.
+    pub fn flat_parameters(&self) -> Vec<f32> {
+        let mut flat = Vec::with_capacity(PARAMETER_COUNT);
+        for chunk in &self.chunks {
+            flat.extend_from_slice(&chunk.parameters);
+        }
+        flat
+    }
+
+    /// The projected logical-state root: SHA-256 over hyper-parameters, step, cursor and
+    /// every chunk's parameter and slot bytes in chunk-id order. Placement (which worker
+    /// owns a chunk) is deliberately absent, so W4 and W3 agree at the same step.
+    pub fn logical_state_root(&self) -> Digest {
+        let payloads: Vec<[Vec<u8>; 3]> = self
+            .chunks
+            .iter()
+            .map(|c| {
+                [
+                    f32_le_bytes(&c.parameters),
+                    f32_le_bytes(&c.exp_avg),
+                    f32_le_bytes(&c.exp_avg_sq),
+                ]
+            })
+            .collect();
+        logical_state_root_of_payloads(&self.hyperparameters, self.step, self.cursor, &payloads)
+    }
+}
+
+/// The logical-state root from stored payload bytes: `payloads[i]` holds chunk `i`'s
+/// parameter, `exp_avg` and `exp_avg_sq` bytes (FP32 little-endian). The one definition of
+/// the root: `LogicalState::logical_state_root` and store recovery both call it, so the
+/// store can check a root without decoding values.
+pub fn logical_state_root_of_payloads(
+    hyperparameters: &Hyperparameters,
+    step: u64,
+    cursor: u64,
+    payloads: &[[Vec<u8>; 3]],
+) -> Digest {
+    let mut hasher = FramedHasher::new("shardlift/logical-state-root/v1");
+    hyperparameters.hash_into(&mut hasher);
+    hasher.u64(step).u64(cursor);
+    hasher.u64(payloads.len() as u64);
+    for (id, [parameters, exp_avg, exp_avg_sq]) in payloads.iter().enumerate() {
+        hasher.u64(id as u64);
+        hasher.field(parameters).field(exp_avg).field(exp_avg_sq);
+    }
+    hasher.finish()
+}
+
+/// Little-endian bytes of FP32 values (the on-disk and on-wire chunk payload format).
+pub fn f32_le_bytes(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * 4);
+    for value in values {
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    out
+}
+
+/// Why bytes are not a whole number of FP32 values.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0} bytes is not a multiple of 4 (FP32)")]
+pub struct F32LengthError(pub usize);
+
+/// Parses little-endian FP32 values.
+pub fn f32_from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, F32LengthError> {
+    if bytes.len() % 4 != 0 {
+        return Err(F32LengthError(bytes.len()));
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// Seeded initial parameters: U(-k, k) with k = 1/sqrt(fan_in), as PyTorch's `Linear`
+/// default does, but from our own generator so no hidden torch RNG is involved.
+pub fn initial_parameters(seed: u64) -> Vec<f32> {
+    let mut flat = Vec::with_capacity(PARAMETER_COUNT);
+    for (index, (name, shape)) in PARAMETER_TENSORS.iter().enumerate() {
+        let fan_in = if name.starts_with("fc1") {
+            INPUT_FEATURES
+        } else {
+            HIDDEN_UNITS
+        };
+        let bound = 1.0f32 / (fan_in as f32).sqrt();
+        let mut rng = SplitMix64::keyed(seed, name, index as u64);
+        for _ in 0..shape[0] * shape[1] {
+            flat.push(rng.symmetric_unit_f32() * bound);
+        }
+    }
+    debug_assert_eq!(flat.len(), PARAMETER_COUNT);
+    flat
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn genesis_is_valid_and_seeded() {
+        let a = LogicalState::genesis(Hyperparameters::with_seed(7));
+        a.validate().expect("valid");
+        assert_eq!(a.flat_parameters().len(), PARAMETER_COUNT);
+        let b = LogicalState::genesis(Hyperparameters::with_seed(7));
+        assert_eq!(a.logical_state_root(), b.logical_state_root());
+        let c = LogicalState::genesis(Hyperparameters::with_seed(8));
+        assert_ne!(a.logical_state_root(), c.logical_state_root());
+    }
+
+    #[test]
+    fn root_sees_every_slot_bit() {
+        let a = LogicalState::genesis(Hyperparameters::with_seed(1));
+        let mut b = a.clone();
+        let last = b.chunks.len() - 1;
+        let value = b.chunks[last].exp_avg_sq[0];
+        b.chunks[last].exp_avg_sq[0] = f32::from_bits(value.to_bits() ^ 1);
+        assert_ne!(a.logical_state_root(), b.logical_state_root());
+    }
+
+    #[test]
+    fn validate_names_bad_chunks() {
+        let mut state = LogicalState::genesis(Hyperparameters::with_seed(1));
+        state.chunks[2].exp_avg.pop();
+        assert!(matches!(
+            state.validate(),
+            Err(LogicalStateError::ChunkLength {
+                id: 2,
+                slot: "exp_avg",
+                ..
+            })
+        ));
+        state.chunks.pop();
+        assert!(matches!(
+            state.validate(),
+            Err(LogicalStateError::ChunkCount { .. })
+        ));
+    }
+
+    #[test]
+    fn f32_bytes_round_trip() {
+        let values = [1.5f32, -0.0, f32::MIN_POSITIVE];
+        let bytes = f32_le_bytes(&values);
+        assert_eq!(f32_from_le_bytes(&bytes).expect("whole"), values.to_vec());
+        assert_eq!(f32_from_le_bytes(&bytes[..5]), Err(F32LengthError(5)));
+    }
+}

@@ -1,0 +1,208 @@
+//! One training step's torch-free arithmetic: planning logical micro-batches from the
+//! global cursor, summing their gradients in logical order, applying AdamW chunk by chunk
+//! and advancing step, cursor and ledger.
+//!
+//! A step is: plan the L logical micro-batches from the global cursor; compute each
+//! micro-batch's gradient with a [`GradientEngine`] (the tch engine, or a test engine);
+//! sum them in logical order m = 0..L-1 in plain FP32; apply AdamW chunk by chunk; advance
+//! step, cursor and ledger. Only *who* computes a micro-batch or updates a chunk depends
+//! on the topology, never *how*, so the bytes are the same for every W.
+use crate::core::adamw;
+use crate::core::ledger::extend_ledger;
+use crate::core::logical::{LogicalState, INPUT_FEATURES, PARAMETER_COUNT};
+use crate::core::sampling::SampleStream;
+
+/// Pixels per image.
+pub const IMAGE_BYTES: usize = INPUT_FEATURES;
+/// Test images whose logits form the frozen probe.
+pub const LOGIT_PROBE_IMAGES: usize = 128;
+
+/// Why a step's arithmetic failed (outside the gradient engine itself).
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("optimizer: {0}")]
+    Adamw(#[from] adamw::AdamwError),
+    #[error("micro-batch results do not cover 0..{expected} exactly once (got {got:?})")]
+    MicroBatchCoverage { expected: u32, got: Vec<u32> },
+    #[error(
+        "gradient of micro-batch {micro_batch} holds {found} values, expected {PARAMETER_COUNT}"
+    )]
+    GradientLength { micro_batch: u32, found: usize },
+    #[error("split holds {count} samples but {images} image bytes and {labels} labels")]
+    SplitShape {
+        count: usize,
+        images: usize,
+        labels: usize,
+    },
+    #[error("sample id {0} is outside the split")]
+    SampleOutOfRange(u32),
+    #[error("gradient engine: {0}")]
+    Engine(String),
+}
+
+/// Computes the gradient of one logical micro-batch. Implementations must be pure: the
+/// same parameters and micro-batch give the same bits in every process, whatever the
+/// topology (the tch engine pins torch to one thread for this).
+pub trait GradientEngine {
+    /// Gradient of the micro-batch's summed loss divided by `global_batch_size`.
+    fn micro_batch_gradient(
+        &self,
+        flat_parameters: &[f32],
+        batch: &MicroBatch,
+        global_batch_size: u64,
+    ) -> Result<MicroBatchGradient, StepError>;
+}
+
+/// Images and labels of one split, borrowed (row-major 28×28 u8 images).
+#[derive(Clone, Copy, Debug)]
+pub struct SplitView<'a> {
+    pub images: &'a [u8],
+    pub labels: &'a [u8],
+    pub count: usize,
+}
+
+impl SplitView<'_> {
+    /// Refuses a split whose byte counts disagree with its sample count.
+    pub fn check(&self) -> Result<(), StepError> {
+        if self.images.len() != self.count * IMAGE_BYTES
+            || self.labels.len() != self.count
+            || self.count == 0
+        {
+            return Err(StepError::SplitShape {
+                count: self.count,
+                images: self.images.len(),
+                labels: self.labels.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One logical micro-batch with the exact bytes it trains on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MicroBatch {
+    pub index: u32,
+    pub sample_ids: Vec<u32>,
+    pub pixels: Vec<u8>,
+    pub labels: Vec<u8>,
+}
+
+/// The gradient of one micro-batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MicroBatchGradient {
+    pub index: u32,
+    /// Sum of the micro-batch's cross-entropy divided by the global batch size.
+    pub loss: f32,
+    pub gradient: Vec<f32>,
+}
+
+/// Plans the micro-batches of the step that starts at `state.cursor`.
+pub fn plan_step(
+    state: &LogicalState,
+    stream: &mut SampleStream,
+    train: SplitView<'_>,
+) -> Result<Vec<MicroBatch>, StepError> {
+    train.check()?;
+    let plan = stream.step_micro_batches(&state.hyperparameters, state.cursor);
+    plan.into_iter()
+        .enumerate()
+        .map(|(index, sample_ids)| {
+            let mut pixels = Vec::with_capacity(sample_ids.len() * IMAGE_BYTES);
+            let mut labels = Vec::with_capacity(sample_ids.len());
+            for &id in &sample_ids {
+                let i = id as usize;
+                if i >= train.count {
+                    return Err(StepError::SampleOutOfRange(id));
+                }
+                pixels.extend_from_slice(&train.images[i * IMAGE_BYTES..(i + 1) * IMAGE_BYTES]);
+                labels.push(train.labels[i]);
+            }
+            Ok(MicroBatch {
+                index: index as u32,
+                sample_ids,
+                pixels,
+                labels,
+            })
+        })
+        .collect()
+}
+
+/// Sums micro-batch gradients and losses in logical order m = 0..L-1 (plain FP32 adds).
+pub fn reduce_in_logical_order(
+    mut results: Vec<MicroBatchGradient>,
+    logical_micro_batches: u32,
+) -> Result<(f32, Vec<f32>), StepError> {
+    results.sort_by_key(|r| r.index);
+    let indices: Vec<u32> = results.iter().map(|r| r.index).collect();
+    if indices != (0..logical_micro_batches).collect::<Vec<_>>() {
+        return Err(StepError::MicroBatchCoverage {
+            expected: logical_micro_batches,
+            got: indices,
+        });
+    }
+    let mut total = vec![0f32; PARAMETER_COUNT];
+    let mut loss = 0f32;
+    for result in &results {
+        if result.gradient.len() != PARAMETER_COUNT {
+            return Err(StepError::GradientLength {
+                micro_batch: result.index,
+                found: result.gradient.len(),
+            });
+        }
+        for (sum, value) in total.iter_mut().zip(&result.gradient) {
+            *sum += *value;
+        }
+        loss += result.loss;
+    }
+    Ok((loss, total))
+}
+
+/// Advances step, cursor and ledger after the update of the step planned as `batches`.
+pub fn advance_counters(state: &mut LogicalState, batches: &[MicroBatch]) {
+    state.step += 1;
+    state.cursor += state.hyperparameters.global_batch_size();
+    let ids: Vec<Vec<u32>> = batches.iter().map(|b| b.sample_ids.clone()).collect();
+    state.ledger_digest = extend_ledger(state.ledger_digest, state.step, &ids);
+}
+
+/// What one step produced.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepOutcome {
+    pub step: u64,
+    pub loss: f32,
+}
+
+/// Applies AdamW chunk by chunk with the reduced `gradient` for the step after `state.step`.
+pub fn apply_update(state: &mut LogicalState, gradient: &[f32]) -> Result<(), StepError> {
+    let next_step = state.step + 1;
+    let hyperparameters = state.hyperparameters;
+    for chunk in &mut state.chunks {
+        let range = hyperparameters.chunk_range(chunk.id as usize);
+        adamw::update_chunk(&hyperparameters, next_step, chunk, &gradient[range])?;
+    }
+    Ok(())
+}
+
+/// One whole step in this process with `engine` (the reference arithmetic, no workers).
+pub fn in_process_step(
+    engine: &dyn GradientEngine,
+    state: &mut LogicalState,
+    stream: &mut SampleStream,
+    train: SplitView<'_>,
+) -> Result<StepOutcome, StepError> {
+    let batches = plan_step(state, stream, train)?;
+    let flat = state.flat_parameters();
+    let global = state.hyperparameters.global_batch_size();
+    let results = batches
+        .iter()
+        .map(|batch| engine.micro_batch_gradient(&flat, batch, global))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (loss, gradient) =
+        reduce_in_logical_order(results, state.hyperparameters.logical_micro_batches)?;
+    apply_update(state, &gradient)?;
+    advance_counters(state, &batches);
+    Ok(StepOutcome {
+        step: state.step,
+        loss,
+    })
+}

@@ -1,0 +1,205 @@
+//! The tch engine (feature `torch`): one micro-batch's gradient and the evaluation, on
+//! libtorch with one thread. Everything else about a step is torch-free (`core::step`).
+//!
+//! The micro-batch's tensors have the same shapes whoever computes it, and torch runs
+//! with one intra-op and one inter-op thread, so its gradient has the same bits in every
+//! process.
+use tch::{Kind, Reduction, Tensor};
+
+use crate::core::digest::Digest;
+use crate::core::logical::{
+    f32_le_bytes, LogicalState, CLASSES, HIDDEN_UNITS, INPUT_FEATURES, PARAMETER_COUNT,
+};
+use crate::core::sampling::SampleStream;
+use crate::core::step::{
+    self, GradientEngine, MicroBatch, MicroBatchGradient, SplitView, StepError, StepOutcome,
+    IMAGE_BYTES, LOGIT_PROBE_IMAGES,
+};
+
+/// Why a tch computation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("torch: {0}")]
+    Torch(#[from] tch::TchError),
+    #[error("parameter vector holds {0} values, expected {PARAMETER_COUNT}")]
+    ParameterLength(usize),
+    #[error(transparent)]
+    Step(#[from] StepError),
+}
+
+/// The tch engine: one micro-batch's gradient through libtorch on one thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TchEngine;
+
+impl GradientEngine for TchEngine {
+    fn micro_batch_gradient(
+        &self,
+        flat_parameters: &[f32],
+        batch: &MicroBatch,
+        global_batch_size: u64,
+    ) -> Result<MicroBatchGradient, StepError> {
+        micro_batch_gradient(flat_parameters, batch, global_batch_size)
+            .map_err(|error| StepError::Engine(error.to_string()))
+    }
+}
+
+fn pixels_to_tensor(pixels: &[u8]) -> Tensor {
+    // Exact: each byte / 255 rounds once, the same in every process.
+    let values: Vec<f32> = pixels.iter().map(|&p| f32::from(p) / 255.0).collect();
+    Tensor::from_slice(&values).view([(pixels.len() / IMAGE_BYTES) as i64, INPUT_FEATURES as i64])
+}
+
+struct ModelTensors {
+    fc1_weight: Tensor,
+    fc1_bias: Tensor,
+    fc2_weight: Tensor,
+    fc2_bias: Tensor,
+}
+
+impl ModelTensors {
+    fn from_flat(flat: &[f32], requires_grad: bool) -> Result<Self, EngineError> {
+        if flat.len() != PARAMETER_COUNT {
+            return Err(EngineError::ParameterLength(flat.len()));
+        }
+        let sizes = [
+            INPUT_FEATURES * HIDDEN_UNITS,
+            HIDDEN_UNITS,
+            HIDDEN_UNITS * CLASSES,
+            CLASSES,
+        ];
+        let mut offset = 0;
+        let mut take = |size: usize, shape: &[i64]| {
+            let tensor = Tensor::from_slice(&flat[offset..offset + size])
+                .view(shape)
+                .set_requires_grad(requires_grad);
+            offset += size;
+            tensor
+        };
+        Ok(ModelTensors {
+            fc1_weight: take(sizes[0], &[HIDDEN_UNITS as i64, INPUT_FEATURES as i64]),
+            fc1_bias: take(sizes[1], &[HIDDEN_UNITS as i64]),
+            fc2_weight: take(sizes[2], &[CLASSES as i64, HIDDEN_UNITS as i64]),
+            fc2_bias: take(sizes[3], &[CLASSES as i64]),
+        })
+    }
+
+    fn logits(&self, input: &Tensor) -> Result<Tensor, EngineError> {
+        let hidden = input
+            .f_linear(&self.fc1_weight, Some(&self.fc1_bias))?
+            .f_relu()?;
+        Ok(hidden.f_linear(&self.fc2_weight, Some(&self.fc2_bias))?)
+    }
+
+    fn flat_gradient(&self) -> Result<Vec<f32>, EngineError> {
+        let mut out = Vec::with_capacity(PARAMETER_COUNT);
+        for tensor in [
+            &self.fc1_weight,
+            &self.fc1_bias,
+            &self.fc2_weight,
+            &self.fc2_bias,
+        ] {
+            out.extend(tensor_to_vec(&tensor.f_grad()?)?);
+        }
+        Ok(out)
+    }
+}
+
+fn tensor_to_vec(tensor: &Tensor) -> Result<Vec<f32>, EngineError> {
+    let flat = tensor.f_contiguous()?.f_view([-1])?;
+    let count = flat.numel();
+    let mut out = vec![0f32; count];
+    flat.f_copy_data(&mut out, count)?;
+    Ok(out)
+}
+
+/// Gradient of one micro-batch's summed loss, divided by the global batch size.
+pub fn micro_batch_gradient(
+    flat_parameters: &[f32],
+    batch: &MicroBatch,
+    global_batch_size: u64,
+) -> Result<MicroBatchGradient, EngineError> {
+    let model = ModelTensors::from_flat(flat_parameters, true)?;
+    let input = pixels_to_tensor(&batch.pixels);
+    let targets = Tensor::from_slice(&batch.labels).f_to_kind(Kind::Int64)?;
+    let logits = model.logits(&input)?;
+    let loss = logits
+        .f_cross_entropy_loss::<Tensor>(&targets, None, Reduction::Sum, -100, 0.0)?
+        .f_div_scalar(global_batch_size as f64)?;
+    loss.f_backward()?;
+    let loss_value = tensor_to_vec(&loss)?.first().copied().unwrap_or(f32::NAN);
+    Ok(MicroBatchGradient {
+        index: batch.index,
+        loss: loss_value,
+        gradient: model.flat_gradient()?,
+    })
+}
+
+/// One whole step in this process with the tch engine (the reference arithmetic).
+pub fn in_process_step(
+    state: &mut LogicalState,
+    stream: &mut SampleStream,
+    train: SplitView<'_>,
+) -> Result<StepOutcome, EngineError> {
+    Ok(step::in_process_step(&TchEngine, state, stream, train)?)
+}
+
+/// Evaluation over a complete split plus the frozen logit probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evaluation {
+    pub correct: u64,
+    pub total: u64,
+    /// Logits of the first 128 images, 128×10 FP32 little-endian, row-major.
+    pub logit_probe: Vec<u8>,
+    pub logit_probe_sha256: Digest,
+}
+
+/// Rows evaluated per forward pass.
+const EVALUATION_BATCH: usize = 500;
+
+/// Accuracy over every sample of `test` and the exact bytes of the logit probe.
+pub fn evaluate(flat_parameters: &[f32], test: SplitView<'_>) -> Result<Evaluation, EngineError> {
+    test.check()?;
+    let _guard = tch::no_grad_guard();
+    let model = ModelTensors::from_flat(flat_parameters, false)?;
+    let mut correct = 0u64;
+    let mut start = 0;
+    while start < test.count {
+        let end = (start + EVALUATION_BATCH).min(test.count);
+        let logits = tensor_to_vec(&model.logits(&pixels_to_tensor(
+            &test.images[start * IMAGE_BYTES..end * IMAGE_BYTES],
+        ))?)?;
+        for (row, label) in logits.chunks_exact(CLASSES).zip(&test.labels[start..end]) {
+            // First maximum wins: a fixed tie rule.
+            let mut best = 0;
+            for class in 1..CLASSES {
+                if row[class] > row[best] {
+                    best = class;
+                }
+            }
+            correct += u64::from(best == usize::from(*label));
+        }
+        start = end;
+    }
+    let probe_rows = LOGIT_PROBE_IMAGES.min(test.count);
+    let probe =
+        tensor_to_vec(&model.logits(&pixels_to_tensor(&test.images[..probe_rows * IMAGE_BYTES]))?)?;
+    let logit_probe = f32_le_bytes(&probe);
+    let logit_probe_sha256 = Digest::of(&logit_probe);
+    Ok(Evaluation {
+        correct,
+        total: test.count as u64,
+        logit_probe,
+        logit_probe_sha256,
+    })
+}
+
+/// Pins torch to one intra-op and one inter-op thread (DESIGN.md: the bits of a gradient
+/// change with the thread count). Call before any tensor work in a process.
+pub fn pin_single_thread() {
+    static PINNED: std::sync::Once = std::sync::Once::new();
+    // libtorch refuses a second set_num_interop_threads call, so do it once per process.
+    PINNED.call_once(|| {
+        tch::set_num_threads(1);
+        tch::set_num_interop_threads(1);
+    });
+}

@@ -1,0 +1,462 @@
+//! Evidence bundles: installing the four records of a run (`audit.json` last, as the
+//! commit marker) and verifying a bundle without changing it.
+//!
+//! Verification runs in a fixed order and stops at the first failure, each with its own
+//! error kind: the directory; completeness (`audit.json` present); missing files; extra
+//! files; regular files only (no symlinks); size caps; closed schema and version;
+//! canonical bytes; the audit's self digest; the SHA-256 bindings between files; and the
+//! consistency of every claim with the facts it is derived from.
+pub mod records;
+
+use std::path::{Path, PathBuf};
+
+use crate::core::canonical::{self, CanonicalError, CanonicalRecord};
+use crate::core::digest::Digest;
+use crate::durable::fs::{FileSystem, RealFs};
+
+pub use records::*;
+
+/// Why a bundle was not installed or did not verify.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{0} is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("the bundle is incomplete: audit.json (its commit marker) is missing")]
+    Incomplete,
+    #[error("{name} is missing from the bundle")]
+    MissingFile { name: String },
+    #[error("{name} does not belong in a bundle")]
+    UnexpectedFile { name: String },
+    #[error("{name} is not a regular file (symlinks and other kinds are refused)")]
+    NotRegularFile { name: String },
+    #[error("{name} holds {bytes} bytes, above the cap of {cap}")]
+    TooLarge { name: String, bytes: u64, cap: u64 },
+    #[error(
+        "{name} is not canonical JSON (RFC 8785): equivalent JSON in another byte form is refused"
+    )]
+    NonCanonical { name: String },
+    #[error("{name} does not decode under its schema: {source}")]
+    Malformed {
+        name: String,
+        source: CanonicalError,
+    },
+    #[error("audit.json does not match its own digest (expected {expected}, computed {actual})")]
+    SelfDigestMismatch { expected: Digest, actual: Digest },
+    #[error("{bound_by} binds {name} to {expected}, but the file's SHA-256 is {actual}")]
+    BindingMismatch {
+        bound_by: String,
+        name: String,
+        expected: Digest,
+        actual: Digest,
+    },
+    #[error("inconsistent claim: {0}")]
+    Inconsistent(String),
+    #[error("{0} already exists; a bundle is never overwritten")]
+    AlreadyExists(PathBuf),
+    #[error("I/O on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Encode(CanonicalError),
+}
+
+impl BundleError {
+    /// A stable name for the error's kind (printed in JSON by `verify-bundle`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BundleError::NotADirectory(_) => "not-a-directory",
+            BundleError::Incomplete => "incomplete",
+            BundleError::MissingFile { .. } => "missing-file",
+            BundleError::UnexpectedFile { .. } => "unexpected-file",
+            BundleError::NotRegularFile { .. } => "not-regular-file",
+            BundleError::TooLarge { .. } => "too-large",
+            BundleError::NonCanonical { .. } => "non-canonical",
+            BundleError::Malformed { .. } => "malformed",
+            BundleError::SelfDigestMismatch { .. } => "self-digest-mismatch",
+            BundleError::BindingMismatch { .. } => "binding-mismatch",
+            BundleError::Inconsistent(_) => "inconsistent",
+            BundleError::AlreadyExists(_) => "already-exists",
+            BundleError::Io { .. } => "io",
+            BundleError::Encode(_) => "encode",
+        }
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
+    move |source| BundleError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The audit's self digest: SHA-256 of its canonical bytes with `self_sha256` zeroed.
+pub fn audit_self_digest(audit: &AuditRecord) -> Result<Digest, BundleError> {
+    let mut body = audit.clone();
+    body.self_sha256 = Digest([0; 32]);
+    Ok(Digest::of(
+        &canonical::encode(&body).map_err(BundleError::Encode)?,
+    ))
+}
+
+fn bound(name: &str, bytes: &[u8]) -> BoundFile {
+    BoundFile {
+        name: name.to_owned(),
+        bytes: bytes.len() as u64,
+        sha256: Digest::of(bytes),
+    }
+}
+
+/// What `install` wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstalledBundle {
+    pub directory: PathBuf,
+    pub audit_sha256: Digest,
+}
+
+/// Installs a bundle into `directory`, which must not exist. The bindings (evaluation
+/// digests in the evidence, file digests and the self digest in the audit) are filled in
+/// here. Each file goes temp → fsync → rename (no replace) → directory fsync, and
+/// `audit.json` goes last, so a bundle with an audit is complete.
+pub fn install(
+    directory: &Path,
+    reference: &EvaluationRecord,
+    recovered: &EvaluationRecord,
+    mut evidence: RecoveryEvidenceRecord,
+    mut audit: AuditRecord,
+) -> Result<InstalledBundle, BundleError> {
+    let fs = RealFs;
+    if directory.symlink_metadata().is_ok() {
+        return Err(BundleError::AlreadyExists(directory.to_owned()));
+    }
+    fs.create_dir(directory).map_err(io_error(directory))?;
+    if let Some(parent) = directory.parent() {
+        fs.fsync_dir(parent).map_err(io_error(parent))?;
+    }
+    let encode = |record: &dyn Fn() -> Result<Vec<u8>, CanonicalError>| {
+        record().map_err(BundleError::Encode)
+    };
+    let reference_bytes = encode(&|| canonical::encode(reference))?;
+    let recovered_bytes = encode(&|| canonical::encode(recovered))?;
+    evidence.reference_evaluation_sha256 = Digest::of(&reference_bytes);
+    evidence.recovered_evaluation_sha256 = Digest::of(&recovered_bytes);
+    let evidence_bytes = encode(&|| canonical::encode(&evidence))?;
+    audit.files = vec![
+        bound(REFERENCE_EVALUATION, &reference_bytes),
+        bound(RECOVERED_EVALUATION, &recovered_bytes),
+        bound(RECOVERY_EVIDENCE, &evidence_bytes),
+    ];
+    audit.self_sha256 = audit_self_digest(&audit)?;
+    let audit_bytes = encode(&|| canonical::encode(&audit))?;
+    for (name, bytes) in [
+        (REFERENCE_EVALUATION, &reference_bytes),
+        (RECOVERED_EVALUATION, &recovered_bytes),
+        (RECOVERY_EVIDENCE, &evidence_bytes),
+        (AUDIT, &audit_bytes),
+    ] {
+        let temporary = directory.join(format!(".{name}.tmp"));
+        let target = directory.join(name);
+        fs.write_new_file(&temporary, bytes, true)
+            .map_err(io_error(&temporary))?;
+        fs.fsync_file(&temporary).map_err(io_error(&temporary))?;
+        fs.rename_noreplace(&temporary, &target)
+            .map_err(io_error(&target))?;
+        fs.fsync_dir(directory).map_err(io_error(directory))?;
+    }
+    Ok(InstalledBundle {
+        directory: directory.to_owned(),
+        audit_sha256: Digest::of(&audit_bytes),
+    })
+}
+
+/// What a verified bundle says (printed by `verify-bundle`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BundleSummary {
+    pub status: &'static str,
+    pub run_status: String,
+    #[serde(flatten)]
+    pub outcome: RunOutcome,
+    pub audit_sha256: Digest,
+}
+
+fn read_member(directory: &Path, name: &str, cap: u64) -> Result<Vec<u8>, BundleError> {
+    let path = directory.join(name);
+    let metadata = path.symlink_metadata().map_err(io_error(&path))?;
+    if !metadata.file_type().is_file() {
+        return Err(BundleError::NotRegularFile {
+            name: name.to_owned(),
+        });
+    }
+    if metadata.len() > cap {
+        return Err(BundleError::TooLarge {
+            name: name.to_owned(),
+            bytes: metadata.len(),
+            cap,
+        });
+    }
+    let bytes = std::fs::read(&path).map_err(io_error(&path))?;
+    if bytes.len() as u64 > cap {
+        return Err(BundleError::TooLarge {
+            name: name.to_owned(),
+            bytes: bytes.len() as u64,
+            cap,
+        });
+    }
+    Ok(bytes)
+}
+
+fn decode_member<R: CanonicalRecord>(name: &str, bytes: &[u8]) -> Result<R, BundleError> {
+    canonical::decode(bytes).map_err(|source| match source {
+        CanonicalError::NotCanonical { .. } => BundleError::NonCanonical {
+            name: name.to_owned(),
+        },
+        source => BundleError::Malformed {
+            name: name.to_owned(),
+            source,
+        },
+    })
+}
+
+fn check_binding(
+    bound_by: &str,
+    name: &str,
+    expected: Digest,
+    bytes: &[u8],
+) -> Result<(), BundleError> {
+    let actual = Digest::of(bytes);
+    if expected != actual {
+        return Err(BundleError::BindingMismatch {
+            bound_by: bound_by.to_owned(),
+            name: name.to_owned(),
+            expected,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+fn require(condition: bool, claim: impl FnOnce() -> String) -> Result<(), BundleError> {
+    if condition {
+        Ok(())
+    } else {
+        Err(BundleError::Inconsistent(claim()))
+    }
+}
+
+/// Verifies the bundle in `directory` without writing anything.
+pub fn verify(directory: &Path) -> Result<BundleSummary, BundleError> {
+    let metadata = directory.symlink_metadata().map_err(io_error(directory))?;
+    if !metadata.is_dir() {
+        return Err(BundleError::NotADirectory(directory.to_owned()));
+    }
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(directory).map_err(io_error(directory))? {
+        let entry = entry.map_err(io_error(directory))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    if !names.iter().any(|n| n == AUDIT) {
+        return Err(BundleError::Incomplete);
+    }
+    for expected in BUNDLE_FILES {
+        if !names.iter().any(|n| n == expected) {
+            return Err(BundleError::MissingFile {
+                name: expected.to_owned(),
+            });
+        }
+    }
+    names.sort();
+    if let Some(extra) = names.iter().find(|n| !BUNDLE_FILES.contains(&n.as_str())) {
+        return Err(BundleError::UnexpectedFile {
+            name: extra.clone(),
+        });
+    }
+    let reference_bytes = read_member(directory, REFERENCE_EVALUATION, EvaluationRecord::CAP)?;
+    let recovered_bytes = read_member(directory, RECOVERED_EVALUATION, EvaluationRecord::CAP)?;
+    let evidence_bytes = read_member(directory, RECOVERY_EVIDENCE, RecoveryEvidenceRecord::CAP)?;
+    let audit_bytes = read_member(directory, AUDIT, AuditRecord::CAP)?;
+    let reference: EvaluationRecord = decode_member(REFERENCE_EVALUATION, &reference_bytes)?;
+    let recovered: EvaluationRecord = decode_member(RECOVERED_EVALUATION, &recovered_bytes)?;
+    let evidence: RecoveryEvidenceRecord = decode_member(RECOVERY_EVIDENCE, &evidence_bytes)?;
+    let audit: AuditRecord = decode_member(AUDIT, &audit_bytes)?;
+
+    let self_digest = audit_self_digest(&audit)?;
+    if self_digest != audit.self_sha256 {
+        return Err(BundleError::SelfDigestMismatch {
+            expected: audit.self_sha256,
+            actual: self_digest,
+        });
+    }
+    let members = [
+        (REFERENCE_EVALUATION, &reference_bytes),
+        (RECOVERED_EVALUATION, &recovered_bytes),
+        (RECOVERY_EVIDENCE, &evidence_bytes),
+    ];
+    require(audit.files.len() == members.len(), || {
+        "audit.json must bind exactly three files".into()
+    })?;
+    for (entry, (name, bytes)) in audit.files.iter().zip(members) {
+        require(entry.name == name, || {
+            format!("audit.json binds {} where {name} belongs", entry.name)
+        })?;
+        check_binding(AUDIT, name, entry.sha256, bytes)?;
+        require(entry.bytes == bytes.len() as u64, || {
+            format!("audit.json records a wrong size for {name}")
+        })?;
+    }
+    check_binding(
+        RECOVERY_EVIDENCE,
+        REFERENCE_EVALUATION,
+        evidence.reference_evaluation_sha256,
+        &reference_bytes,
+    )?;
+    check_binding(
+        RECOVERY_EVIDENCE,
+        RECOVERED_EVALUATION,
+        evidence.recovered_evaluation_sha256,
+        &recovered_bytes,
+    )?;
+
+    check_claims(&reference, &recovered, &evidence, &audit)?;
+    Ok(BundleSummary {
+        status: "verified",
+        run_status: audit.status.clone(),
+        outcome: RunOutcome::of(&audit),
+        audit_sha256: Digest::of(&audit_bytes),
+    })
+}
+
+/// Every claim must follow from the facts recorded beside it.
+fn check_claims(
+    reference: &EvaluationRecord,
+    recovered: &EvaluationRecord,
+    evidence: &RecoveryEvidenceRecord,
+    audit: &AuditRecord,
+) -> Result<(), BundleError> {
+    let barrier = &audit.barrier;
+    require(
+        &evidence.barrier == barrier
+            && &reference.barrier == barrier
+            && &recovered.barrier == barrier,
+        || "the records name different barriers".into(),
+    )?;
+    require(
+        reference.role == "reference" && recovered.role == "recovered",
+        || "evaluation roles are swapped or unknown".into(),
+    )?;
+    for record in [reference, recovered] {
+        let probe = hex::decode(&record.logit_probe_f32le_hex).map_err(|_| {
+            BundleError::Inconsistent(format!("{} logit probe is not hex", record.role))
+        })?;
+        let [rows, classes] = record.logit_probe_shape;
+        require(
+            probe.len() as u64 == u64::from(rows) * u64::from(classes) * 4,
+            || {
+                format!(
+                    "{} logit probe does not have its declared shape",
+                    record.role
+                )
+            },
+        )?;
+        require(Digest::of(&probe) == record.logit_probe_sha256, || {
+            format!(
+                "{} logit probe bytes do not match their SHA-256",
+                record.role
+            )
+        })?;
+        require(record.correct <= record.total, || {
+            format!("{} accuracy exceeds its total", record.role)
+        })?;
+    }
+    let target = evidence.target_step;
+    let reference_at_target = evidence.reference.iter().find(|d| d.step == target);
+    let reference_at_target = reference_at_target.ok_or_else(|| {
+        BundleError::Inconsistent(format!(
+            "the reference never reached the target step {target}"
+        ))
+    })?;
+    require(reference.step == target && recovered.step == target, || {
+        "evaluations are not at the target step".into()
+    })?;
+    require(
+        reference.logical_state_root == reference_at_target.logical_state_root,
+        || "reference evaluation is not of the reference state".into(),
+    )?;
+    require(
+        recovered.logical_state_root == evidence.resharded_w3.logical_state_root
+            && recovered.generation == Some(evidence.final_checkpoint.generation),
+        || "recovered evaluation is not of the final checkpoint".into(),
+    )?;
+    let roots_equal = [
+        evidence.recovered_w4.logical_state_root,
+        evidence.resharded_w3.logical_state_root,
+    ]
+    .iter()
+    .all(|root| *root == reference_at_target.logical_state_root)
+        && evidence.reshard.logical_state_root_before == evidence.reshard.logical_state_root_after;
+    let ledgers_equal = [
+        evidence.recovered_w4.ledger_digest,
+        evidence.resharded_w3.ledger_digest,
+        recovered.ledger_digest,
+    ]
+    .iter()
+    .all(|ledger| *ledger == reference_at_target.ledger_digest);
+    let probe_equal = reference.logit_probe_sha256 == recovered.logit_probe_sha256;
+    let derived = records::Comparisons {
+        logical_state_roots_equal: roots_equal,
+        ledger_digests_equal: ledgers_equal,
+        logit_probe_equal: probe_equal,
+    };
+    require(
+        evidence.comparisons == derived && audit.comparisons == derived,
+        || {
+            format!(
+                "claimed comparisons {:?} differ from those derived from the records {derived:?}",
+                audit.comparisons
+            )
+        },
+    )?;
+    require(
+        audit.candidate_installed == evidence.kill.candidate_installed
+            && audit.selected_generation == evidence.recovery.selected_generation
+            && audit.selected_step == evidence.recovery.selected_step
+            && audit.replayed_batches == evidence.replayed_batches
+            && audit.final_checkpoint == evidence.final_checkpoint
+            && audit.worker_exits == evidence.worker_exits.len() as u64,
+        || "audit.json summarises recovery-evidence.json wrongly".into(),
+    )?;
+    require(
+        evidence.kill.signal == 9
+            && evidence.kill.reaped
+            && evidence.kill.unacknowledged_event == evidence.kill.target_barrier,
+        || "the publisher was not killed with SIGKILL at the target barrier and reaped".into(),
+    )?;
+    require(target == evidence.recovery.selected_step + 1, || {
+        "target step is not the selected step + 1".into()
+    })?;
+    let expected = records::expected_outcome(barrier);
+    let matches_table = expected
+        == Some((
+            audit.candidate_installed,
+            audit.selected_generation,
+            audit.selected_step,
+            audit.replayed_batches,
+            audit.final_checkpoint.generation,
+            audit.final_checkpoint.step,
+        ));
+    let passed = matches_table
+        && roots_equal
+        && ledgers_equal
+        && probe_equal
+        && audit.final_checkpoint.workers == 3;
+    require(
+        audit.status == if passed { "passed" } else { "failed" },
+        || {
+            format!(
+                "status {:?} does not follow from the recorded outcome",
+                audit.status
+            )
+        },
+    )?;
+    Ok(())
+}

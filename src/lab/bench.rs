@@ -1,0 +1,129 @@
+//! `shardlift store bench`: publish vs plain write+fsync, reshard vs copy, recovery
+//! verify vs raw SHA-256 — measured in one run, printed as JSON.
+use std::io::Write;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::core::digest::Digest;
+use crate::core::topology::Topology;
+
+use crate::store::barrier::NoHooks;
+use crate::store::layout::{chunk_payloads, synthetic_state};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Total chunk-payload bytes to publish (whole synthetic states of ~1.2 MB each).
+    #[arg(long, default_value_t = 1 << 30)]
+    pub bytes: u64,
+    /// Directory for the scratch store (default: the system temp dir).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub states: u64,
+    pub payload_bytes: u64,
+    pub publish_s: f64,
+    pub plain_write_fsync_s: f64,
+    pub publish_over_plain: f64,
+    pub reshard_s: f64,
+    pub copy_s: f64,
+    pub reshard_over_copy: f64,
+    pub recovery_verify_bytes_per_s: f64,
+    pub raw_sha256_bytes_per_s: f64,
+    pub recovery_over_sha256: f64,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        f64::INFINITY
+    }
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let work = match &args.dir {
+        Some(dir) => tempfile::tempdir_in(dir)?,
+        None => tempfile::tempdir()?,
+    };
+    let store = work.path().join("store");
+    let plain = work.path().join("plain");
+    std::fs::create_dir(&plain)?;
+    let per_state = synthetic_state(0, 0, 8192)
+        .chunks
+        .iter()
+        .map(|c| c.parameters.len() as u64 * 12)
+        .sum::<u64>();
+    let states = args.bytes.div_ceil(per_state).max(1);
+    let topology = Topology::new(4)?;
+    let (mut publish_s, mut plain_s) = (0.0, 0.0);
+    for step in 0..states {
+        let state = synthetic_state(1, step, 8192);
+        let payloads: Vec<Vec<u8>> = state.chunks.iter().flat_map(chunk_payloads).collect();
+        let started = Instant::now();
+        crate::store::publish(&store, &state, topology, &mut NoHooks)?;
+        publish_s += started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        for (i, payload) in payloads.iter().enumerate() {
+            let mut file = std::fs::File::create(plain.join(format!("{step}-{i}")))?;
+            file.write_all(payload)?;
+            file.sync_all()?;
+        }
+        std::fs::File::open(&plain)?.sync_all()?;
+        plain_s += started.elapsed().as_secs_f64();
+        eprintln!("store bench: published {}/{states}", step + 1);
+    }
+    let payload_bytes = states * per_state;
+    let last = states - 1;
+    let started = Instant::now();
+    crate::store::reshard(&store, last, Topology::new(3)?)?;
+    let reshard_s = started.elapsed().as_secs_f64();
+    let copy_dir = work.path().join("copy");
+    std::fs::create_dir(&copy_dir)?;
+    let started = Instant::now();
+    for entry in std::fs::read_dir(&plain)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(&format!("{last}-")) {
+            let target = copy_dir.join(&name);
+            std::fs::copy(entry.path(), &target)?;
+            std::fs::File::open(&target)?.sync_all()?;
+        }
+    }
+    std::fs::File::open(&copy_dir)?.sync_all()?;
+    let copy_s = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let report = crate::store::recover(&store)?;
+    let recover_s = started.elapsed().as_secs_f64();
+    anyhow::ensure!(report.rejected.is_empty(), "bench store did not verify");
+    // Recovery verifies every generation: `states` publishes plus the reshard's payloads.
+    let verified_bytes = payload_bytes + per_state;
+    let buffer = vec![0x5au8; 8 << 20];
+    let started = Instant::now();
+    let mut hashed = 0u64;
+    while hashed < verified_bytes {
+        std::hint::black_box(Digest::of(&buffer));
+        hashed += buffer.len() as u64;
+    }
+    let sha_s = started.elapsed().as_secs_f64();
+    let recovery_rate = ratio(verified_bytes as f64, recover_s);
+    let sha_rate = ratio(hashed as f64, sha_s);
+    let out = BenchReport {
+        states,
+        payload_bytes,
+        publish_s,
+        plain_write_fsync_s: plain_s,
+        publish_over_plain: ratio(publish_s, plain_s),
+        reshard_s,
+        copy_s,
+        reshard_over_copy: ratio(reshard_s, copy_s),
+        recovery_verify_bytes_per_s: recovery_rate,
+        raw_sha256_bytes_per_s: sha_rate,
+        recovery_over_sha256: ratio(sha_rate, recovery_rate),
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}

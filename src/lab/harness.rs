@@ -1,0 +1,398 @@
+//! The process-crash harness: a real publisher child that stops at every barrier until
+//! acknowledged, killed with SIGKILL (via pidfd) at a chosen barrier; a fresh recovery child.
+//!
+//! Wire protocol (child → parent, stdout): one JSON line per message, either
+//! `{"barrier":{...BarrierEvent}}` after each completed step, or `{"done":{...CommitSummary}}`.
+//! Parent → child (stdin): one byte `A` acknowledges the last barrier event. The child does
+//! nothing after a barrier until it reads the acknowledgement; EOF on stdin stops it.
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use serde::{Deserialize, Serialize};
+
+use crate::core::logical::LogicalState;
+use crate::core::topology::Topology;
+use crate::supervise::process::{ChildSpec, ExitOutcome, ExitRecord, SupervisedChild};
+
+use crate::durable::fs::{FileSystem, RealFs};
+use crate::lab::handoff::{decode_handoff, encode_handoff, HANDOFF_MAGIC};
+use crate::store::barrier::{Barrier, BarrierEvent, FnHook};
+use crate::store::codec::{commit_rel_path, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES};
+use crate::store::error::StoreError;
+use crate::store::recovery::RecoveryReport;
+use crate::store::writer::{next_generation, publish_with, CommitSummary, WriterFaults};
+
+/// The acknowledgement byte.
+pub const ACK: u8 = b'A';
+/// Longest line a child may send.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// Deadline for any one message from a child.
+pub const CHILD_MESSAGE_TIMEOUT_MS: u64 = 60_000;
+
+/// One line from a publisher child.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ChildMessage {
+    Barrier(BarrierEvent),
+    Done(CommitSummary),
+}
+
+/// What happened when a publisher was killed at a barrier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KillReport {
+    pub target: Barrier,
+    pub occurrence: u32,
+    /// Every event acknowledged, in order; ends exactly before `unacknowledged`.
+    pub acknowledged: Vec<BarrierEvent>,
+    /// The target event, which was answered with SIGKILL instead of an acknowledgement.
+    pub unacknowledged: BarrierEvent,
+    pub signal: Option<i32>,
+    pub reaped: bool,
+    pub exit: ExitRecord,
+    /// The generation the killed publisher was writing.
+    pub candidate_generation: u64,
+    /// Whether `commits/<candidate>.json` exists after the kill.
+    pub candidate_visible: bool,
+}
+
+/// Reads newline-terminated lines from a child's pipe with a deadline.
+struct LineReader<R: Read + AsFd> {
+    source: R,
+    buffer: Vec<u8>,
+    eof: bool,
+}
+
+impl<R: Read + AsFd> LineReader<R> {
+    fn new(source: R) -> Self {
+        LineReader {
+            source,
+            buffer: Vec::new(),
+            eof: false,
+        }
+    }
+
+    fn wait_readable(&self, deadline: Instant) -> Result<(), StoreError> {
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(StoreError::ChildProtocol(
+                    "timed out waiting for the child".into(),
+                ));
+            }
+            let timespec = Timespec {
+                tv_sec: remaining.as_secs() as i64,
+                tv_nsec: i64::from(remaining.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&self.source, PollFlags::IN)];
+            match poll(&mut fds, Some(&timespec)) {
+                Ok(0) => continue,
+                Ok(_) => return Ok(()),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(StoreError::ChildProtocol(format!("poll: {e}"))),
+            }
+        }
+    }
+
+    fn fill(&mut self, deadline: Instant) -> Result<(), StoreError> {
+        self.wait_readable(deadline)?;
+        let mut chunk = [0u8; 8192];
+        let n = self
+            .source
+            .read(&mut chunk)
+            .map_err(|e| StoreError::ChildProtocol(format!("read: {e}")))?;
+        if n == 0 {
+            self.eof = true;
+        }
+        self.buffer.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+
+    /// The next line (without the newline), or `None` at EOF.
+    fn next_line(&mut self, deadline: Instant) -> Result<Option<String>, StoreError> {
+        loop {
+            if let Some(pos) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=pos).collect();
+                let text = String::from_utf8(line[..pos].to_vec())
+                    .map_err(|_| StoreError::ChildProtocol("non-UTF-8 line".into()))?;
+                return Ok(Some(text));
+            }
+            if self.buffer.len() > MAX_LINE_BYTES {
+                return Err(StoreError::ChildProtocol("line exceeds the cap".into()));
+            }
+            if self.eof {
+                return Ok(None);
+            }
+            self.fill(deadline)?;
+        }
+    }
+
+    /// Everything until EOF (capped).
+    fn read_to_end(&mut self, deadline: Instant, cap: usize) -> Result<Vec<u8>, StoreError> {
+        while !self.eof {
+            if self.buffer.len() > cap {
+                return Err(StoreError::ChildProtocol("output exceeds the cap".into()));
+            }
+            self.fill(deadline)?;
+        }
+        Ok(std::mem::take(&mut self.buffer))
+    }
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_millis(CHILD_MESSAGE_TIMEOUT_MS)
+}
+
+/// Spawns a publisher child for `state` and kills it with SIGKILL when it reports the
+/// first occurrence of `target`.
+pub fn kill_publisher_at(
+    shardlift_exe: &Path,
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    target: Barrier,
+) -> Result<KillReport, StoreError> {
+    kill_publisher_at_occurrence(shardlift_exe, store_dir, state, topology, target, 1)
+}
+
+/// As `kill_publisher_at`, at the `occurrence`-th event of `target` (1-based).
+pub fn kill_publisher_at_occurrence(
+    shardlift_exe: &Path,
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    target: Barrier,
+    occurrence: u32,
+) -> Result<KillReport, StoreError> {
+    match drive_publisher(
+        shardlift_exe,
+        store_dir,
+        state,
+        topology,
+        Some((target, occurrence)),
+    )? {
+        PublisherEnd::Killed(report) => Ok(report),
+        PublisherEnd::Completed(_) => Err(StoreError::TargetNotReached {
+            barrier: target.name(),
+            occurrence,
+        }),
+    }
+}
+
+/// Publishes `state` in an isolated `shardlift store-child publish` process, acknowledging
+/// every barrier, and returns what it committed. The parent never writes the store itself.
+pub fn publish_in_child(
+    shardlift_exe: &Path,
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+) -> Result<CommitSummary, StoreError> {
+    match drive_publisher(shardlift_exe, store_dir, state, topology, None)? {
+        PublisherEnd::Completed(summary) => Ok(summary),
+        PublisherEnd::Killed(_) => Err(StoreError::ChildProtocol(
+            "publisher was killed without a target".into(),
+        )),
+    }
+}
+
+/// How a driven publisher ended.
+enum PublisherEnd {
+    Killed(KillReport),
+    Completed(CommitSummary),
+}
+
+/// Spawns a publisher child for `state` and acknowledges its barrier events in order;
+/// with `stop = Some((barrier, occurrence))` it answers that event with SIGKILL instead.
+fn drive_publisher(
+    shardlift_exe: &Path,
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    stop: Option<(Barrier, u32)>,
+) -> Result<PublisherEnd, StoreError> {
+    let handoff_bytes = encode_handoff(state, topology)?;
+    let mut handoff =
+        tempfile::NamedTempFile::new().map_err(|e| StoreError::io(std::env::temp_dir(), e))?;
+    handoff
+        .write_all(&handoff_bytes)
+        .and_then(|()| handoff.flush())
+        .map_err(|e| StoreError::io(handoff.path(), e))?;
+    let candidate_generation = next_generation(&RealFs, store_dir)?;
+
+    let mut spec = ChildSpec::new(shardlift_exe, "publisher", "crash-harness")
+        .arg("store-child")
+        .arg("publish")
+        .arg("--store")
+        .arg(store_dir)
+        .arg("--handoff")
+        .arg(handoff.path());
+    spec.pipe_stdin = true;
+    spec.pipe_stdout = true;
+    let mut child = SupervisedChild::spawn(spec)?;
+    let mut stdin = child
+        .take_stdin()
+        .ok_or_else(|| StoreError::ChildProtocol("no stdin pipe".into()))?;
+    let stdout = child
+        .take_stdout()
+        .ok_or_else(|| StoreError::ChildProtocol("no stdout pipe".into()))?;
+    let mut reader = LineReader::new(stdout);
+    let mut acknowledged: Vec<BarrierEvent> = Vec::new();
+    loop {
+        let line = match reader.next_line(deadline()) {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                let exit = child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
+                return Err(StoreError::ChildFailed(format!(
+                    "publisher closed its output before finishing ({})",
+                    exit.outcome
+                )));
+            }
+            Err(e) => {
+                let _ = child.kill_and_reap();
+                return Err(e);
+            }
+        };
+        let message: ChildMessage = match serde_json::from_str(&line) {
+            Ok(message) => message,
+            Err(e) => {
+                let _ = child.kill_and_reap();
+                return Err(StoreError::ChildProtocol(format!("bad line {line:?}: {e}")));
+            }
+        };
+        match message {
+            ChildMessage::Barrier(event) => {
+                if event.seq != acknowledged.len() as u64 {
+                    let _ = child.kill_and_reap();
+                    return Err(StoreError::ChildProtocol(format!(
+                        "event seq {} after {} acknowledged events",
+                        event.seq,
+                        acknowledged.len()
+                    )));
+                }
+                if let Some((target, occurrence)) =
+                    stop.filter(|&(b, o)| (b, o) == (event.barrier, event.occurrence))
+                {
+                    let exit = child.kill_and_reap()?;
+                    let signal = match exit.outcome {
+                        ExitOutcome::Signal(s) => Some(s),
+                        ExitOutcome::Code(_) => None,
+                    };
+                    let candidate_visible = store_dir
+                        .join(commit_rel_path(candidate_generation))
+                        .exists();
+                    return Ok(PublisherEnd::Killed(KillReport {
+                        target,
+                        occurrence,
+                        acknowledged,
+                        unacknowledged: event,
+                        signal,
+                        reaped: true,
+                        exit,
+                        candidate_generation,
+                        candidate_visible,
+                    }));
+                }
+                if let Err(e) = stdin.write_all(&[ACK]).and_then(|()| stdin.flush()) {
+                    let _ = child.kill_and_reap();
+                    return Err(StoreError::ChildProtocol(format!("ack: {e}")));
+                }
+                acknowledged.push(event);
+            }
+            ChildMessage::Done(summary) => {
+                drop(stdin);
+                let exit = child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
+                if !exit.outcome.success() {
+                    return Err(StoreError::ChildFailed(format!(
+                        "publisher reported done but ended with {}",
+                        exit.outcome
+                    )));
+                }
+                return Ok(PublisherEnd::Completed(summary));
+            }
+        }
+    }
+}
+
+/// Runs recovery in a fresh `shardlift store-child recover` process and returns its report.
+pub fn recover_in_child(
+    shardlift_exe: &Path,
+    store_dir: &Path,
+) -> Result<RecoveryReport, StoreError> {
+    let mut spec = ChildSpec::new(shardlift_exe, "recovery", "crash-harness")
+        .arg("store-child")
+        .arg("recover")
+        .arg("--store")
+        .arg(store_dir);
+    spec.pipe_stdout = true;
+    let mut child = SupervisedChild::spawn(spec)?;
+    let stdout = child
+        .take_stdout()
+        .ok_or_else(|| StoreError::ChildProtocol("no stdout pipe".into()))?;
+    let mut reader = LineReader::new(stdout);
+    let output = reader.read_to_end(deadline(), 64 << 20);
+    let exit = child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
+    let output = output?;
+    if !exit.outcome.success() {
+        return Err(StoreError::ChildFailed(format!(
+            "recovery child ended with {}",
+            exit.outcome
+        )));
+    }
+    serde_json::from_slice(&output)
+        .map_err(|e| StoreError::ChildProtocol(format!("recovery report: {e}")))
+}
+
+/// Child side of `store-child publish`: reads the handoff, publishes, and streams one
+/// event per barrier, waiting for an acknowledgement byte after each.
+pub fn child_publish(store_dir: &Path, handoff: &Path) -> Result<CommitSummary, StoreError> {
+    let cap = (MAX_CHUNK_OBJECT_BYTES * 3)
+        .saturating_add(MAX_MANIFEST_BYTES)
+        .saturating_add(HANDOFF_MAGIC.len() as u64 + 8);
+    let bytes = RealFs
+        .read_file(handoff, cap)
+        .map_err(|e| StoreError::io(handoff, e))?;
+    if bytes.len() as u64 > cap {
+        return Err(StoreError::TooLarge {
+            path: handoff.to_owned(),
+            cap,
+        });
+    }
+    let (state, topology) = decode_handoff(handoff, &bytes)?;
+    let stdout = std::io::stdout();
+    let stdin = std::io::stdin();
+    let mut hook = FnHook(|event: &BarrierEvent| {
+        let line = serde_json::to_string(&ChildMessage::Barrier(event.clone()))
+            .map_err(|e| e.to_string())?;
+        let mut out = stdout.lock();
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(|e| e.to_string())?;
+        let mut ack = [0u8; 1];
+        stdin
+            .lock()
+            .read_exact(&mut ack)
+            .map_err(|e| format!("no acknowledgement: {e}"))?;
+        if ack[0] != ACK {
+            return Err(format!("unexpected acknowledgement byte {}", ack[0]));
+        }
+        Ok(())
+    });
+    let summary = publish_with(
+        &RealFs,
+        store_dir,
+        &state,
+        topology,
+        &mut hook,
+        WriterFaults::default(),
+    )?;
+    let line = serde_json::to_string(&ChildMessage::Done(summary.clone()))
+        .map_err(|e| StoreError::ChildProtocol(e.to_string()))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| StoreError::ChildProtocol(e.to_string()))?;
+    Ok(summary)
+}

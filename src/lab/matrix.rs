@@ -1,0 +1,755 @@
+//! The crash matrix: process kills at every barrier, power-loss states and corruption
+//! cases on a synthetic multi-chunk state, with every DESIGN.md invariant checked.
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::core::digest::Digest;
+use crate::core::logical::LogicalState;
+use crate::core::topology::Topology;
+
+use crate::durable::fs::RealFs;
+use crate::lab::corruption::{copy_tree, list_files, Damage, FileOffset};
+use crate::lab::harness::{kill_publisher_at_occurrence, recover_in_child};
+use crate::lab::powerloss::{
+    tree_digest, CrashState, EnumerationLimits, MarkingHooks, Recording, RecordingFs,
+};
+use crate::store::barrier::{Barrier, NoHooks};
+use crate::store::codec::{commit_rel_path, object_rel_path};
+use crate::store::layout::synthetic_state;
+use crate::store::recovery::{verify_generation_with, LatestStatus, RecoveryReport};
+use crate::store::writer::{publish_with, reshard_with, WriterFaults, LATEST_REL_PATH};
+use crate::store::StoreError;
+
+/// A fresh scratch directory: under `$SHARDLIFT_SCRATCH` if set, else `/dev/shm` (tmpfs:
+/// the matrix creates and deletes thousands of small trees), else the system temp dir.
+pub fn scratch_dir() -> std::io::Result<tempfile::TempDir> {
+    let base = match std::env::var_os("SHARDLIFT_SCRATCH") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None if Path::new("/dev/shm").is_dir() => std::path::PathBuf::from("/dev/shm"),
+        None => std::env::temp_dir(),
+    };
+    match tempfile::Builder::new()
+        .prefix("shardlift-")
+        .tempdir_in(&base)
+    {
+        Ok(dir) => Ok(dir),
+        Err(_) => tempfile::tempdir(),
+    }
+}
+
+/// Chunk size of the synthetic state: 13 chunks, the last one short.
+pub const MATRIX_CHUNK_ELEMENTS: u32 = 8192;
+
+#[derive(Clone, Debug)]
+pub struct MatrixConfig {
+    pub seed: u64,
+    pub max_states_per_scenario: usize,
+    pub threads: usize,
+}
+
+impl Default for MatrixConfig {
+    fn default() -> Self {
+        MatrixConfig {
+            seed: 0x5eed,
+            max_states_per_scenario: 300,
+            threads: std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .min(8),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MatrixSummary {
+    pub barriers: Vec<&'static str>,
+    pub process_kills: u64,
+    pub power_loss_states: u64,
+    pub corruption_cases: u64,
+    pub violations: u64,
+    pub violation_list: Vec<String>,
+}
+
+/// What a generation must look like to count as intact: each file and its digest.
+#[derive(Clone, Debug)]
+pub struct GenerationExpectation {
+    pub generation: u64,
+    pub logical_state_root: Digest,
+    pub files: Vec<(String, Digest)>,
+}
+
+/// The files a verified generation depends on (commit record, manifest, chunk objects).
+pub fn generation_expectation(
+    root: &Path,
+    generation: u64,
+) -> Result<GenerationExpectation, StoreError> {
+    let verified = verify_generation_with(&RealFs, root, generation, false)?;
+    let mut files = vec![
+        (commit_rel_path(generation), verified.commit_digest),
+        (
+            object_rel_path(&verified.manifest_digest),
+            verified.manifest_digest,
+        ),
+    ];
+    for chunk in &verified.manifest.chunks {
+        for (_, digest) in chunk.digests() {
+            files.push((object_rel_path(&digest), digest));
+        }
+    }
+    Ok(GenerationExpectation {
+        generation,
+        logical_state_root: verified.manifest.logical_state_root,
+        files,
+    })
+}
+
+/// What a writer run under the power-loss model is.
+#[derive(Clone, Debug)]
+pub enum Action {
+    Publish(Box<LogicalState>, Topology),
+    Reshard(u64, Topology),
+}
+
+/// The result of one power-loss scenario.
+#[derive(Clone, Debug, Default)]
+pub struct ScenarioOutcome {
+    pub states: u64,
+    pub violations: Vec<String>,
+}
+
+fn recover_guarded(dir: &Path) -> Result<RecoveryReport, String> {
+    match catch_unwind(AssertUnwindSafe(|| crate::store::recover(dir))) {
+        Ok(Ok(report)) => Ok(report),
+        Ok(Err(e)) => Err(format!("recovery failed: {e}")),
+        Err(_) => Err("recovery panicked".into()),
+    }
+}
+
+/// Recovery twice with the tree hashed around it; LATEST removed must not change the
+/// answer; the selected generation must load with the expected root.
+fn check_recovery_common(
+    dir: &Path,
+    roots: &BTreeMap<u64, Digest>,
+    violations: &mut Vec<String>,
+    context: &str,
+    check_latest: bool,
+) -> Option<RecoveryReport> {
+    let before = tree_digest(dir).ok();
+    let first = match recover_guarded(dir) {
+        Ok(r) => r,
+        Err(e) => {
+            violations.push(format!("{context}: {e}"));
+            return None;
+        }
+    };
+    let second = recover_guarded(dir);
+    let after = tree_digest(dir).ok();
+    if before.is_none() || before != after {
+        violations.push(format!("{context}: recovery modified the store"));
+    }
+    if second.as_ref() != Ok(&first) {
+        violations.push(format!("{context}: recovery is not idempotent"));
+    }
+    if let Some(selected) = &first.selected {
+        match catch_unwind(AssertUnwindSafe(|| {
+            crate::store::load_generation(dir, selected.generation)
+        })) {
+            Ok(Ok((state, _))) => {
+                let root = state.logical_state_root();
+                if roots.get(&selected.generation) != Some(&root) {
+                    violations.push(format!(
+                        "{context}: generation {} loaded with root {root}, not the published one",
+                        selected.generation
+                    ));
+                }
+            }
+            Ok(Err(e)) => {
+                violations.push(format!("{context}: selected generation does not load: {e}"))
+            }
+            Err(_) => violations.push(format!("{context}: load panicked")),
+        }
+    }
+    // LATEST never changes the answer: hide it and recover again.
+    let latest = dir.join(LATEST_REL_PATH);
+    if check_latest && latest.exists() {
+        let hidden = dir.join("refs/LATEST.hidden-by-checker");
+        if std::fs::rename(&latest, &hidden).is_ok() {
+            match recover_guarded(dir) {
+                Ok(r) if r.selected == first.selected => {}
+                _ => violations.push(format!("{context}: LATEST changed the answer")),
+            }
+            let _ = std::fs::rename(&hidden, &latest);
+        }
+    }
+    Some(first)
+}
+
+fn intact(recording: &Recording, state: &CrashState, expectation: &GenerationExpectation) -> bool {
+    expectation.files.iter().all(|(path, digest)| {
+        recording
+            .file_bytes(&state.image, path)
+            .is_some_and(|bytes| Digest::of(bytes) == *digest)
+    })
+}
+
+struct ScenarioChecks<'a> {
+    recording: &'a Recording,
+    previous: Option<&'a GenerationExpectation>,
+    candidate: &'a GenerationExpectation,
+    roots: BTreeMap<u64, Digest>,
+    durable_from: Option<usize>,
+}
+
+fn check_crash_state(
+    checks: &ScenarioChecks<'_>,
+    state: &CrashState,
+    violations: &mut Vec<String>,
+) {
+    let context = format!("power-loss state at op {}", state.crash_point);
+    let Ok(dir) = scratch_dir() else {
+        violations.push(format!("{context}: cannot create a temp dir"));
+        return;
+    };
+    if let Err(e) = checks.recording.materialize(&state.image, dir.path()) {
+        violations.push(format!("{context}: cannot materialize: {e}"));
+        return;
+    }
+    let Some(report) = check_recovery_common(
+        dir.path(),
+        &checks.roots,
+        violations,
+        &context,
+        state.crash_point % 3 == 0,
+    ) else {
+        return;
+    };
+    let candidate_ok = intact(checks.recording, state, checks.candidate);
+    let previous_ok = checks
+        .previous
+        .is_some_and(|p| intact(checks.recording, state, p));
+    let expected = if candidate_ok {
+        Some(checks.candidate.generation)
+    } else if previous_ok {
+        checks.previous.map(|p| p.generation)
+    } else {
+        None
+    };
+    let selected = report.selected.as_ref().map(|s| s.generation);
+    let allowed = [
+        checks.previous.map(|p| p.generation),
+        Some(checks.candidate.generation),
+    ];
+    if selected.is_some() && !allowed.contains(&selected) {
+        violations.push(format!(
+            "{context}: selected {selected:?}, neither previous nor candidate"
+        ));
+    }
+    if selected != expected {
+        violations.push(format!(
+            "{context}: selected {selected:?} but the fully intact newest generation is {expected:?}"
+        ));
+    }
+    if checks.previous.is_some() && !previous_ok {
+        violations.push(format!(
+            "{context}: the previous durable generation was lost"
+        ));
+    }
+    if let Some(from) = checks.durable_from {
+        if state.crash_point >= from && selected != Some(checks.candidate.generation) {
+            violations.push(format!(
+                "{context}: generation {} was lost after its commits/ fsync",
+                checks.candidate.generation
+            ));
+        }
+    }
+    if matches!(
+        report.latest.status,
+        LatestStatus::Ahead | LatestStatus::Garbage
+    ) {
+        violations.push(format!(
+            "{context}: LATEST is {:?}: the writer exposed a hint ahead of durable commits",
+            report.latest.status
+        ));
+    }
+}
+
+/// Records one writer run on a copy of `base` (or an empty store) and checks recovery on
+/// every derived crash state (at most `max_states`, sampled evenly).
+pub fn power_loss_scenario(
+    base: Option<&Path>,
+    action: &Action,
+    faults: WriterFaults,
+    limits: EnumerationLimits,
+    max_states: usize,
+    threads: usize,
+) -> anyhow::Result<ScenarioOutcome> {
+    let work = scratch_dir()?;
+    let root = work.path().join("store");
+    std::fs::create_dir(&root)?;
+    let mut roots = BTreeMap::new();
+    let previous = match base {
+        Some(base) => {
+            copy_tree(base, &root)?;
+            let report = crate::store::recover(&root)?;
+            for g in &report.valid_generations {
+                let e = generation_expectation(&root, *g)?;
+                roots.insert(*g, e.logical_state_root);
+            }
+            match report.selected {
+                Some(s) => Some(generation_expectation(&root, s.generation)?),
+                None => None,
+            }
+        }
+        None => None,
+    };
+    let fs = RecordingFs::new(&root)?;
+    let summary = {
+        let mut hooks = MarkingHooks(&fs);
+        match action {
+            Action::Publish(state, topology) => {
+                publish_with(&fs, &root, state, *topology, &mut hooks, faults)?
+            }
+            Action::Reshard(generation, topology) => {
+                reshard_with(&fs, &root, *generation, *topology, &mut hooks)?
+            }
+        }
+    };
+    let candidate = generation_expectation(&root, summary.generation)?;
+    roots.insert(candidate.generation, candidate.logical_state_root);
+    let recording = fs.finish();
+    let durable_from = recording.mark_of(Barrier::CommitAfterDirectoryFsync);
+    let mut states = recording.crash_states(limits);
+    if states.len() > max_states && max_states > 0 {
+        let stride = states.len() as f64 / max_states as f64;
+        states = (0..max_states)
+            .filter_map(|i| states.get((i as f64 * stride) as usize).cloned())
+            .collect();
+    }
+    let checks = ScenarioChecks {
+        recording: &recording,
+        previous: previous.as_ref(),
+        candidate: &candidate,
+        roots,
+        durable_from,
+    };
+    let threads = threads.max(1);
+    let per_thread = states.len().div_ceil(threads).max(1);
+    let mut violations = Vec::new();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = states
+            .chunks(per_thread)
+            .map(|slice| {
+                let checks = &checks;
+                scope.spawn(move || {
+                    let mut found = Vec::new();
+                    for state in slice {
+                        check_crash_state(checks, state, &mut found);
+                    }
+                    found
+                })
+            })
+            .collect();
+        for handle in handles {
+            match handle.join() {
+                Ok(found) => violations.extend(found),
+                Err(_) => violations.push("a checker thread panicked".into()),
+            }
+        }
+    });
+    Ok(ScenarioOutcome {
+        states: states.len() as u64,
+        violations,
+    })
+}
+
+/// The synthetic states the matrix uses: A (step 3) and B (step 4).
+pub fn matrix_states(seed: u64) -> (LogicalState, LogicalState) {
+    (
+        synthetic_state(seed, 3, MATRIX_CHUNK_ELEMENTS),
+        synthetic_state(seed, 4, MATRIX_CHUNK_ELEMENTS),
+    )
+}
+
+fn topology(workers: u32) -> anyhow::Result<Topology> {
+    Ok(Topology::new(workers)?)
+}
+
+/// Kills a publisher at `barrier` (occurrence `occurrence`) on a copy of `base` and checks
+/// the transcript and a fresh child's recovery.
+pub fn process_kill_case(
+    exe: &Path,
+    base: Option<&Path>,
+    state: &LogicalState,
+    barrier: Barrier,
+    occurrence: u32,
+) -> anyhow::Result<Vec<String>> {
+    let work = scratch_dir()?;
+    let root = work.path().join("store");
+    let mut roots = BTreeMap::new();
+    let mut previous = None;
+    if let Some(base) = base {
+        std::fs::create_dir(&root)?;
+        copy_tree(base, &root)?;
+        let report = crate::store::recover(&root)?;
+        for g in &report.valid_generations {
+            roots.insert(*g, generation_expectation(&root, *g)?.logical_state_root);
+        }
+        previous = report.selected.map(|s| s.generation);
+    }
+    roots.insert(previous.map_or(0, |p| p + 1), state.logical_state_root());
+    let context = format!("kill at {barrier}#{occurrence}");
+    let mut violations = Vec::new();
+    let report = kill_publisher_at_occurrence(exe, &root, state, topology(4)?, barrier, occurrence)
+        .with_context(|| context.clone())?;
+    if report.signal != Some(9) || !report.reaped {
+        violations.push(format!(
+            "{context}: publisher not killed by signal 9 ({:?})",
+            report.exit
+        ));
+    }
+    if report.unacknowledged.barrier != barrier
+        || report.unacknowledged.occurrence != occurrence
+        || report.unacknowledged.seq != report.acknowledged.len() as u64
+        || report
+            .acknowledged
+            .iter()
+            .enumerate()
+            .any(|(i, e)| e.seq != i as u64)
+    {
+        violations.push(format!(
+            "{context}: acknowledged transcript does not end right before the target"
+        ));
+    }
+    if report.candidate_visible != barrier.commit_visible() {
+        violations.push(format!(
+            "{context}: candidate visible = {}, protocol says {}",
+            report.candidate_visible,
+            barrier.commit_visible()
+        ));
+    }
+    if !root.exists() {
+        // Killed before the layout existed: nothing to recover.
+        return Ok(violations);
+    }
+    let before = tree_digest(&root)?;
+    let first = recover_in_child(exe, &root).with_context(|| context.clone())?;
+    if tree_digest(&root)? != before {
+        violations.push(format!("{context}: recovery modified the store"));
+    }
+    let expected = if report.candidate_visible {
+        Some(report.candidate_generation)
+    } else {
+        previous
+    };
+    let selected = first.selected.as_ref().map(|s| s.generation);
+    if selected != expected {
+        violations.push(format!(
+            "{context}: selected {selected:?}, expected {expected:?}"
+        ));
+    }
+    if matches!(
+        first.latest.status,
+        LatestStatus::Ahead | LatestStatus::Garbage
+    ) {
+        violations.push(format!("{context}: LATEST is {:?}", first.latest.status));
+    }
+    violations.extend(
+        check_recovery_common(&root, &roots, &mut Vec::new(), &context, true)
+            .filter(|r| r.selected != first.selected)
+            .map(|_| format!("{context}: in-process and child recovery disagree")),
+    );
+    Ok(violations)
+}
+
+/// The healthy store the corruption cases damage: generation 0 = A on 4 workers,
+/// 1 = B on 4 workers, 2 = B resharded to 3 workers; LATEST names 2.
+pub fn build_corruption_base(root: &Path, seed: u64) -> anyhow::Result<()> {
+    let (a, b) = matrix_states(seed);
+    publish_with(
+        &RealFs,
+        root,
+        &a,
+        topology(4)?,
+        &mut NoHooks,
+        WriterFaults::default(),
+    )?;
+    publish_with(
+        &RealFs,
+        root,
+        &b,
+        topology(4)?,
+        &mut NoHooks,
+        WriterFaults::default(),
+    )?;
+    reshard_with(&RealFs, root, 1, topology(3)?, &mut NoHooks)?;
+    Ok(())
+}
+
+/// Every corruption case for a healthy store.
+pub fn corruption_cases(base: &Path) -> anyhow::Result<Vec<Damage>> {
+    let files = list_files(base)?;
+    let mut cases = Vec::new();
+    let mut seen_kind = std::collections::BTreeSet::new();
+    for file in &files {
+        cases.push(Damage::BitFlip {
+            file: file.clone(),
+            offset: FileOffset::Middle,
+        });
+        cases.push(Damage::Truncate {
+            file: file.clone(),
+            keep_per_mille: 500,
+        });
+        cases.push(Damage::Delete { file: file.clone() });
+        let kind = file.split('/').next().unwrap_or("").to_owned();
+        if seen_kind.insert(kind) {
+            for offset in [FileOffset::First, FileOffset::Last] {
+                cases.push(Damage::BitFlip {
+                    file: file.clone(),
+                    offset,
+                });
+            }
+            cases.push(Damage::Truncate {
+                file: file.clone(),
+                keep_per_mille: 0,
+            });
+        }
+    }
+    let g2 = generation_expectation(base, 2)?;
+    let g1 = generation_expectation(base, 1)?;
+    let g0 = generation_expectation(base, 0)?;
+    // Misdirected writes: a chunk object, a manifest and a commit record overwritten with
+    // another file's bytes.
+    cases.push(Damage::Misdirect {
+        file: g2.files[2].0.clone(),
+        source: g2.files[3].0.clone(),
+    });
+    cases.push(Damage::Misdirect {
+        file: g2.files[1].0.clone(),
+        source: g1.files[1].0.clone(),
+    });
+    cases.push(Damage::Misdirect {
+        file: g2.files[0].0.clone(),
+        source: g1.files[0].0.clone(),
+    });
+    cases.push(Damage::Misdirect {
+        file: g1.files[4].0.clone(),
+        source: g0.files[4].0.clone(),
+    });
+    let latest = |generation: u64, commit: Digest| {
+        crate::store::codec::encode(&crate::store::codec::LatestRecord {
+            schema: crate::store::codec::LATEST_SCHEMA.into(),
+            version: crate::store::codec::SCHEMA_VERSION,
+            generation,
+            commit,
+        })
+    };
+    cases.push(Damage::Write {
+        file: LATEST_REL_PATH.into(),
+        bytes: latest(0, g0.files[0].1)?,
+    });
+    cases.push(Damage::Write {
+        file: LATEST_REL_PATH.into(),
+        bytes: latest(7, g0.files[0].1)?,
+    });
+    cases.push(Damage::Write {
+        file: LATEST_REL_PATH.into(),
+        bytes: b"not a record".to_vec(),
+    });
+    for (file, bytes) in [
+        ("staging/object-1-1.tmp", b"partial".to_vec()),
+        ("commits/00000000000000000003.json.tmp", b"{".to_vec()),
+        ("commits/README", b"unknown".to_vec()),
+        ("commits/00000000000000000009.json", b"garbage".to_vec()),
+        ("objects/zz/unknown", b"unknown".to_vec()),
+        ("objects/unknown", b"unknown".to_vec()),
+        ("unknown-at-root", b"unknown".to_vec()),
+        ("refs/LATEST.tmp", b"x".to_vec()),
+    ] {
+        cases.push(Damage::Write {
+            file: file.into(),
+            bytes,
+        });
+    }
+    cases.push(Damage::Mkdir {
+        dir: "commits/00000000000000000005.json".into(),
+    });
+    Ok(cases)
+}
+
+/// Applies one damage to a copy of `base` and checks recovery.
+pub fn corruption_case(
+    base: &Path,
+    damage: &Damage,
+    expectations: &[GenerationExpectation],
+) -> anyhow::Result<Vec<String>> {
+    let work = scratch_dir()?;
+    let root = work.path().join("store");
+    std::fs::create_dir(&root)?;
+    copy_tree(base, &root)?;
+    damage.apply(&root)?;
+    let context = damage.describe();
+    let mut violations = Vec::new();
+    let roots: BTreeMap<u64, Digest> = expectations
+        .iter()
+        .map(|e| (e.generation, e.logical_state_root))
+        .collect();
+    let Some(report) = check_recovery_common(&root, &roots, &mut violations, &context, true) else {
+        return Ok(violations);
+    };
+    let intact = |e: &GenerationExpectation| {
+        e.files.iter().all(|(path, digest)| {
+            std::fs::read(root.join(path)).is_ok_and(|bytes| Digest::of(&bytes) == *digest)
+        })
+    };
+    let expected = expectations
+        .iter()
+        .filter(|e| intact(e))
+        .map(|e| e.generation)
+        .max();
+    let selected = report.selected.as_ref().map(|s| s.generation);
+    if selected != expected {
+        violations.push(format!(
+            "{context}: selected {selected:?}, expected {expected:?}"
+        ));
+    }
+    for e in expectations.iter().filter(|e| !intact(e)) {
+        match crate::store::load_generation(&root, e.generation) {
+            Ok(_) => violations.push(format!(
+                "{context}: damaged generation {} loaded",
+                e.generation
+            )),
+            Err(error) if error.path().is_none() => {
+                violations.push(format!("{context}: error names no file: {error}"))
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(violations)
+}
+
+/// Runs everything and returns the summary (violations listed, not raised).
+pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> anyhow::Result<MatrixSummary> {
+    let started = std::time::Instant::now();
+    let (a, b) = matrix_states(config.seed);
+    let work = scratch_dir()?;
+    let base = work.path().join("base");
+    publish_with(
+        &RealFs,
+        &base,
+        &a,
+        topology(4)?,
+        &mut NoHooks,
+        WriterFaults::default(),
+    )?;
+    let mut violations = Vec::new();
+
+    // 1. Process kills: every barrier, plus the last occurrence of each object barrier and
+    // a genesis publish killed around the commit rename.
+    let objects_per_state = u32::try_from(b.chunks.len() * 3)?;
+    let mut kills: Vec<(Option<&Path>, Barrier, u32)> = Barrier::ALL
+        .iter()
+        .map(|&barrier| (Some(base.as_path()), barrier, 1))
+        .collect();
+    for barrier in &Barrier::ALL[..4] {
+        kills.push((Some(base.as_path()), *barrier, objects_per_state));
+    }
+    for barrier in [Barrier::CommitAfterFileFsync, Barrier::CommitAfterRename] {
+        kills.push((None, barrier, 1));
+    }
+    for (i, (from, barrier, occurrence)) in kills.iter().enumerate() {
+        eprintln!(
+            "crash-matrix: process kill {}/{} at {barrier}#{occurrence}",
+            i + 1,
+            kills.len()
+        );
+        let state = if from.is_some() { &b } else { &a };
+        violations.extend(process_kill_case(exe, *from, state, *barrier, *occurrence)?);
+    }
+
+    // 2. Power loss: genesis publish, publish over a durable generation, reshard.
+    let limits = EnumerationLimits {
+        seed: config.seed,
+        ..EnumerationLimits::default()
+    };
+    let scenarios: Vec<(&str, Option<&Path>, Action)> = vec![
+        (
+            "genesis publish",
+            None,
+            Action::Publish(Box::new(a.clone()), topology(4)?),
+        ),
+        (
+            "publish over generation 0",
+            Some(base.as_path()),
+            Action::Publish(Box::new(b.clone()), topology(4)?),
+        ),
+        (
+            "reshard generation 0 to 3 workers",
+            Some(base.as_path()),
+            Action::Reshard(0, topology(3)?),
+        ),
+        (
+            "republish generation 0's state (deduplicated objects)",
+            Some(base.as_path()),
+            Action::Publish(Box::new(a.clone()), topology(2)?),
+        ),
+        (
+            "genesis publish, 4096-element chunks",
+            None,
+            Action::Publish(
+                Box::new(synthetic_state(config.seed, 9, 4096)),
+                topology(3)?,
+            ),
+        ),
+    ];
+    let mut power_loss_states = 0;
+    for (name, from, action) in &scenarios {
+        eprintln!("crash-matrix: power-loss scenario: {name}");
+        let outcome = power_loss_scenario(
+            *from,
+            action,
+            WriterFaults::default(),
+            limits,
+            config.max_states_per_scenario,
+            config.threads,
+        )?;
+        eprintln!(
+            "crash-matrix:   {} states, {} violations",
+            outcome.states,
+            outcome.violations.len()
+        );
+        power_loss_states += outcome.states;
+        violations.extend(
+            outcome
+                .violations
+                .into_iter()
+                .map(|v| format!("{name}: {v}")),
+        );
+    }
+
+    // 3. Corruption.
+    let corrupt_base = work.path().join("corrupt-base");
+    build_corruption_base(&corrupt_base, config.seed)?;
+    let expectations = (0..3)
+        .map(|g| generation_expectation(&corrupt_base, g))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cases = corruption_cases(&corrupt_base)?;
+    eprintln!("crash-matrix: {} corruption cases", cases.len());
+    for damage in &cases {
+        violations.extend(corruption_case(&corrupt_base, damage, &expectations)?);
+    }
+    eprintln!(
+        "crash-matrix: done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(MatrixSummary {
+        barriers: Barrier::ALL.iter().map(|b| b.name()).collect(),
+        process_kills: kills.len() as u64,
+        power_loss_states,
+        corruption_cases: cases.len() as u64,
+        violations: violations.len() as u64,
+        violation_list: violations,
+    })
+}

@@ -1,0 +1,12 @@
+//! The crash lab: process kills, the power-loss model, corruption injection and benches
+//! that test the store. The lab depends on the store; the store never depends on the lab.
+pub mod bench;
+pub mod corruption;
+pub mod handoff;
+pub mod harness;
+pub mod matrix;
+pub mod powerloss;
+
+pub use harness::{
+    kill_publisher_at, kill_publisher_at_occurrence, publish_in_child, recover_in_child, KillReport,
+};

@@ -1,0 +1,545 @@
+//! The power-loss model: record every file-system effect of a writer run, then rebuild
+//! the states a power cut could leave (ALICE-style) and check recovery on each.
+//!
+//! Model (RFC 0001 §Failure model):
+//! - a file's data is durable once the file is fsynced; before that a crash may leave it
+//!   whole, empty, or torn at a 512- or 4096-byte boundary;
+//! - a create, mkdir, rename or remove is durable once the directory holding the new
+//!   entry is fsynced; before that it may or may not have happened (any subset of the
+//!   pending operations, applied in program order; a rename is atomic);
+//! - an entry whose parent directory is absent is lost.
+//!
+//! Crash points: every operation boundary. Subsets of pending operations: all when there
+//! are at most 10, else every prefix, every omit-one and seeded samples.
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::core::digest::{Digest, FramedHasher};
+use crate::core::rng::SplitMix64;
+
+use crate::durable::fs::{EntryKind, FileSystem, RealFs};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
+
+/// One recorded file-system effect (paths relative to the store root, `/`-separated).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Mkdir {
+        path: String,
+    },
+    Create {
+        path: String,
+        inode: usize,
+    },
+    FsyncFile {
+        inode: usize,
+    },
+    FsyncDir {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+        inode: usize,
+    },
+    Remove {
+        path: String,
+    },
+}
+
+impl Op {
+    /// The directory whose fsync makes this metadata operation durable.
+    fn durable_in(&self) -> Option<&str> {
+        match self {
+            Op::Mkdir { path } | Op::Create { path, .. } | Op::Remove { path } => {
+                Some(parent(path))
+            }
+            Op::Rename { to, .. } => Some(parent(to)),
+            Op::FsyncFile { .. } | Op::FsyncDir { .. } => None,
+        }
+    }
+}
+
+fn parent(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(i) => &path[..i],
+        None => "",
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Node {
+    Dir,
+    File(usize),
+}
+
+#[derive(Default)]
+struct Log {
+    ops: Vec<Op>,
+    names: HashMap<String, Node>,
+    inodes: Vec<Vec<u8>>,
+    marks: Vec<(Barrier, usize)>,
+}
+
+/// A recorded writer run.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    /// The image before the run (all durable).
+    pub initial: BTreeMap<String, ImageEntry>,
+    pub ops: Vec<Op>,
+    /// File contents by inode (each file is written once, at create).
+    pub inodes: Vec<Vec<u8>>,
+    /// Each barrier event and how many operations had been issued when it was reached.
+    pub marks: Vec<(Barrier, usize)>,
+}
+
+/// A file-system implementation that performs every operation on a real directory and
+/// records it.
+pub struct RecordingFs {
+    root: PathBuf,
+    log: RefCell<Log>,
+    initial: BTreeMap<String, ImageEntry>,
+}
+
+/// One entry of a crash image: a directory, or a file holding the first `len` bytes of
+/// an inode's data.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ImageEntry {
+    Dir,
+    File { inode: usize, len: usize },
+}
+
+/// A crash image: relative path → entry.
+pub type Image = BTreeMap<String, ImageEntry>;
+
+impl RecordingFs {
+    /// Starts recording on an existing directory; its current contents are the durable
+    /// initial image.
+    pub fn new(root: &Path) -> std::io::Result<Self> {
+        let mut log = Log::default();
+        let mut initial = BTreeMap::new();
+        for entry in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
+            let entry = entry.map_err(std::io::Error::other)?;
+            let rel = rel_string(root, entry.path())
+                .ok_or_else(|| std::io::Error::other("path outside root"))?;
+            if entry.file_type().is_dir() {
+                log.names.insert(rel.clone(), Node::Dir);
+                initial.insert(rel, ImageEntry::Dir);
+            } else if entry.file_type().is_file() {
+                let data = std::fs::read(entry.path())?;
+                let inode = log.inodes.len();
+                initial.insert(
+                    rel.clone(),
+                    ImageEntry::File {
+                        inode,
+                        len: data.len(),
+                    },
+                );
+                log.inodes.push(data);
+                log.names.insert(rel, Node::File(inode));
+            }
+        }
+        Ok(RecordingFs {
+            root: root.to_owned(),
+            log: RefCell::new(log),
+            initial,
+        })
+    }
+
+    fn rel(&self, path: &Path) -> std::io::Result<String> {
+        rel_string(&self.root, path)
+            .ok_or_else(|| std::io::Error::other("path outside the recorded root"))
+    }
+
+    /// Notes that a barrier was reached (after the operations issued so far).
+    pub fn mark(&self, barrier: Barrier) {
+        let mut log = self.log.borrow_mut();
+        let at = log.ops.len();
+        log.marks.push((barrier, at));
+    }
+
+    pub fn finish(self) -> Recording {
+        let log = self.log.into_inner();
+        Recording {
+            initial: self.initial,
+            ops: log.ops,
+            inodes: log.inodes,
+            marks: log.marks,
+        }
+    }
+}
+
+fn rel_string(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let text = rel.to_str()?;
+    Some(text.trim_end_matches('/').to_owned())
+}
+
+impl FileSystem for RecordingFs {
+    fn create_dir(&self, path: &Path) -> std::io::Result<()> {
+        let rel = self.rel(path)?;
+        RealFs.create_dir(path)?;
+        let mut log = self.log.borrow_mut();
+        log.names.insert(rel.clone(), Node::Dir);
+        log.ops.push(Op::Mkdir { path: rel });
+        Ok(())
+    }
+
+    fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> std::io::Result<()> {
+        let rel = self.rel(path)?;
+        RealFs.write_new_file(path, bytes, read_only)?;
+        let mut log = self.log.borrow_mut();
+        let inode = log.inodes.len();
+        log.inodes.push(bytes.to_vec());
+        log.names.insert(rel.clone(), Node::File(inode));
+        log.ops.push(Op::Create { path: rel, inode });
+        Ok(())
+    }
+
+    fn fsync_file(&self, path: &Path) -> std::io::Result<()> {
+        let rel = self.rel(path)?;
+        let mut log = self.log.borrow_mut();
+        match log.names.get(&rel) {
+            Some(Node::File(inode)) => {
+                let inode = *inode;
+                log.ops.push(Op::FsyncFile { inode });
+                Ok(())
+            }
+            _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        }
+    }
+
+    fn fsync_dir(&self, path: &Path) -> std::io::Result<()> {
+        let rel = self.rel(path)?;
+        self.log.borrow_mut().ops.push(Op::FsyncDir { path: rel });
+        Ok(())
+    }
+
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        let (rel_from, rel_to) = (self.rel(from)?, self.rel(to)?);
+        RealFs.rename_noreplace(from, to)?;
+        self.note_rename(rel_from, rel_to);
+        Ok(())
+    }
+
+    fn rename_replace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        let (rel_from, rel_to) = (self.rel(from)?, self.rel(to)?);
+        RealFs.rename_replace(from, to)?;
+        self.note_rename(rel_from, rel_to);
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        let rel = self.rel(path)?;
+        RealFs.remove_file(path)?;
+        let mut log = self.log.borrow_mut();
+        log.names.remove(&rel);
+        log.ops.push(Op::Remove { path: rel });
+        Ok(())
+    }
+
+    fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+        RealFs.read_file(path, cap)
+    }
+
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        RealFs.list_dir(path)
+    }
+
+    fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>> {
+        RealFs.entry_kind(path)
+    }
+}
+
+impl RecordingFs {
+    fn note_rename(&self, from: String, to: String) {
+        let mut log = self.log.borrow_mut();
+        if let Some(Node::File(inode)) = log.names.remove(&from) {
+            log.names.insert(to.clone(), Node::File(inode));
+            log.ops.push(Op::Rename { from, to, inode });
+        }
+    }
+}
+
+/// Hooks that mark barriers in a recording.
+pub struct MarkingHooks<'a>(pub &'a RecordingFs);
+
+impl BarrierHook for MarkingHooks<'_> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+        self.0.mark(event.barrier);
+        Ok(())
+    }
+}
+
+/// How many crash images to derive, and how to sample.
+#[derive(Clone, Copy, Debug)]
+pub struct EnumerationLimits {
+    /// Enumerate all subsets when at most this many operations are pending.
+    pub all_subsets_up_to: usize,
+    /// Seeded random subsets per crash point when there are more.
+    pub samples: usize,
+    pub seed: u64,
+}
+
+impl Default for EnumerationLimits {
+    fn default() -> Self {
+        EnumerationLimits {
+            all_subsets_up_to: 10,
+            samples: 16,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// A crash image together with the crash point it came from.
+#[derive(Clone, Debug)]
+pub struct CrashState {
+    /// Operations issued before the crash.
+    pub crash_point: usize,
+    pub image: Image,
+}
+
+impl Recording {
+    /// Every distinct crash image over all crash points, pending subsets and data variants.
+    pub fn crash_states(&self, limits: EnumerationLimits) -> Vec<CrashState> {
+        let mut seen: HashSet<Image> = HashSet::new();
+        let mut out = Vec::new();
+        let mut rng = SplitMix64::keyed(limits.seed, "shardlift/powerloss/subsets", 0);
+        for crash_point in 0..=self.ops.len() {
+            let prefix = &self.ops[..crash_point];
+            let (durable, pending) = self.classify(prefix);
+            for subset in subsets(pending.len(), limits, &mut rng) {
+                let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
+                let namespace = self.apply(prefix, &durable, &chosen);
+                for image in self.data_variants(prefix, &namespace) {
+                    if seen.insert(image.clone()) {
+                        out.push(CrashState { crash_point, image });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Which metadata ops of the prefix are durable, and the indices of pending ones.
+    fn classify(&self, prefix: &[Op]) -> (Vec<bool>, Vec<usize>) {
+        let mut durable = vec![false; prefix.len()];
+        let mut pending = Vec::new();
+        for (i, op) in prefix.iter().enumerate() {
+            let Some(dir) = op.durable_in() else {
+                continue;
+            };
+            let synced = prefix[i + 1..]
+                .iter()
+                .any(|later| matches!(later, Op::FsyncDir { path } if path == dir));
+            if synced {
+                durable[i] = true;
+            } else {
+                pending.push(i);
+            }
+        }
+        (durable, pending)
+    }
+
+    fn apply(
+        &self,
+        prefix: &[Op],
+        durable: &[bool],
+        chosen: &HashSet<usize>,
+    ) -> BTreeMap<String, Node> {
+        let mut names: BTreeMap<String, Node> = self
+            .initial
+            .iter()
+            .map(|(k, v)| {
+                let node = match v {
+                    ImageEntry::Dir => Node::Dir,
+                    ImageEntry::File { inode, .. } => Node::File(*inode),
+                };
+                (k.clone(), node)
+            })
+            .collect();
+        for (i, op) in prefix.iter().enumerate() {
+            if !(durable[i] || chosen.contains(&i)) {
+                continue;
+            }
+            match op {
+                Op::Mkdir { path } => {
+                    names.insert(path.clone(), Node::Dir);
+                }
+                Op::Create { path, inode } => {
+                    names.insert(path.clone(), Node::File(*inode));
+                }
+                Op::Rename { from, to, inode } => {
+                    if names.get(from) == Some(&Node::File(*inode)) {
+                        names.remove(from);
+                    }
+                    names.insert(to.clone(), Node::File(*inode));
+                }
+                Op::Remove { path } => {
+                    names.remove(path);
+                }
+                Op::FsyncFile { .. } | Op::FsyncDir { .. } => {}
+            }
+        }
+        // Entries whose parent directory is absent are lost (BTreeMap order visits
+        // parents before children).
+        let mut reachable: BTreeMap<String, Node> = BTreeMap::new();
+        for (path, node) in names {
+            let p = parent(&path);
+            if p.is_empty() || reachable.get(p) == Some(&Node::Dir) {
+                reachable.insert(path, node);
+            }
+        }
+        reachable
+    }
+
+    fn data_variants(&self, prefix: &[Op], names: &BTreeMap<String, Node>) -> Vec<Image> {
+        let initial_inodes: HashSet<usize> = self
+            .initial
+            .values()
+            .filter_map(|e| match e {
+                ImageEntry::File { inode, .. } => Some(*inode),
+                ImageEntry::Dir => None,
+            })
+            .collect();
+        let synced: HashSet<usize> = prefix
+            .iter()
+            .filter_map(|op| match op {
+                Op::FsyncFile { inode } => Some(*inode),
+                _ => None,
+            })
+            .collect();
+        let full: Image = names
+            .iter()
+            .map(|(path, node)| {
+                let entry = match node {
+                    Node::Dir => ImageEntry::Dir,
+                    Node::File(inode) => ImageEntry::File {
+                        inode: *inode,
+                        len: self.inodes[*inode].len(),
+                    },
+                };
+                (path.clone(), entry)
+            })
+            .collect();
+        let volatile: Vec<(String, usize)> = names
+            .iter()
+            .filter_map(|(path, node)| match node {
+                Node::File(inode) if !initial_inodes.contains(inode) && !synced.contains(inode) => {
+                    Some((path.clone(), *inode))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut variants = vec![full.clone()];
+        let mut all_empty = full.clone();
+        for (path, inode) in &volatile {
+            let len = self.inodes[*inode].len();
+            let mut lengths = vec![0usize];
+            for boundary in [512usize, 4096] {
+                if len > boundary {
+                    lengths.push((len - 1) / boundary * boundary);
+                }
+            }
+            lengths.sort_unstable();
+            lengths.dedup();
+            for torn in lengths {
+                let mut image = full.clone();
+                image.insert(
+                    path.clone(),
+                    ImageEntry::File {
+                        inode: *inode,
+                        len: torn,
+                    },
+                );
+                variants.push(image);
+            }
+            all_empty.insert(
+                path.clone(),
+                ImageEntry::File {
+                    inode: *inode,
+                    len: 0,
+                },
+            );
+        }
+        if volatile.len() > 1 {
+            variants.push(all_empty);
+        }
+        variants
+    }
+
+    /// The bytes an image holds at `path`, if it is a file.
+    pub fn file_bytes<'a>(&'a self, image: &Image, path: &str) -> Option<&'a [u8]> {
+        match image.get(path)? {
+            ImageEntry::File { inode, len } => self.inodes.get(*inode)?.get(..*len),
+            ImageEntry::Dir => None,
+        }
+    }
+
+    /// Writes an image as a real directory tree under `dir` (which must exist, empty).
+    pub fn materialize(&self, image: &Image, dir: &Path) -> std::io::Result<()> {
+        for (path, entry) in image {
+            let target = dir.join(path);
+            match entry {
+                ImageEntry::Dir => std::fs::create_dir(&target)?,
+                ImageEntry::File { inode, len } => {
+                    let data = self
+                        .inodes
+                        .get(*inode)
+                        .and_then(|d| d.get(..*len))
+                        .ok_or_else(|| std::io::Error::other("bad inode"))?;
+                    std::fs::write(&target, data)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Operation count at the first occurrence of `barrier`, if reached.
+    pub fn mark_of(&self, barrier: Barrier) -> Option<usize> {
+        self.marks
+            .iter()
+            .find(|(b, _)| *b == barrier)
+            .map(|(_, at)| *at)
+    }
+}
+
+/// Index subsets of `0..n` to try.
+fn subsets(n: usize, limits: EnumerationLimits, rng: &mut SplitMix64) -> Vec<Vec<usize>> {
+    if n <= limits.all_subsets_up_to {
+        return (0u32..(1u32 << n))
+            .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).collect())
+            .collect();
+    }
+    let mut out: Vec<Vec<usize>> = (0..=n).map(|k| (0..k).collect()).collect();
+    for omit in 0..n {
+        out.push((0..n).filter(|&i| i != omit).collect());
+    }
+    for _ in 0..limits.samples {
+        out.push((0..n).filter(|_| rng.next_u64() & 1 == 1).collect());
+    }
+    out
+}
+
+/// Digest of a directory tree (paths, kinds, contents, permission bits), for checking
+/// that recovery changes nothing.
+pub fn tree_digest(dir: &Path) -> std::io::Result<Digest> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut hasher = FramedHasher::new("shardlift/store/tree/v1");
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let rel = entry
+            .path()
+            .strip_prefix(dir)
+            .map_err(std::io::Error::other)?;
+        hasher.field(rel.as_os_str().as_encoded_bytes());
+        let meta = entry.metadata().map_err(std::io::Error::other)?;
+        hasher.u64(u64::from(meta.permissions().mode()));
+        if entry.file_type().is_file() {
+            hasher.field(&std::fs::read(entry.path())?);
+        } else {
+            hasher.field(b"<dir>");
+        }
+    }
+    Ok(hasher.finish())
+}

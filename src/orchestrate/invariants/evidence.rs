@@ -1,0 +1,821 @@
+//! The suite's evidence artifact: closed, versioned canonical-JSON records, a JUnit
+//! report, and a SHA-256 manifest over every other file; plus the verifier.
+//!
+//! Layout of an artifact directory (flat, nothing else allowed):
+//! - `provenance.json` — bootstrap attestation of the loaded libtorch, the launcher;
+//! - `summary.json` — counts, suite status, the claim boundary, and per scenario the
+//!   digests of its observation and derived result;
+//! - `observation-NN-<id>.json` — what the scenario observed (checks, facts, and what is
+//!   not independently observed);
+//! - `result-NN-<id>.json` — the verdict derived from the observation (and its digest);
+//! - `junit.xml` — one test case per scenario, generated from the results;
+//! - `manifest.json` — SHA-256 and size of every other file.
+//!
+//! Nothing here holds a path, pid, port, rendezvous value, environment value, timestamp,
+//! raw marker or native checkpoint bytes; only derived booleans, counts and digests.
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::canonical::{self, CanonicalError, CanonicalRecord};
+use crate::core::digest::Digest;
+
+use crate::orchestrate::invariants::scenarios::{ScenarioSpec, REGISTRY};
+
+/// The one evidence schema version this build writes and reads.
+pub const EVIDENCE_VERSION: u32 = 1;
+pub const OBSERVATION_SCHEMA: &str = "shardlift.invariants.observation";
+pub const RESULT_SCHEMA: &str = "shardlift.invariants.result";
+pub const SUMMARY_SCHEMA: &str = "shardlift.invariants.summary";
+pub const PROVENANCE_SCHEMA: &str = "shardlift.invariants.provenance";
+pub const MANIFEST_SCHEMA: &str = "shardlift.invariants.manifest";
+
+pub const SUMMARY_FILE: &str = "summary.json";
+pub const PROVENANCE_FILE: &str = "provenance.json";
+pub const JUNIT_FILE: &str = "junit.xml";
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+const RECORD_CAP: u64 = 1 << 20;
+
+/// Whether the scenario ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservationStatus {
+    Observed,
+    Skipped,
+}
+
+/// One comparison: what the invariant requires and what was seen (digests, counts,
+/// booleans, all as text).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Check {
+    pub name: String,
+    pub expected: String,
+    pub observed: String,
+}
+
+/// An informational fact (not a pass condition), e.g. the outer launcher's exit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fact {
+    pub name: String,
+    pub value: String,
+}
+
+/// What one scenario observed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Observation {
+    pub schema: String,
+    pub version: u32,
+    pub ordinal: u32,
+    pub scenario: String,
+    pub status: ObservationStatus,
+    pub skip_reason: Option<String>,
+    pub checks: Vec<Check>,
+    pub facts: Vec<Fact>,
+    /// Statements this run relies on but did not observe independently.
+    pub not_independently_observed: Vec<String>,
+}
+
+impl CanonicalRecord for Observation {
+    const SCHEMA: &'static str = OBSERVATION_SCHEMA;
+    const VERSION: u32 = EVIDENCE_VERSION;
+    const CAP: u64 = RECORD_CAP;
+}
+
+impl Observation {
+    /// An empty observation for `spec`.
+    pub fn new(spec: &ScenarioSpec) -> Self {
+        Observation {
+            schema: OBSERVATION_SCHEMA.to_owned(),
+            version: EVIDENCE_VERSION,
+            ordinal: spec.ordinal,
+            scenario: spec.id.to_owned(),
+            status: ObservationStatus::Observed,
+            skip_reason: None,
+            checks: Vec::new(),
+            facts: Vec::new(),
+            not_independently_observed: Vec::new(),
+        }
+    }
+
+    pub fn skipped(spec: &ScenarioSpec, reason: &str) -> Self {
+        let mut observation = Observation::new(spec);
+        observation.status = ObservationStatus::Skipped;
+        observation.skip_reason = Some(reason.to_owned());
+        observation
+    }
+
+    /// Adds a comparison.
+    pub fn check(&mut self, name: &str, expected: impl ToString, observed: impl ToString) {
+        self.checks.push(Check {
+            name: name.to_owned(),
+            expected: expected.to_string(),
+            observed: observed.to_string(),
+        });
+    }
+
+    pub fn fact(&mut self, name: &str, value: impl ToString) {
+        self.facts.push(Fact {
+            name: name.to_owned(),
+            value: value.to_string(),
+        });
+    }
+
+    pub fn not_observed(&mut self, statement: &str) {
+        self.not_independently_observed.push(statement.to_owned());
+    }
+}
+
+/// A scenario's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    Skipped,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Skipped => "skipped",
+        }
+    }
+}
+
+/// The result derived from one observation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioResult {
+    pub schema: String,
+    pub version: u32,
+    pub ordinal: u32,
+    pub scenario: String,
+    pub observation_sha256: Digest,
+    pub verdict: Verdict,
+    pub checks_total: u32,
+    /// Checks whose observed value differs from the expected one.
+    pub failed_checks: Vec<String>,
+    /// Registered checks the observation does not contain.
+    pub missing_checks: Vec<String>,
+}
+
+impl CanonicalRecord for ScenarioResult {
+    const SCHEMA: &'static str = RESULT_SCHEMA;
+    const VERSION: u32 = EVIDENCE_VERSION;
+    const CAP: u64 = RECORD_CAP;
+}
+
+/// Derives the result: a scenario passes only if it was observed, contains every
+/// registered check, and every check's observed value equals the expected one.
+pub fn derive(spec: &ScenarioSpec, observation: &Observation, digest: Digest) -> ScenarioResult {
+    let failed_checks: Vec<String> = observation
+        .checks
+        .iter()
+        .filter(|c| c.expected != c.observed)
+        .map(|c| c.name.clone())
+        .collect();
+    let present: BTreeSet<&str> = observation.checks.iter().map(|c| c.name.as_str()).collect();
+    let missing_checks: Vec<String> = spec
+        .required_checks
+        .iter()
+        .filter(|name| !present.contains(**name))
+        .map(|name| (*name).to_owned())
+        .collect();
+    let identity_ok = observation.ordinal == spec.ordinal && observation.scenario == spec.id;
+    let verdict = match observation.status {
+        ObservationStatus::Skipped if spec.skippable && observation.checks.is_empty() => {
+            Verdict::Skipped
+        }
+        ObservationStatus::Skipped => Verdict::Fail,
+        ObservationStatus::Observed
+            if identity_ok && failed_checks.is_empty() && missing_checks.is_empty() =>
+        {
+            Verdict::Pass
+        }
+        ObservationStatus::Observed => Verdict::Fail,
+    };
+    ScenarioResult {
+        schema: RESULT_SCHEMA.to_owned(),
+        version: EVIDENCE_VERSION,
+        ordinal: spec.ordinal,
+        scenario: spec.id.to_owned(),
+        observation_sha256: digest,
+        verdict,
+        checks_total: observation.checks.len() as u32,
+        failed_checks,
+        missing_checks,
+    }
+}
+
+/// What the evidence claims, and what it does not, as data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimBoundary {
+    pub hosts: u32,
+    pub device: String,
+    pub training_processes_per_scenario_max: u32,
+    pub injected_failure_points_per_scenario: u32,
+    pub multi_node: bool,
+    pub performance_claim: bool,
+    pub statement: String,
+    pub not_claimed: Vec<String>,
+}
+
+impl ClaimBoundary {
+    pub fn current() -> Self {
+        ClaimBoundary {
+            hosts: 1,
+            device: "cpu".into(),
+            training_processes_per_scenario_max: 2,
+            injected_failure_points_per_scenario: 1,
+            multi_node: false,
+            performance_claim: false,
+            statement: "Single host, CPU only, one or two training processes per scenario (plus isolated \
+                        publisher and recovery child processes), one fixed injected failure point per scenario (the elastic case: rank 1 exits with code 91 \
+                        on attempt 0 of a fixed 2-to-2 group under torch.distributed.run with \
+                        --max-restarts=1)."
+                .into(),
+            not_claimed: vec![
+                "multi-node or multi-host behaviour".into(),
+                "GPU or any accelerator".into(),
+                "elastic membership changes (scale up or down) or failures other than the one injected point".into(),
+                "power-loss durability on real hardware".into(),
+                "performance or scalability".into(),
+                "authenticity of this artifact (the manifest is not signed)".into(),
+            ],
+        }
+    }
+}
+
+/// One line of the summary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryEntry {
+    pub ordinal: u32,
+    pub scenario: String,
+    pub claim: String,
+    pub verdict: Verdict,
+    pub observation_file: String,
+    pub observation_sha256: Digest,
+    pub result_file: String,
+    pub result_sha256: Digest,
+}
+
+/// The suite's overall status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SuiteStatus {
+    /// Every registered scenario ran and passed.
+    AllPassed,
+    /// Nothing failed, but some scenarios were skipped: not a claim that all passed.
+    PassedWithSkips,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub schema: String,
+    pub version: u32,
+    pub suite: String,
+    pub registered: u32,
+    pub passed: u32,
+    pub failed: u32,
+    pub skipped: u32,
+    pub status: SuiteStatus,
+    pub claim_boundary: ClaimBoundary,
+    pub provenance_sha256: Digest,
+    pub entries: Vec<SummaryEntry>,
+}
+
+impl CanonicalRecord for Summary {
+    const SCHEMA: &'static str = SUMMARY_SCHEMA;
+    const VERSION: u32 = EVIDENCE_VERSION;
+    const CAP: u64 = RECORD_CAP;
+}
+
+/// The start-up check of the loaded libtorch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootstrapAttestation {
+    pub tch_version: String,
+    pub libtorch_version: String,
+    pub libtorch_build: String,
+    pub library: String,
+    /// SHA-256 of the library file this process actually mapped.
+    pub library_sha256: Digest,
+    pub registered_pair_matched: bool,
+    pub registered_origin: String,
+    pub method: String,
+}
+
+/// The launcher used by the elastic scenario, if it ran.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LauncherProvenance {
+    pub launcher: String,
+    pub python_torch_version: String,
+    /// Whether the launcher's wheel carries the same `libtorch_cpu.so` bytes as the
+    /// library this process loaded (same pinned wheel).
+    pub wheel_libtorch_cpu_matches_loaded: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    pub schema: String,
+    pub version: u32,
+    pub shardlift_version: String,
+    pub bootstrap_attestation: BootstrapAttestation,
+    pub torch_threads: u32,
+    pub dataset_payload_sha256: Vec<Digest>,
+    pub launcher: Option<LauncherProvenance>,
+}
+
+impl CanonicalRecord for Provenance {
+    const SCHEMA: &'static str = PROVENANCE_SCHEMA;
+    const VERSION: u32 = EVIDENCE_VERSION;
+    const CAP: u64 = RECORD_CAP;
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestEntry {
+    pub file: String,
+    pub bytes: u64,
+    pub sha256: Digest,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub schema: String,
+    pub version: u32,
+    pub algorithm: String,
+    pub files: Vec<ManifestEntry>,
+}
+
+impl CanonicalRecord for Manifest {
+    const SCHEMA: &'static str = MANIFEST_SCHEMA;
+    const VERSION: u32 = EVIDENCE_VERSION;
+    const CAP: u64 = RECORD_CAP;
+}
+
+/// Why writing or verifying an artifact failed. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum EvidenceError {
+    #[error("{file}: {source}")]
+    Io {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}: {source}")]
+    Record {
+        file: String,
+        source: CanonicalError,
+    },
+    #[error("{file}: listed in the manifest but missing")]
+    Missing { file: String },
+    #[error("{file}: present but not listed in the manifest")]
+    Unlisted { file: String },
+    #[error("{file}: not a plain file (the artifact is a flat directory of files)")]
+    NotAFile { file: String },
+    #[error("{file}: sha256 is {found}, the manifest says {expected}")]
+    DigestMismatch {
+        file: String,
+        expected: Digest,
+        found: Digest,
+    },
+    #[error("{file}: {reason}")]
+    Inconsistent { file: String, reason: String },
+    #[error("{0}: the artifact directory already exists; choose a new one")]
+    Exists(String),
+}
+
+fn inconsistent(file: &str, reason: impl Into<String>) -> EvidenceError {
+    EvidenceError::Inconsistent {
+        file: file.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+pub fn observation_file(spec: &ScenarioSpec) -> String {
+    format!("observation-{:02}-{}.json", spec.ordinal, spec.id)
+}
+
+pub fn result_file(spec: &ScenarioSpec) -> String {
+    format!("result-{:02}-{}.json", spec.ordinal, spec.id)
+}
+
+fn encode_record<R: CanonicalRecord>(file: &str, record: &R) -> Result<Vec<u8>, EvidenceError> {
+    canonical::encode(record).map_err(|source| EvidenceError::Record {
+        file: file.to_owned(),
+        source,
+    })
+}
+
+fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The JUnit report: one test case per scenario, generated from the results only.
+pub fn junit_xml(results: &[ScenarioResult]) -> String {
+    let failures = results
+        .iter()
+        .filter(|r| r.verdict == Verdict::Fail)
+        .count();
+    let skipped = results
+        .iter()
+        .filter(|r| r.verdict == Verdict::Skipped)
+        .count();
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    xml.push_str(&format!(
+        "<testsuites name=\"shardlift.invariants\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">\n",
+        results.len()
+    ));
+    xml.push_str(&format!(
+        "  <testsuite name=\"shardlift.invariants\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">\n",
+        results.len()
+    ));
+    for result in results {
+        let name = xml_escape(&format!("{:02}-{}", result.ordinal, result.scenario));
+        match result.verdict {
+            Verdict::Pass => xml.push_str(&format!(
+                "    <testcase classname=\"shardlift.invariants\" name=\"{name}\"/>\n"
+            )),
+            Verdict::Skipped => xml.push_str(&format!(
+                "    <testcase classname=\"shardlift.invariants\" name=\"{name}\">\n      <skipped/>\n    </testcase>\n"
+            )),
+            Verdict::Fail => {
+                let mut message = Vec::new();
+                if !result.failed_checks.is_empty() {
+                    message.push(format!("failed checks: {}", result.failed_checks.join(", ")));
+                }
+                if !result.missing_checks.is_empty() {
+                    message.push(format!(
+                        "missing checks: {}",
+                        result.missing_checks.join(", ")
+                    ));
+                }
+                xml.push_str(&format!(
+                    "    <testcase classname=\"shardlift.invariants\" name=\"{name}\">\n      <failure message=\"{}\"/>\n    </testcase>\n",
+                    xml_escape(&message.join("; "))
+                ));
+            }
+        }
+    }
+    xml.push_str("  </testsuite>\n</testsuites>\n");
+    xml
+}
+
+/// Counts and status of a set of results.
+pub fn tally(results: &[ScenarioResult]) -> (u32, u32, u32, SuiteStatus) {
+    let count = |v: Verdict| results.iter().filter(|r| r.verdict == v).count() as u32;
+    let (passed, failed, skipped) = (
+        count(Verdict::Pass),
+        count(Verdict::Fail),
+        count(Verdict::Skipped),
+    );
+    let status = if failed > 0 || passed + skipped != REGISTRY.len() as u32 {
+        SuiteStatus::Failed
+    } else if skipped > 0 {
+        SuiteStatus::PassedWithSkips
+    } else {
+        SuiteStatus::AllPassed
+    };
+    (passed, failed, skipped, status)
+}
+
+/// Writes a complete artifact into the new directory `dir` (it must not exist) and
+/// returns its summary. `observations` must follow [`REGISTRY`] order.
+pub fn write_artifact(
+    dir: &Path,
+    provenance: &Provenance,
+    observations: &[Observation],
+) -> Result<Summary, EvidenceError> {
+    let dir_name = dir.display().to_string();
+    if observations.len() != REGISTRY.len() {
+        return Err(inconsistent(
+            SUMMARY_FILE,
+            format!(
+                "{} observations for {} registered scenarios",
+                observations.len(),
+                REGISTRY.len()
+            ),
+        ));
+    }
+    std::fs::create_dir(dir).map_err(|source| match source.kind() {
+        std::io::ErrorKind::AlreadyExists => EvidenceError::Exists(dir_name.clone()),
+        _ => EvidenceError::Io {
+            file: dir_name.clone(),
+            source,
+        },
+    })?;
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let provenance_bytes = encode_record(PROVENANCE_FILE, provenance)?;
+    let provenance_sha256 = Digest::of(&provenance_bytes);
+    files.push((PROVENANCE_FILE.to_owned(), provenance_bytes));
+    let mut results = Vec::new();
+    let mut entries = Vec::new();
+    for (spec, observation) in REGISTRY.iter().zip(observations) {
+        let observation_name = observation_file(spec);
+        let observation_bytes = encode_record(&observation_name, observation)?;
+        let observation_sha256 = Digest::of(&observation_bytes);
+        let result = derive(spec, observation, observation_sha256);
+        let result_name = result_file(spec);
+        let result_bytes = encode_record(&result_name, &result)?;
+        entries.push(SummaryEntry {
+            ordinal: spec.ordinal,
+            scenario: spec.id.to_owned(),
+            claim: spec.claim.to_owned(),
+            verdict: result.verdict,
+            observation_file: observation_name.clone(),
+            observation_sha256,
+            result_file: result_name.clone(),
+            result_sha256: Digest::of(&result_bytes),
+        });
+        files.push((observation_name, observation_bytes));
+        files.push((result_name, result_bytes));
+        results.push(result);
+    }
+    let (passed, failed, skipped, status) = tally(&results);
+    let summary = Summary {
+        schema: SUMMARY_SCHEMA.to_owned(),
+        version: EVIDENCE_VERSION,
+        suite: "shardlift.invariants".into(),
+        registered: REGISTRY.len() as u32,
+        passed,
+        failed,
+        skipped,
+        status,
+        claim_boundary: ClaimBoundary::current(),
+        provenance_sha256,
+        entries,
+    };
+    files.push((
+        SUMMARY_FILE.to_owned(),
+        encode_record(SUMMARY_FILE, &summary)?,
+    ));
+    files.push((JUNIT_FILE.to_owned(), junit_xml(&results).into_bytes()));
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    let manifest = Manifest {
+        schema: MANIFEST_SCHEMA.to_owned(),
+        version: EVIDENCE_VERSION,
+        algorithm: "sha256".into(),
+        files: files
+            .iter()
+            .map(|(name, bytes)| ManifestEntry {
+                file: name.clone(),
+                bytes: bytes.len() as u64,
+                sha256: Digest::of(bytes),
+            })
+            .collect(),
+    };
+    files.push((
+        MANIFEST_FILE.to_owned(),
+        encode_record(MANIFEST_FILE, &manifest)?,
+    ));
+    for (name, bytes) in &files {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(|source| EvidenceError::Io {
+            file: name.clone(),
+            source,
+        })?;
+    }
+    Ok(summary)
+}
+
+fn read_listed(dir: &Path, file: &str) -> Result<Vec<u8>, EvidenceError> {
+    std::fs::read(dir.join(file)).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => EvidenceError::Missing {
+            file: file.to_owned(),
+        },
+        _ => EvidenceError::Io {
+            file: file.to_owned(),
+            source,
+        },
+    })
+}
+
+fn decode_file<R: CanonicalRecord>(file: &str, bytes: &[u8]) -> Result<R, EvidenceError> {
+    canonical::decode(bytes).map_err(|source| EvidenceError::Record {
+        file: file.to_owned(),
+        source,
+    })
+}
+
+/// Verifies an artifact without changing it: the manifest (exact version), every file's
+/// digest, no unlisted files, then the records (exact version, canonical bytes) and their
+/// cross-bindings: summary ↔ observations ↔ results ↔ provenance ↔ junit. Returns the
+/// summary.
+pub fn verify_artifact(dir: &Path) -> Result<Summary, EvidenceError> {
+    if !dir.is_dir() {
+        return Err(inconsistent(
+            &dir.display().to_string(),
+            "is not an artifact directory",
+        ));
+    }
+    let manifest_bytes = read_listed(dir, MANIFEST_FILE)?;
+    let manifest: Manifest = decode_file(MANIFEST_FILE, &manifest_bytes)?;
+    if manifest.algorithm != "sha256" {
+        return Err(inconsistent(MANIFEST_FILE, "algorithm must be sha256"));
+    }
+    let mut listed = BTreeSet::new();
+    for entry in &manifest.files {
+        let name_ok = !entry.file.is_empty()
+            && entry.file != MANIFEST_FILE
+            && !entry.file.contains('/')
+            && !entry.file.starts_with('.');
+        if !name_ok || !listed.insert(entry.file.clone()) {
+            return Err(inconsistent(
+                MANIFEST_FILE,
+                format!("bad or repeated entry {:?}", entry.file),
+            ));
+        }
+    }
+    // Every present file must be listed (besides the manifest itself).
+    let listing = std::fs::read_dir(dir).map_err(|source| EvidenceError::Io {
+        file: ".".into(),
+        source,
+    })?;
+    let mut present = BTreeSet::new();
+    for item in listing {
+        let item = item.map_err(|source| EvidenceError::Io {
+            file: ".".into(),
+            source,
+        })?;
+        let name = item.file_name().to_string_lossy().into_owned();
+        let kind = item.file_type().map_err(|source| EvidenceError::Io {
+            file: name.clone(),
+            source,
+        })?;
+        if !kind.is_file() {
+            return Err(EvidenceError::NotAFile { file: name });
+        }
+        if name != MANIFEST_FILE && !listed.contains(&name) {
+            return Err(EvidenceError::Unlisted { file: name });
+        }
+        present.insert(name);
+    }
+    let mut contents = std::collections::BTreeMap::new();
+    for entry in &manifest.files {
+        if !present.contains(&entry.file) {
+            return Err(EvidenceError::Missing {
+                file: entry.file.clone(),
+            });
+        }
+        let bytes = read_listed(dir, &entry.file)?;
+        let found = Digest::of(&bytes);
+        if found != entry.sha256 || bytes.len() as u64 != entry.bytes {
+            return Err(EvidenceError::DigestMismatch {
+                file: entry.file.clone(),
+                expected: entry.sha256,
+                found,
+            });
+        }
+        contents.insert(entry.file.clone(), bytes);
+    }
+    let get = |file: &str| -> Result<&Vec<u8>, EvidenceError> {
+        contents.get(file).ok_or_else(|| EvidenceError::Missing {
+            file: file.to_owned(),
+        })
+    };
+
+    let summary_bytes = get(SUMMARY_FILE)?;
+    let summary: Summary = decode_file(SUMMARY_FILE, summary_bytes)?;
+    let provenance_bytes = get(PROVENANCE_FILE)?;
+    let provenance: Provenance = decode_file(PROVENANCE_FILE, provenance_bytes)?;
+    if Digest::of(provenance_bytes) != summary.provenance_sha256 {
+        return Err(inconsistent(
+            SUMMARY_FILE,
+            "provenance_sha256 does not match provenance.json",
+        ));
+    }
+    let attestation = &provenance.bootstrap_attestation;
+    let registered = crate::orchestrate::invariants::provenance::REGISTERED_PAIRS
+        .iter()
+        .any(|p| {
+            p.tch_version == attestation.tch_version
+                && p.libtorch_version == attestation.libtorch_version
+                && p.libtorch_cpu_sha256 == attestation.library_sha256.to_hex()
+        });
+    if !attestation.registered_pair_matched || !registered {
+        return Err(inconsistent(
+            PROVENANCE_FILE,
+            "the bootstrap attestation does not show a registered exact (tch, libtorch, digest) pair",
+        ));
+    }
+    if summary.suite != "shardlift.invariants" || summary.registered != REGISTRY.len() as u32 {
+        return Err(inconsistent(SUMMARY_FILE, "not this suite's registry"));
+    }
+    if summary.claim_boundary != ClaimBoundary::current() {
+        return Err(inconsistent(
+            SUMMARY_FILE,
+            "the claim boundary differs from this build's",
+        ));
+    }
+    if summary.entries.len() != REGISTRY.len() {
+        return Err(inconsistent(SUMMARY_FILE, "wrong number of entries"));
+    }
+    let mut results = Vec::new();
+    for (spec, entry) in REGISTRY.iter().zip(&summary.entries) {
+        let observation_name = observation_file(spec);
+        let result_name = result_file(spec);
+        if entry.ordinal != spec.ordinal
+            || entry.scenario != spec.id
+            || entry.claim != spec.claim
+            || entry.observation_file != observation_name
+            || entry.result_file != result_name
+        {
+            return Err(inconsistent(
+                SUMMARY_FILE,
+                format!("entry {} does not match the registry", spec.ordinal),
+            ));
+        }
+        let observation_bytes = get(&observation_name)?;
+        let observation: Observation = decode_file(&observation_name, observation_bytes)?;
+        let observation_sha256 = Digest::of(observation_bytes);
+        if observation_sha256 != entry.observation_sha256 {
+            return Err(inconsistent(
+                SUMMARY_FILE,
+                format!("observation digest of {observation_name} differs"),
+            ));
+        }
+        let result_bytes = get(&result_name)?;
+        let result: ScenarioResult = decode_file(&result_name, result_bytes)?;
+        if Digest::of(result_bytes) != entry.result_sha256 {
+            return Err(inconsistent(
+                SUMMARY_FILE,
+                format!("result digest of {result_name} differs"),
+            ));
+        }
+        let derived = derive(spec, &observation, observation_sha256);
+        if derived != result {
+            return Err(inconsistent(
+                &result_name,
+                format!(
+                    "does not follow from {observation_name} (derived verdict {})",
+                    derived.verdict.name()
+                ),
+            ));
+        }
+        if entry.verdict != result.verdict {
+            return Err(inconsistent(
+                SUMMARY_FILE,
+                format!("verdict of {} differs from {result_name}", spec.id),
+            ));
+        }
+        results.push(result);
+    }
+    let (passed, failed, skipped, status) = tally(&results);
+    if (passed, failed, skipped, status)
+        != (
+            summary.passed,
+            summary.failed,
+            summary.skipped,
+            summary.status,
+        )
+    {
+        return Err(inconsistent(
+            SUMMARY_FILE,
+            "counts or status do not follow from the results",
+        ));
+    }
+    if get(JUNIT_FILE)?.as_slice() != junit_xml(&results).as_bytes() {
+        return Err(inconsistent(
+            JUNIT_FILE,
+            "does not match the report generated from the results",
+        ));
+    }
+    let expected_files: BTreeSet<String> = REGISTRY
+        .iter()
+        .flat_map(|spec| [observation_file(spec), result_file(spec)])
+        .chain(
+            [SUMMARY_FILE, PROVENANCE_FILE, JUNIT_FILE]
+                .iter()
+                .map(|s| (*s).to_owned()),
+        )
+        .collect();
+    if let Some(extra) = listed.difference(&expected_files).next() {
+        return Err(inconsistent(extra, "is not part of this schema's artifact"));
+    }
+    Ok(summary)
+}

@@ -1,0 +1,152 @@
+//! The checkpoint-invariant suite: eleven registered scenarios, each producing one
+//! observation and one derived result, written as a verifiable evidence artifact.
+//!
+//! - [`scenarios`]: the registry and scenarios 1–10 (store, engine, child processes);
+//! - [`elastic`]: scenario 11 under the real `torch.distributed.run` launcher, and the
+//!   hidden `elastic-worker` it starts;
+//! - [`provenance`]: the start-up guard over the loaded libtorch;
+//! - [`evidence`]: record schemas, the artifact writer and its verifier.
+//!
+//! See `docs/invariants.md` for what each scenario proves and the claim boundary.
+use std::path::PathBuf;
+
+pub mod elastic;
+pub mod evidence;
+pub mod provenance;
+pub mod scenarios;
+
+use crate::dataset::{Resource, FASHION_MNIST};
+use evidence::{BootstrapAttestation, Observation, Provenance, Summary};
+use scenarios::{Context, REGISTRY};
+
+/// How to run the suite.
+#[derive(Clone, Debug)]
+pub struct SuiteOptions {
+    pub shardlift_exe: PathBuf,
+    pub out: PathBuf,
+    /// Scratch directory for stores and worker files (never part of the evidence).
+    pub work: PathBuf,
+    pub cache_directory: PathBuf,
+    pub source_directory: Option<PathBuf>,
+    pub seed: u64,
+    /// `None`: scenario 11 is recorded as skipped.
+    pub torchrun: Option<PathBuf>,
+    pub elastic_timeout_s: u64,
+}
+
+/// Why the suite could not produce an artifact at all.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    #[error(transparent)]
+    Provenance(#[from] provenance::ProvenanceError),
+    #[error(transparent)]
+    Dataset(#[from] crate::dataset::DatasetError),
+    #[error(transparent)]
+    Scenario(#[from] scenarios::ScenarioError),
+    #[error(transparent)]
+    Evidence(#[from] evidence::EvidenceError),
+}
+
+/// The provenance record for this process (the guard must have passed).
+pub fn provenance_record(
+    observed: &provenance::ObservedRuntime,
+    pair: &provenance::RegisteredPair,
+    launcher: Option<evidence::LauncherProvenance>,
+) -> Provenance {
+    Provenance {
+        schema: evidence::PROVENANCE_SCHEMA.to_owned(),
+        version: evidence::EVIDENCE_VERSION,
+        shardlift_version: env!("CARGO_PKG_VERSION").to_owned(),
+        bootstrap_attestation: BootstrapAttestation {
+            tch_version: observed.tch_version.clone(),
+            libtorch_version: observed.libtorch_version.clone(),
+            libtorch_build: observed.libtorch_build.clone(),
+            library: provenance::ATTESTED_LIBRARY.to_owned(),
+            library_sha256: observed.libtorch_cpu_sha256,
+            registered_pair_matched: true,
+            registered_origin: pair.origin.to_owned(),
+            method: "sha256 of the libtorch_cpu.so file mapped into this process (from its memory map); \
+                     libtorch build version from the version file beside that library; tch version as linked"
+                .to_owned(),
+        },
+        torch_threads: 1,
+        dataset_payload_sha256: [
+            Resource::TrainImages,
+            Resource::TrainLabels,
+            Resource::TestImages,
+            Resource::TestLabels,
+        ]
+        .iter()
+        .map(|r| FASHION_MNIST.get(*r).payload.sha256)
+        .collect(),
+        launcher,
+    }
+}
+
+/// Runs every registered scenario and writes the artifact to `options.out`.
+pub fn run_suite(options: &SuiteOptions) -> Result<Summary, SuiteError> {
+    eprintln!("invariants: checking the loaded libtorch against the registered pairs");
+    let (observed, pair) = provenance::guard()?;
+    if options.out.symlink_metadata().is_ok() {
+        return Err(evidence::EvidenceError::Exists(options.out.display().to_string()).into());
+    }
+    eprintln!("invariants: loading the pinned Fashion-MNIST payloads");
+    let data = crate::dataset::ensure_and_load(
+        &options.cache_directory,
+        options.source_directory.as_deref(),
+    )?;
+    let ctx = Context::new(
+        options.shardlift_exe.clone(),
+        options.work.clone(),
+        &data,
+        options.seed,
+    )?;
+    let mut observations: Vec<Observation> = Vec::new();
+    for spec in REGISTRY.iter().take(10) {
+        eprintln!("invariants: [{:02}] {}", spec.ordinal, spec.id);
+        observations.push(scenarios::observe_or_fail(spec, &ctx, false));
+    }
+    let elastic_spec = &REGISTRY[10];
+    let mut launcher = None;
+    match &options.torchrun {
+        None => {
+            eprintln!(
+                "invariants: [11] {} skipped (--skip-elastic)",
+                elastic_spec.id
+            );
+            observations.push(Observation::skipped(
+                elastic_spec,
+                "skipped by request (--skip-elastic): Python torch (ci/python-torch) is installed only in the slow lane",
+            ));
+        }
+        Some(torchrun) => {
+            eprintln!("invariants: [11] {}", elastic_spec.id);
+            launcher = elastic::launcher_provenance(torchrun, observed.libtorch_cpu_sha256);
+            let launch = elastic::LaunchOptions {
+                torchrun: torchrun.clone(),
+                cache_directory: options.cache_directory.clone(),
+                source_directory: options.source_directory.clone(),
+                timeout_s: options.elastic_timeout_s,
+                inject: false,
+            };
+            observations.push(match elastic::observe_elastic(&ctx, &launch) {
+                Ok(observation) => observation,
+                Err(error) => {
+                    eprintln!(
+                        "invariants: scenario {} could not complete: {error}",
+                        elastic_spec.id
+                    );
+                    let mut obs = Observation::new(elastic_spec);
+                    obs.check("completed", true, false);
+                    obs
+                }
+            });
+        }
+    }
+    let record = provenance_record(&observed, &pair, launcher);
+    Ok(evidence::write_artifact(
+        &options.out,
+        &record,
+        &observations,
+    )?)
+}
