@@ -1,4 +1,4 @@
-//! The one seam through which the store touches the file system.
+//! The one seam through which the project touches the file system.
 //!
 //! The writer and recovery do every file-system effect through `FileSystem`, so the
 //! power-loss model can record a run and rebuild the states a crash could leave behind.
