@@ -146,6 +146,42 @@ impl RecordingFs {
         })
     }
 
+    /// Starts recording on an existing directory whose listed sub-directories (relative,
+    /// `/`-separated, empty, each existing) were created by an earlier writer that was
+    /// killed before fsyncing their parents: they are not part of the durable initial
+    /// image but pending `mkdir`s issued before the run, so a power cut may undo them
+    /// unless this run makes them durable.
+    pub fn with_non_durable_dirs(root: &Path, non_durable_dirs: &[&str]) -> std::io::Result<Self> {
+        let recorder = RecordingFs::new(root)?;
+        let mut pending: Vec<&str> = non_durable_dirs.to_vec();
+        pending.sort_unstable();
+        let mut initial = recorder.initial;
+        {
+            let mut log = recorder.log.borrow_mut();
+            for dir in pending {
+                if initial.remove(dir) != Some(ImageEntry::Dir) {
+                    return Err(std::io::Error::other(format!(
+                        "{dir} is not a directory of the initial image"
+                    )));
+                }
+                let prefix = format!("{dir}/");
+                if initial.keys().any(|k| k.starts_with(&prefix)) {
+                    return Err(std::io::Error::other(format!(
+                        "{dir} is not empty; only empty non-durable directories are modelled"
+                    )));
+                }
+                log.ops.push(Op::Mkdir {
+                    path: dir.to_owned(),
+                });
+            }
+        }
+        Ok(RecordingFs {
+            root: recorder.root,
+            log: recorder.log,
+            initial,
+        })
+    }
+
     fn rel(&self, path: &Path) -> std::io::Result<String> {
         rel_string(&self.root, path)
             .ok_or_else(|| std::io::Error::other("path outside the recorded root"))
@@ -210,6 +246,11 @@ impl FileSystem for RecordingFs {
     }
 
     fn fsync_dir(&self, path: &Path) -> std::io::Result<()> {
+        // The recorded root itself is durable by assumption (the model images only what
+        // is below it), so fsyncing one of its ancestors changes nothing the model sees.
+        if self.root.starts_with(path) && self.root != path {
+            return RealFs.fsync_dir(path);
+        }
         let rel = self.rel(path)?;
         self.log.borrow_mut().ops.push(Op::FsyncDir { path: rel });
         Ok(())

@@ -31,6 +31,9 @@ pub struct WriterFaults {
     pub skip_commit_directory_fsync: bool,
     /// Advance LATEST before renaming the commit record into `commits/`.
     pub latest_before_commit_rename: bool,
+    /// The pre-RFC-0001-§4 writer: fsync a directory into its parent only when this
+    /// writer created it, trusting directories a killed writer may have left non-durable.
+    pub trust_existing_directories: bool,
 }
 
 /// What a publish or reshard committed.
@@ -50,8 +53,20 @@ pub struct CommitSummary {
     pub objects_reused: u64,
 }
 
-/// Creates the store layout if missing (each new directory made durable in its parent).
+/// Makes the store layout exist durably: the root and its four directories are created if
+/// missing, and the root's parent and the root are fsynced every time — whoever created
+/// them. A writer killed between `mkdir` and its fsync leaves a directory that exists but
+/// may vanish at power loss; the next writer must not rely on it before making it durable
+/// (RFC 0001 §4, "Directories").
 pub fn ensure_layout(fs: &dyn FileSystem, root: &Path) -> Result<(), StoreError> {
+    ensure_layout_with(fs, root, WriterFaults::default())
+}
+
+fn ensure_layout_with(
+    fs: &dyn FileSystem,
+    root: &Path,
+    faults: WriterFaults,
+) -> Result<(), StoreError> {
     let fsync = |path: &Path| {
         fs.fsync_dir(path)
             .map_err(|source| StoreError::FsyncFailed {
@@ -60,32 +75,33 @@ pub fn ensure_layout(fs: &dyn FileSystem, root: &Path) -> Result<(), StoreError>
                 source,
             })
     };
-    if fs
-        .entry_kind(root)
-        .map_err(|e| StoreError::io(root, e))?
-        .is_none()
-    {
-        fs.create_dir(root).map_err(|e| StoreError::io(root, e))?;
+    let root_created = create_dir_if_missing(fs, root)?;
+    if root_created || !faults.trust_existing_directories {
         if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
             fsync(parent)?;
         }
     }
     let mut created = false;
     for dir in LAYOUT_DIRS {
-        let path = root.join(dir);
-        if fs
-            .entry_kind(&path)
-            .map_err(|e| StoreError::io(&path, e))?
-            .is_none()
-        {
-            fs.create_dir(&path).map_err(|e| StoreError::io(&path, e))?;
-            created = true;
-        }
+        created |= create_dir_if_missing(fs, &root.join(dir))?;
     }
-    if created {
+    if created || !faults.trust_existing_directories {
         fsync(root)?;
     }
     Ok(())
+}
+
+/// Creates `path` if nothing is there; returns whether it did. Not durable by itself.
+fn create_dir_if_missing(fs: &dyn FileSystem, path: &Path) -> Result<bool, StoreError> {
+    if fs
+        .entry_kind(path)
+        .map_err(|e| StoreError::io(path, e))?
+        .is_some()
+    {
+        return Ok(false);
+    }
+    fs.create_dir(path).map_err(|e| StoreError::io(path, e))?;
+    Ok(true)
 }
 
 /// Highest generation named in `commits/` plus one (0 for an empty store).
@@ -115,6 +131,8 @@ pub struct Writer<'a> {
     temp_counter: u64,
     objects_written: u64,
     objects_reused: u64,
+    /// Fan-out directories this run has already made durable in `objects/`.
+    durable_fan_dirs: std::collections::BTreeSet<PathBuf>,
 }
 
 impl<'a> Writer<'a> {
@@ -125,7 +143,7 @@ impl<'a> Writer<'a> {
         hooks: &'a mut dyn BarrierHook,
         faults: WriterFaults,
     ) -> Result<Self, StoreError> {
-        ensure_layout(fs, root)?;
+        ensure_layout_with(fs, root, faults)?;
         let generation = next_generation(fs, root)?;
         Ok(Writer {
             fs,
@@ -139,6 +157,7 @@ impl<'a> Writer<'a> {
             temp_counter: 0,
             objects_written: 0,
             objects_reused: 0,
+            durable_fan_dirs: std::collections::BTreeSet::new(),
         })
     }
 
@@ -192,6 +211,21 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Makes the fan-out directory `objects/ab/` exist durably before an object is renamed
+    /// into it: created if missing, and `objects/` fsynced once per run for each fan-out
+    /// directory used, whoever created it (a killed writer may have left it non-durable).
+    fn ensure_fan_dir(&mut self, fan_dir: &Path) -> Result<(), StoreError> {
+        if self.durable_fan_dirs.contains(fan_dir) {
+            return Ok(());
+        }
+        let created = create_dir_if_missing(self.fs, fan_dir)?;
+        if created || !self.faults.trust_existing_directories {
+            self.fsync_dir(&self.root.join("objects"))?;
+        }
+        self.durable_fan_dirs.insert(fan_dir.to_owned());
+        Ok(())
+    }
+
     /// Installs one content-addressed object (a chunk payload or a manifest).
     fn put_object(&mut self, bytes: &[u8], manifest: bool) -> Result<Digest, StoreError> {
         let [after_write, after_fsync, after_rename, after_dir_fsync] = if manifest {
@@ -216,16 +250,7 @@ impl<'a> Writer<'a> {
             .parent()
             .map(Path::to_owned)
             .unwrap_or_else(|| self.root.join("objects"));
-        let fan_kind = self
-            .fs
-            .entry_kind(&fan_dir)
-            .map_err(|e| StoreError::io(&fan_dir, e))?;
-        if fan_kind.is_none() {
-            self.fs
-                .create_dir(&fan_dir)
-                .map_err(|e| StoreError::io(&fan_dir, e))?;
-            self.fsync_dir(&self.root.join("objects"))?;
-        }
+        self.ensure_fan_dir(&fan_dir)?;
         let temp = self.temp_path(if manifest { "manifest" } else { "object" });
         self.fs
             .write_new_file(&temp, bytes, true)
@@ -371,6 +396,8 @@ impl<'a> Writer<'a> {
         generation: u64,
         commit_digest: Digest,
     ) -> Result<(), StoreError> {
+        // LATEST relies on `staging/` and `refs/` like any publish does.
+        ensure_layout(fs, root)?;
         let mut writer = Writer {
             fs,
             root: root.to_owned(),
@@ -383,6 +410,7 @@ impl<'a> Writer<'a> {
             temp_counter: 0,
             objects_written: 0,
             objects_reused: 0,
+            durable_fan_dirs: std::collections::BTreeSet::new(),
         };
         writer.advance_latest(commit_digest)
     }
