@@ -17,6 +17,7 @@ pub mod barrier;
 pub mod codec;
 pub mod error;
 pub mod layout;
+pub mod paths;
 pub mod recovery;
 pub mod writer;
 

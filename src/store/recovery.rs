@@ -17,7 +17,7 @@ use crate::store::codec::{
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
-use crate::store::writer::LATEST_REL_PATH;
+use crate::store::paths::LATEST_REL_PATH;
 
 /// What LATEST says relative to the scan's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,10 +18,7 @@ use crate::store::codec::{
 use crate::store::error::StoreError;
 use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for};
 
-/// Store sub-directories, in creation order.
-pub const LAYOUT_DIRS: [&str; 4] = ["objects", "commits", "staging", "refs"];
-/// The LATEST hint, relative to the store root.
-pub const LATEST_REL_PATH: &str = "refs/LATEST";
+pub use crate::store::paths::{LATEST_REL_PATH, LAYOUT_DIRS};
 
 /// Deliberate protocol violations, for tests that show the power-loss checker can fail.
 /// Never set outside tests.
