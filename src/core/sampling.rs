@@ -1,4 +1,4 @@
-//! The global data cursor and the data ledger.
+//! The global data cursor: which samples each logical micro-batch of a step reads.
 //!
 //! The cursor is the global index of the next unconsumed sample in an endless stream
 //! made of per-epoch permutations: position `c` is sample `perm_e[c mod N]` with

@@ -193,7 +193,7 @@ pub fn evaluate(flat_parameters: &[f32], test: SplitView<'_>) -> Result<Evaluati
     })
 }
 
-/// Pins torch to one intra-op and one inter-op thread (DESIGN.md: the bits of a gradient
+/// Pins torch to one intra-op and one inter-op thread (docs/architecture.md: the bits of a gradient
 /// change with the thread count). Call before any tensor work in a process.
 pub fn pin_single_thread() {
     static PINNED: std::sync::Once = std::sync::Once::new();
