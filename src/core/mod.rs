@@ -4,10 +4,12 @@
 //! crate builds on these types: digests, canonical JSON, the logical state and its root,
 //! the data cursor and ledger, per-chunk AdamW.
 pub mod adamw;
+pub mod barrier;
 pub mod canonical;
 pub mod digest;
 pub mod ledger;
 pub mod logical;
+pub mod pins;
 pub mod rng;
 pub mod sampling;
 pub mod step;

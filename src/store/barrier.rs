@@ -1,110 +1,8 @@
-//! The writer protocol's named barriers: one enum, in protocol order (RFC 0001 §Writer).
+//! Barrier events and hooks: how the writer reports each named barrier it reaches
+//! (the names themselves are `core::barrier::Barrier`, one enum in RFC 0001 order).
 use serde::{Deserialize, Serialize};
 
-/// A point in the writer protocol just after one step has completed.
-///
-/// The order of `Barrier::ALL` is the normative order of RFC 0001; a test checks that the
-/// RFC's numbered list equals it. Object barriers repeat once per chunk payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Barrier {
-    ObjectAfterWrite,
-    ObjectAfterFileFsync,
-    ObjectAfterRename,
-    ObjectAfterDirectoryFsync,
-    ManifestAfterWrite,
-    ManifestAfterFileFsync,
-    ManifestAfterRename,
-    ManifestAfterDirectoryFsync,
-    CommitAfterWrite,
-    CommitAfterFileFsync,
-    CommitAfterRename,
-    CommitAfterDirectoryFsync,
-    LatestAfterWrite,
-    LatestAfterFileFsync,
-    LatestAfterRename,
-    LatestAfterDirectoryFsync,
-}
-
-impl Barrier {
-    /// Every barrier, in protocol order.
-    pub const ALL: [Barrier; 16] = [
-        Barrier::ObjectAfterWrite,
-        Barrier::ObjectAfterFileFsync,
-        Barrier::ObjectAfterRename,
-        Barrier::ObjectAfterDirectoryFsync,
-        Barrier::ManifestAfterWrite,
-        Barrier::ManifestAfterFileFsync,
-        Barrier::ManifestAfterRename,
-        Barrier::ManifestAfterDirectoryFsync,
-        Barrier::CommitAfterWrite,
-        Barrier::CommitAfterFileFsync,
-        Barrier::CommitAfterRename,
-        Barrier::CommitAfterDirectoryFsync,
-        Barrier::LatestAfterWrite,
-        Barrier::LatestAfterFileFsync,
-        Barrier::LatestAfterRename,
-        Barrier::LatestAfterDirectoryFsync,
-    ];
-
-    /// The kebab-case name used in the RFC, events and the CLI.
-    pub fn name(self) -> &'static str {
-        match self {
-            Barrier::ObjectAfterWrite => "object-after-write",
-            Barrier::ObjectAfterFileFsync => "object-after-file-fsync",
-            Barrier::ObjectAfterRename => "object-after-rename",
-            Barrier::ObjectAfterDirectoryFsync => "object-after-directory-fsync",
-            Barrier::ManifestAfterWrite => "manifest-after-write",
-            Barrier::ManifestAfterFileFsync => "manifest-after-file-fsync",
-            Barrier::ManifestAfterRename => "manifest-after-rename",
-            Barrier::ManifestAfterDirectoryFsync => "manifest-after-directory-fsync",
-            Barrier::CommitAfterWrite => "commit-after-write",
-            Barrier::CommitAfterFileFsync => "commit-after-file-fsync",
-            Barrier::CommitAfterRename => "commit-after-rename",
-            Barrier::CommitAfterDirectoryFsync => "commit-after-directory-fsync",
-            Barrier::LatestAfterWrite => "latest-after-write",
-            Barrier::LatestAfterFileFsync => "latest-after-file-fsync",
-            Barrier::LatestAfterRename => "latest-after-rename",
-            Barrier::LatestAfterDirectoryFsync => "latest-after-directory-fsync",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Barrier> {
-        Barrier::ALL.into_iter().find(|b| b.name() == name)
-    }
-
-    /// Whether, once this barrier is reached, the candidate record is visible in `commits/`
-    /// under the correct protocol.
-    pub fn commit_visible(self) -> bool {
-        self >= Barrier::CommitAfterRename
-    }
-}
-
-impl std::fmt::Display for Barrier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Barrier {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Barrier::from_name(s).ok_or_else(|| format!("unknown barrier {s:?}"))
-    }
-}
-
-impl Serialize for Barrier {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for Barrier {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Barrier::from_name(&text)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown barrier {text:?}")))
-    }
-}
+pub use crate::core::barrier::Barrier;
 
 /// One protocol step completed: the barrier, its 1-based occurrence in this run, the
 /// path (relative to the store) it concerns, and its sequence number in the run.
@@ -152,24 +50,5 @@ pub struct FnHook<F>(pub F);
 impl<F: FnMut(&BarrierEvent) -> Result<(), String>> BarrierHook for FnHook<F> {
     fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
         (self.0)(event)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_unique_and_round_trip() {
-        let mut names: Vec<_> = Barrier::ALL.iter().map(|b| b.name()).collect();
-        for b in Barrier::ALL {
-            assert_eq!(Barrier::from_name(b.name()), Some(b));
-        }
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), Barrier::ALL.len());
-        let mut sorted = Barrier::ALL;
-        sorted.sort();
-        assert_eq!(sorted, Barrier::ALL);
     }
 }

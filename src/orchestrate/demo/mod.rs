@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use crate::core::digest::Digest;
 use crate::core::logical::{Hyperparameters, LogicalState};
+use crate::core::pins::{LIBTORCH_VERSION, TCH_VERSION};
 use crate::core::sampling::SampleStream;
 use crate::core::step::SplitView;
 use crate::core::topology::Topology;
@@ -38,10 +39,6 @@ use crate::trainer::{CoordinatorSession, SessionOptions};
 
 /// The two barriers the demo is defined for.
 pub const DEMO_BARRIERS: [Barrier; 2] = [Barrier::CommitAfterFileFsync, Barrier::CommitAfterRename];
-
-/// The tch and libtorch versions this build is pinned to.
-pub const TCH_VERSION: &str = "0.26.0";
-pub const LIBTORCH_VERSION: &str = "2.13.0";
 
 /// Everything one run needs.
 #[derive(Clone, Debug)]

@@ -11,9 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::core::digest::Digest;
 
-/// The tch crate this build links (Cargo.toml pins `tch = "=0.26.0"`; a unit test checks
-/// this constant against Cargo.lock).
-pub const LINKED_TCH_VERSION: &str = "0.26.0";
+use crate::core::pins::{LIBTORCH_VERSION, TCH_VERSION};
 
 /// The library file whose digest is attested.
 pub const ATTESTED_LIBRARY: &str = "libtorch_cpu.so";
@@ -33,8 +31,8 @@ pub struct RegisteredPair {
 /// the pinned wheel torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl (sha256 60fcdcb2…,
 /// ci/libtorch.lock), as ci/bootstrap extracts it.
 pub const REGISTERED_PAIRS: [RegisteredPair; 1] = [RegisteredPair {
-    tch_version: "0.26.0",
-    libtorch_version: "2.13.0",
+    tch_version: TCH_VERSION,
+    libtorch_version: LIBTORCH_VERSION,
     libtorch_cpu_sha256: "096eed6e217377ccda4d50693b680e2771709c01f58fe52717835b017fed9c58",
     origin: "libtorch_cpu.so of the PyPI wheel torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",
 }];
@@ -196,7 +194,7 @@ pub fn observe_runtime() -> Result<ObservedRuntime, ProvenanceError> {
     })?;
     let (full, short) = build_version_beside(&library)?;
     Ok(ObservedRuntime {
-        tch_version: LINKED_TCH_VERSION.to_owned(),
+        tch_version: TCH_VERSION.to_owned(),
         libtorch_version: short,
         libtorch_build: full,
         libtorch_cpu_sha256: digest,
@@ -249,10 +247,10 @@ mod tests {
     #[test]
     fn linked_tch_version_matches_the_lock() {
         let lock = include_str!("../../../Cargo.lock");
-        let expected = format!("name = \"tch\"\nversion = \"{LINKED_TCH_VERSION}\"");
+        let expected = format!("name = \"tch\"\nversion = \"{TCH_VERSION}\"");
         assert!(
             lock.contains(&expected),
-            "Cargo.lock does not pin tch {LINKED_TCH_VERSION}"
+            "Cargo.lock does not pin tch {TCH_VERSION}"
         );
     }
 
