@@ -5,7 +5,7 @@ use std::path::Path;
 use shardlift::core::digest::Digest;
 use shardlift::core::logical::LogicalState;
 use shardlift::core::topology::Topology;
-use shardlift::durable::fs::{EntryKind, FileSystem, RealFs};
+use shardlift::durable::faulty::{FaultyFs, Operation};
 use shardlift::lab::powerloss::tree_digest;
 use shardlift::store::codec::{
     self, commit_rel_path, object_rel_path, CommitRecord, LatestRecord, ManifestRecord,
@@ -119,69 +119,13 @@ fn io_error_when_commits_is_not_a_directory() {
     assert!(matches!(error, StoreError::Io { .. }), "{error}");
 }
 
-/// The real file system with one injected fault: every file fsync after `fail_fsync_after`
-/// of them fails, and/or `commits/` is listed as empty (so the writer picks a generation
-/// that is already taken).
-#[derive(Default)]
-struct Faulty {
-    fail_fsync_after: Option<usize>,
-    hide_commits: bool,
-    fsyncs: std::cell::Cell<usize>,
-}
-
-impl FileSystem for Faulty {
-    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
-        RealFs.create_dir(p)
-    }
-    fn write_new_file(&self, p: &Path, b: &[u8], r: bool) -> std::io::Result<()> {
-        RealFs.write_new_file(p, b, r)
-    }
-    fn fsync_file(&self, p: &Path) -> std::io::Result<()> {
-        self.fsyncs.set(self.fsyncs.get() + 1);
-        if self
-            .fail_fsync_after
-            .is_some_and(|after| self.fsyncs.get() > after)
-        {
-            return Err(std::io::Error::other("injected EIO"));
-        }
-        RealFs.fsync_file(p)
-    }
-    fn fsync_dir(&self, p: &Path) -> std::io::Result<()> {
-        RealFs.fsync_dir(p)
-    }
-    fn rename_noreplace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        RealFs.rename_noreplace(a, b)
-    }
-    fn rename_replace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        RealFs.rename_replace(a, b)
-    }
-    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
-        RealFs.remove_file(p)
-    }
-    fn read_file(&self, p: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
-        RealFs.read_file(p, cap)
-    }
-    fn list_dir(&self, p: &Path) -> std::io::Result<Vec<String>> {
-        if self.hide_commits && p.ends_with("commits") {
-            return Ok(Vec::new());
-        }
-        RealFs.list_dir(p)
-    }
-    fn entry_kind(&self, p: &Path) -> std::io::Result<Option<EntryKind>> {
-        RealFs.entry_kind(p)
-    }
-}
-
 #[test]
 fn fsync_failure_aborts_the_generation() {
     let (_dir, root) = store_with_genesis();
     let other = synthetic_state(12, 3, 30_000);
     // The commit record's file fsync is the 3·chunks + 2nd fsync: fail exactly there.
     let chunk_fsyncs = other.chunks.len() * 3 + 1;
-    let fs = Faulty {
-        fail_fsync_after: Some(chunk_fsyncs),
-        ..Faulty::default()
-    };
+    let fs = FaultyFs::failing(Operation::FsyncFile, chunk_fsyncs);
     let error = publish_with(
         &fs,
         &root,
@@ -430,10 +374,7 @@ fn generation_taken_never_replaces_a_record() {
     let before = std::fs::read(root.join(commit_rel_path(0))).expect("read");
     let other = synthetic_state(12, 3, 30_000);
     let error = publish_with(
-        &Faulty {
-            hide_commits: true,
-            ..Faulty::default()
-        },
+        &FaultyFs::default().hiding_listing_of(root.join("commits")),
         &root,
         &other,
         Topology::new(3).expect("t"),

@@ -3,35 +3,31 @@
 //! * The cache directory (and its dataset subdirectory) must be directories owned by the
 //!   effective uid and not writable by group or others. This is checked before anything
 //!   is read or written; missing directories are created with mode 0700.
-//! * Files are read with `O_NOFOLLOW`, with a size cap, and verified against their pins
-//!   before anyone sees their bytes.
-//! * Installation is all-or-nothing: each payload goes to a fresh temporary file
-//!   (`create_new`, mode 0600) that is fsynced, then renamed over its final name, then the
-//!   directory is fsynced. If any step fails, every temporary file, every file installed
-//!   by this call and every directory created by this call is removed again, so the cache
-//!   is left as it was.
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
+//! * Files are read through [`durable::read_capped`] (no symlinks, a size cap) and
+//!   verified against their pins before anyone sees their bytes.
+//! * Installation is all-or-nothing: each payload goes through [`durable::write_file_with`]
+//!   (a fresh mode-0600 temporary file, fsynced, renamed over its final name, then a
+//!   directory fsync). If any step fails, every file installed by this call and every
+//!   directory created by this call is removed again, so the cache is left as it was.
+use std::cell::RefCell;
+use std::fs::{self, DirBuilder, OpenOptions};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::dataset::error::DatasetError;
 use crate::dataset::pins::ResourcePin;
 use crate::dataset::verify::verify_payload;
+use crate::durable::{
+    self, ensure_dir_with, write_file_with, DurableError, EntryKind, FileSystem, RealFs,
+    WriteOptions,
+};
 
 /// A cache directory whose existing parts passed the ownership and mode checks.
 #[derive(Debug)]
 pub(crate) struct Cache {
     root: PathBuf,
     data: PathBuf,
-}
-
-/// What reading a file with a cap found.
-pub(crate) enum Capped {
-    Missing,
-    TooLarge,
-    Bytes(Vec<u8>),
 }
 
 impl Cache {
@@ -78,16 +74,19 @@ impl Cache {
             }
             Ok(_) => {}
         }
-        let bytes = match read_capped(&path, pin.payload.bytes) {
-            Ok(Capped::Missing) => return Ok(None),
-            Ok(Capped::TooLarge) => {
+        let bytes = match read_optional(&path, pin.payload.bytes) {
+            Ok(None) => return Ok(None),
+            Ok(Some(bytes)) => bytes,
+            Err(DurableError::TooLarge { .. }) => {
                 return Err(corrupt(format!(
                     "it is larger than the pinned {} bytes",
                     pin.payload.bytes
                 )))
             }
-            Ok(Capped::Bytes(bytes)) => bytes,
-            Err(source) => return Err(cache_io(&path, source)),
+            Err(DurableError::NotRegularFile { .. }) => {
+                return Err(corrupt("it is not a regular file".to_owned()))
+            }
+            Err(error) => return Err(cache_error(error)),
         };
         let origin = path.display().to_string();
         verify_payload(pin, &origin, &bytes).map_err(|error| corrupt(error.to_string()))?;
@@ -117,32 +116,92 @@ impl Cache {
         let metadata = fs::symlink_metadata(&self.data).map_err(|e| cache_io(&self.data, e))?;
         check_directory(&self.data, &metadata)?;
 
-        let mut staged = Vec::with_capacity(payloads.len());
         for (pin, bytes) in payloads {
-            let temporary = write_temporary(&self.data, pin.name, bytes, transaction)?;
-            staged.push((temporary, self.path_of(pin)));
-        }
-        for (temporary, destination) in staged {
-            fs::rename(&temporary, &destination).map_err(|e| cache_io(&destination, e))?;
-            transaction.temporaries.retain(|t| t != &temporary);
-            transaction.installed.push(destination);
-        }
-        sync_directory(&self.data)?;
-        for directory in &transaction.created_directories {
-            if let Some(parent) = directory.parent() {
-                sync_directory(parent)?;
+            let destination = self.path_of(pin);
+            let written = write_file_with(
+                &transaction.fs,
+                &destination,
+                bytes,
+                WriteOptions::REPLACEABLE,
+            );
+            // Only the directory fsync comes after the rename: then the file is in place
+            // and must be rolled back with the others.
+            let renamed = match &written {
+                Ok(_) => true,
+                Err(DurableError::Fsync { path, .. }) => path == &self.data,
+                Err(_) => false,
+            };
+            if renamed {
+                transaction.installed.push(destination);
             }
+            written.map_err(cache_error)?;
         }
         Ok(())
+    }
+}
+
+/// The real file system, except that what the cache creates is private to its owner
+/// (directories 0700, files 0600) and every directory it creates is recorded, so a failed
+/// installation can remove it again.
+#[derive(Default)]
+struct PrivateFs {
+    created_directories: RefCell<Vec<PathBuf>>,
+}
+
+impl FileSystem for PrivateFs {
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        DirBuilder::new().mode(0o700).create(path)?;
+        self.created_directories.borrow_mut().push(path.to_owned());
+        Ok(())
+    }
+
+    fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> io::Result<()> {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if read_only { 0o400 } else { 0o600 })
+            .open(path)?
+            .write_all(bytes)
+    }
+
+    fn fsync_file(&self, path: &Path) -> io::Result<()> {
+        RealFs.fsync_file(path)
+    }
+
+    fn fsync_dir(&self, path: &Path) -> io::Result<()> {
+        RealFs.fsync_dir(path)
+    }
+
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealFs.rename_noreplace(from, to)
+    }
+
+    fn rename_replace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealFs.rename_replace(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealFs.remove_file(path)
+    }
+
+    fn read_file(&self, path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+        RealFs.read_file(path, cap)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        RealFs.list_dir(path)
+    }
+
+    fn entry_kind(&self, path: &Path) -> io::Result<Option<EntryKind>> {
+        RealFs.entry_kind(path)
     }
 }
 
 /// What an installation has changed so far, undone on drop unless committed.
 #[derive(Default)]
 struct Transaction {
-    temporaries: Vec<PathBuf>,
+    fs: PrivateFs,
     installed: Vec<PathBuf>,
-    created_directories: Vec<PathBuf>,
     committed: bool,
 }
 
@@ -152,24 +211,26 @@ impl Drop for Transaction {
             return;
         }
         // Best effort: these files and directories did not exist before this call.
-        for path in self.temporaries.iter().chain(&self.installed) {
-            let _ = fs::remove_file(path);
+        let created_directories = self.fs.created_directories.take();
+        for path in &self.installed {
+            let _ = self.fs.remove_file(path);
         }
-        for directory in self.created_directories.iter().rev() {
+        for directory in created_directories.iter().rev() {
             let _ = fs::remove_dir(directory);
         }
         for path in self
             .installed
             .iter()
-            .chain(&self.created_directories)
+            .chain(&created_directories)
             .filter_map(|p| p.parent())
         {
-            let _ = File::open(path).and_then(|d| d.sync_all());
+            let _ = self.fs.fsync_dir(path);
         }
     }
 }
 
-/// Creates `path` and any missing ancestors with mode 0700, recording what it created.
+/// Creates `path` and any missing ancestors with mode 0700, each made durable in its
+/// parent, recording what it created.
 fn create_directories(path: &Path, transaction: &mut Transaction) -> Result<(), DatasetError> {
     let mut missing = Vec::new();
     let mut cursor = Some(path);
@@ -192,57 +253,9 @@ fn create_directories(path: &Path, transaction: &mut Transaction) -> Result<(), 
         }
     }
     for directory in missing.into_iter().rev() {
-        match DirBuilder::new().mode(0o700).create(&directory) {
-            Ok(()) => transaction.created_directories.push(directory),
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(DatasetError::CacheDirectoryCreate {
-                    path: directory,
-                    source,
-                })
-            }
-        }
+        ensure_dir_with(&transaction.fs, &directory).map_err(directory_error)?;
     }
     Ok(())
-}
-
-/// Writes `bytes` to a fresh temporary file beside the final name and fsyncs it.
-fn write_temporary(
-    directory: &Path,
-    name: &str,
-    bytes: &[u8],
-    transaction: &mut Transaction,
-) -> Result<PathBuf, DatasetError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut attempts = 0;
-    let (path, mut file) = loop {
-        let serial = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = directory.join(format!(".{name}.partial.{}.{serial}", std::process::id()));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(no_follow())
-            .open(&path)
-        {
-            Ok(file) => break (path, file),
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists && attempts < 16 => {
-                attempts += 1;
-            }
-            Err(source) => return Err(cache_io(&path, source)),
-        }
-    };
-    transaction.temporaries.push(path.clone());
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|source| cache_io(&path, source))?;
-    Ok(path)
-}
-
-fn sync_directory(path: &Path) -> Result<(), DatasetError> {
-    File::open(path)
-        .and_then(|directory| directory.sync_all())
-        .map_err(|source| cache_io(path, source))
 }
 
 /// The ownership and mode rules for the cache directory and its subdirectory.
@@ -270,44 +283,40 @@ fn check_directory(path: &Path, metadata: &fs::Metadata) -> Result<(), DatasetEr
     Ok(())
 }
 
-/// Reads a regular file without following a final symlink, refusing more than `limit`
-/// bytes.
-pub(crate) fn read_capped(path: &Path, limit: u64) -> io::Result<Capped> {
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(no_follow())
-        .open(path)
-    {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Capped::Missing),
-        Err(error) => return Err(error),
-    };
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
+/// [`durable::read_capped`], with a missing file as `None` rather than an error.
+pub(crate) fn read_optional(path: &Path, cap: u64) -> Result<Option<Vec<u8>>, DurableError> {
+    match durable::read_capped(path, cap) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(DurableError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(error) => Err(error),
     }
-    if metadata.len() > limit {
-        return Ok(Capped::TooLarge);
-    }
-    let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Ok(Capped::TooLarge);
-    }
-    Ok(Capped::Bytes(bytes))
-}
-
-fn no_follow() -> i32 {
-    rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 
 fn cache_io(path: &Path, source: io::Error) -> DatasetError {
     DatasetError::CacheIo {
         path: path.to_path_buf(),
         source,
+    }
+}
+
+/// A failed durable write or read in the cache, as the dataset's error.
+fn cache_error(error: DurableError) -> DatasetError {
+    match error {
+        DurableError::Io { path, source } | DurableError::Fsync { path, source } => {
+            DatasetError::CacheIo { path, source }
+        }
+        other => DatasetError::CacheDurable { source: other },
+    }
+}
+
+/// A failed [`ensure_dir_with`] of a cache directory, as the dataset's error.
+fn directory_error(error: DurableError) -> DatasetError {
+    match error {
+        DurableError::Io { path, source } => DatasetError::CacheDirectoryCreate { path, source },
+        DurableError::NotRegularFile { path } => DatasetError::CacheDirectoryNotADirectory { path },
+        other => cache_error(other),
     }
 }
 
@@ -369,18 +378,37 @@ mod tests {
     }
 
     #[test]
+    fn installed_payloads_are_private_to_their_owner() {
+        use crate::dataset::pins::FASHION_MNIST;
+        let temp = tempfile::tempdir().expect("tempdir");
+        let root = temp.path().join("cache");
+        let cache = Cache::open_checked(&root, "data").expect("open");
+        let pin = &FASHION_MNIST.resources[0];
+        cache
+            .install(&[(pin, b"payload".to_vec())])
+            .expect("install");
+        let mode = |path: &Path| fs::metadata(path).map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(mode(&cache.path_of(pin)).ok(), Some(0o600));
+        assert_eq!(mode(&root.join("data")).ok(), Some(0o700));
+        assert_eq!(fs::read_dir(root.join("data")).expect("list").count(), 1);
+    }
+
+    #[test]
     fn read_capped_refuses_symlinks_and_large_files() {
         let temp = tempfile::tempdir().expect("tempdir");
         let file = temp.path().join("f");
         assert!(fs::write(&file, b"12345").is_ok());
-        assert!(matches!(read_capped(&file, 4), Ok(Capped::TooLarge)));
-        assert!(matches!(read_capped(&file, 5), Ok(Capped::Bytes(b)) if b == b"12345"));
+        assert!(matches!(
+            read_optional(&file, 4),
+            Err(DurableError::TooLarge { .. })
+        ));
+        assert!(matches!(read_optional(&file, 5), Ok(Some(b)) if b == b"12345"));
         let link = temp.path().join("l");
         assert!(std::os::unix::fs::symlink(&file, &link).is_ok());
-        assert!(read_capped(&link, 10).is_err());
+        assert!(read_optional(&link, 10).is_err());
         assert!(matches!(
-            read_capped(&temp.path().join("none"), 10),
-            Ok(Capped::Missing)
+            read_optional(&temp.path().join("none"), 10),
+            Ok(None)
         ));
     }
 }

@@ -3,6 +3,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::core::digest::Digest;
+use crate::durable::DurableError;
 
 /// How to get the dataset when no source worked.
 pub const HOW_TO_GET_THE_DATA: &str = "install Debian's package with \
@@ -50,6 +51,12 @@ pub enum DatasetError {
         path: PathBuf,
         #[source]
         source: io::Error,
+    },
+
+    #[error("{source}; nothing in the cache was changed")]
+    CacheDurable {
+        #[source]
+        source: DurableError,
     },
 
     #[error(

@@ -16,10 +16,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::core::digest::Digest;
-use crate::dataset::cache::{read_capped, Cache, Capped};
+use crate::dataset::cache::{read_optional, Cache};
 use crate::dataset::error::DatasetError;
 use crate::dataset::pins::{PinTable, Resource, ResourcePin, FASHION_MNIST};
 use crate::dataset::verify::{gunzip, verify_gzip, verify_payload};
+use crate::durable::DurableError;
 
 /// The GitHub repository that publishes Fashion-MNIST.
 pub const UPSTREAM_REPOSITORY: &str = "zalandoresearch/fashion-mnist";
@@ -381,19 +382,27 @@ fn read_source(
     path: &Path,
     limit: u64,
 ) -> Result<Option<Vec<u8>>, DatasetError> {
-    match read_capped(path, limit) {
-        Ok(Capped::Missing) => Ok(None),
-        Ok(Capped::Bytes(bytes)) => Ok(Some(bytes)),
-        Ok(Capped::TooLarge) => Err(DatasetError::SourceTooLarge {
+    read_optional(path, limit).map_err(|error| match error {
+        DurableError::TooLarge { .. } => DatasetError::SourceTooLarge {
             name: pin.name.to_owned(),
             path: path.to_path_buf(),
             limit,
-        }),
-        Err(source) => Err(DatasetError::SourceIo {
+        },
+        DurableError::Io { source, .. } | DurableError::Fsync { source, .. } => {
+            DatasetError::SourceIo {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+        // A symlink or special file (a read never reports the other kinds).
+        _ => DatasetError::SourceIo {
             path: path.to_path_buf(),
-            source,
-        }),
-    }
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (symlinks and special files are refused)",
+            ),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@
 //!   pin before they are decompressed, and decompression is capped at the pinned size.
 //! * **The cache is untouched on failure.** [`fetch`] reads and verifies what is cached,
 //!   then acquires and verifies every missing payload in memory, and only then installs
-//!   them, each through a fresh temporary file (mode 0600, fsynced) renamed over its final
-//!   name and a directory fsync. Any error at any point removes every temporary file, every
+//!   them, each through the durable writer (a fresh temporary file, mode 0600, fsynced,
+//!   renamed over its final name, then a directory fsync). Any error at any point removes every temporary file, every
 //!   file and every directory this call created: the cache is left exactly as it was. A
 //!   cached file that fails verification is reported ([`DatasetError::CachedFileCorrupt`])
 //!   and never deleted silently.

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::core::canonical::{self, CanonicalError, CanonicalRecord};
 use crate::core::digest::Digest;
 use crate::durable::fs::{FileSystem, RealFs};
+use crate::durable::{ensure_dir_with, write_file_with, DurableError, WriteOptions};
 
 pub use records::*;
 
@@ -60,6 +61,8 @@ pub enum BundleError {
     },
     #[error(transparent)]
     Encode(CanonicalError),
+    #[error(transparent)]
+    Durable(DurableError),
 }
 
 impl BundleError {
@@ -78,7 +81,7 @@ impl BundleError {
             BundleError::BindingMismatch { .. } => "binding-mismatch",
             BundleError::Inconsistent(_) => "inconsistent",
             BundleError::AlreadyExists(_) => "already-exists",
-            BundleError::Io { .. } => "io",
+            BundleError::Io { .. } | BundleError::Durable(_) => "io",
             BundleError::Encode(_) => "encode",
         }
     }
@@ -117,23 +120,44 @@ pub struct InstalledBundle {
 
 /// Installs a bundle into `directory`, which must not exist. The bindings (evaluation
 /// digests in the evidence, file digests and the self digest in the audit) are filled in
-/// here. Each file goes temp → fsync → rename (no replace) → directory fsync, and
-/// `audit.json` goes last, so a bundle with an audit is complete.
+/// here. Each file goes through [`write_file_with`] (temp → fsync → rename, never
+/// replacing → directory fsync), and `audit.json` goes last, so a bundle with an audit is
+/// complete.
 pub fn install(
     directory: &Path,
     reference: &EvaluationRecord,
     recovered: &EvaluationRecord,
-    mut evidence: RecoveryEvidenceRecord,
-    mut audit: AuditRecord,
+    evidence: RecoveryEvidenceRecord,
+    audit: AuditRecord,
 ) -> Result<InstalledBundle, BundleError> {
     let fs = RealFs;
     if directory.symlink_metadata().is_ok() {
         return Err(BundleError::AlreadyExists(directory.to_owned()));
     }
+    // create_dir, not ensure_dir_with alone: a bundle directory is never reused, even one
+    // created since the check above; ensure_dir_with then makes its entry durable.
     fs.create_dir(directory).map_err(io_error(directory))?;
-    if let Some(parent) = directory.parent() {
-        fs.fsync_dir(parent).map_err(io_error(parent))?;
+    ensure_dir_with(&fs, directory).map_err(install_error)?;
+    let files = bound_files(reference, recovered, evidence, audit)?;
+    for (name, bytes) in &files {
+        write_file_with(&fs, &directory.join(name), bytes, WriteOptions::IMMUTABLE)
+            .map_err(install_error)?;
     }
+    let [.., (_, audit_bytes)] = &files;
+    Ok(InstalledBundle {
+        directory: directory.to_owned(),
+        audit_sha256: Digest::of(audit_bytes),
+    })
+}
+
+/// The four records' canonical bytes in install order (`audit.json` last), with the
+/// evidence bound to the evaluations and the audit to the other three files and itself.
+fn bound_files(
+    reference: &EvaluationRecord,
+    recovered: &EvaluationRecord,
+    mut evidence: RecoveryEvidenceRecord,
+    mut audit: AuditRecord,
+) -> Result<[(&'static str, Vec<u8>); 4], BundleError> {
     let encode = |record: &dyn Fn() -> Result<Vec<u8>, CanonicalError>| {
         record().map_err(BundleError::Encode)
     };
@@ -149,25 +173,24 @@ pub fn install(
     ];
     audit.self_sha256 = audit_self_digest(&audit)?;
     let audit_bytes = encode(&|| canonical::encode(&audit))?;
-    for (name, bytes) in [
-        (REFERENCE_EVALUATION, &reference_bytes),
-        (RECOVERED_EVALUATION, &recovered_bytes),
-        (RECOVERY_EVIDENCE, &evidence_bytes),
-        (AUDIT, &audit_bytes),
-    ] {
-        let temporary = directory.join(format!(".{name}.tmp"));
-        let target = directory.join(name);
-        fs.write_new_file(&temporary, bytes, true)
-            .map_err(io_error(&temporary))?;
-        fs.fsync_file(&temporary).map_err(io_error(&temporary))?;
-        fs.rename_noreplace(&temporary, &target)
-            .map_err(io_error(&target))?;
-        fs.fsync_dir(directory).map_err(io_error(directory))?;
+    Ok([
+        (REFERENCE_EVALUATION, reference_bytes),
+        (RECOVERED_EVALUATION, recovered_bytes),
+        (RECOVERY_EVIDENCE, evidence_bytes),
+        (AUDIT, audit_bytes),
+    ])
+}
+
+/// A failed durable write of the bundle, as the bundle's error.
+fn install_error(error: DurableError) -> BundleError {
+    match error {
+        DurableError::Io { path, source } | DurableError::Fsync { path, source } => {
+            BundleError::Io { path, source }
+        }
+        DurableError::AlreadyExists { path } => BundleError::AlreadyExists(path),
+        DurableError::NotRegularFile { path } => BundleError::NotADirectory(path),
+        other => BundleError::Durable(other),
     }
-    Ok(InstalledBundle {
-        directory: directory.to_owned(),
-        audit_sha256: Digest::of(&audit_bytes),
-    })
 }
 
 /// What a verified bundle says (printed by `verify-bundle`).

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::canonical::{self, CanonicalRecord};
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
+use crate::durable::{self, DurableError, WriteOptions};
 use crate::supervise::process::{ChildSpec, ExitOutcome, Signal, SupervisedChild};
 
 use crate::orchestrate::invariants::evidence::Observation;
@@ -147,6 +148,8 @@ pub enum ElasticError {
         context: String,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Durable(DurableError),
     #[error("record: {0}")]
     Record(#[from] canonical::CanonicalError),
     #[error("store: {0}")]
@@ -175,15 +178,15 @@ fn env_u32(name: &'static str) -> Result<u32, ElasticError> {
         .ok_or(ElasticError::Environment { name })
 }
 
-/// Writes bytes durably under a new name (temp file, fsync, rename).
+/// Writes bytes durably under `dir/name`, replacing any earlier version.
 fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), ElasticError> {
-    use std::io::Write;
-    let temp = dir.join(format!(".{name}.tmp"));
-    let mut file = std::fs::File::create(&temp).map_err(io_error(format!("creating {name}")))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(io_error(format!("writing {name}")))?;
-    std::fs::rename(&temp, dir.join(name)).map_err(io_error(format!("installing {name}")))
+    match durable::write_file(&dir.join(name), bytes, WriteOptions::REPLACEABLE) {
+        Ok(_) => Ok(()),
+        Err(DurableError::Io { source, .. } | DurableError::Fsync { source, .. }) => {
+            Err(io_error(format!("writing {name}"))(source))
+        }
+        Err(other) => Err(ElasticError::Durable(other)),
+    }
 }
 
 fn wait_for_file(path: &Path, timeout_ms: u64) -> bool {
@@ -684,7 +687,7 @@ pub fn launcher_provenance(
         .join(crate::orchestrate::invariants::provenance::ATTESTED_LIBRARY);
     let (_, version) =
         crate::orchestrate::invariants::provenance::build_version_beside(&library).ok()?;
-    let digest = crate::orchestrate::invariants::provenance::file_sha256(&library).ok()?;
+    let digest = durable::file_sha256(&library).ok()?;
     Some(
         crate::orchestrate::invariants::evidence::LauncherProvenance {
             launcher: "torch.distributed.run (torchrun --no-python)".into(),

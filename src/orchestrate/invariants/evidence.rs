@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::canonical::{self, CanonicalError, CanonicalRecord};
 use crate::core::digest::Digest;
+use crate::durable::{self, DurableError, RealFs, WriteOptions};
 
 use crate::orchestrate::invariants::scenarios::{ScenarioSpec, REGISTRY};
 
@@ -397,6 +398,8 @@ pub enum EvidenceError {
     Inconsistent { file: String, reason: String },
     #[error("{0}: the artifact directory already exists; choose a new one")]
     Exists(String),
+    #[error("{file}: {source}")]
+    Durable { file: String, source: DurableError },
 }
 
 fn inconsistent(file: &str, reason: impl Into<String>) -> EvidenceError {
@@ -511,7 +514,6 @@ pub fn write_artifact(
     provenance: &Provenance,
     observations: &[Observation],
 ) -> Result<Summary, EvidenceError> {
-    let dir_name = dir.display().to_string();
     if observations.len() != REGISTRY.len() {
         return Err(inconsistent(
             SUMMARY_FILE,
@@ -522,41 +524,11 @@ pub fn write_artifact(
             ),
         ));
     }
-    std::fs::create_dir(dir).map_err(|source| match source.kind() {
-        std::io::ErrorKind::AlreadyExists => EvidenceError::Exists(dir_name.clone()),
-        _ => EvidenceError::Io {
-            file: dir_name.clone(),
-            source,
-        },
-    })?;
-    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    create_artifact_dir(dir)?;
     let provenance_bytes = encode_record(PROVENANCE_FILE, provenance)?;
     let provenance_sha256 = Digest::of(&provenance_bytes);
-    files.push((PROVENANCE_FILE.to_owned(), provenance_bytes));
-    let mut results = Vec::new();
-    let mut entries = Vec::new();
-    for (spec, observation) in REGISTRY.iter().zip(observations) {
-        let observation_name = observation_file(spec);
-        let observation_bytes = encode_record(&observation_name, observation)?;
-        let observation_sha256 = Digest::of(&observation_bytes);
-        let result = derive(spec, observation, observation_sha256);
-        let result_name = result_file(spec);
-        let result_bytes = encode_record(&result_name, &result)?;
-        entries.push(SummaryEntry {
-            ordinal: spec.ordinal,
-            scenario: spec.id.to_owned(),
-            claim: spec.claim.to_owned(),
-            verdict: result.verdict,
-            observation_file: observation_name.clone(),
-            observation_sha256,
-            result_file: result_name.clone(),
-            result_sha256: Digest::of(&result_bytes),
-        });
-        files.push((observation_name, observation_bytes));
-        files.push((result_name, result_bytes));
-        results.push(result);
-    }
-    let (passed, failed, skipped, status) = tally(&results);
+    let scenarios = encode_scenarios(observations)?;
+    let (passed, failed, skipped, status) = tally(&scenarios.results);
     let summary = Summary {
         schema: SUMMARY_SCHEMA.to_owned(),
         version: EVIDENCE_VERSION,
@@ -568,15 +540,82 @@ pub fn write_artifact(
         status,
         claim_boundary: ClaimBoundary::current(),
         provenance_sha256,
-        entries,
+        entries: scenarios.entries,
     };
+    let mut files = scenarios.files;
+    files.push((PROVENANCE_FILE.to_owned(), provenance_bytes));
     files.push((
         SUMMARY_FILE.to_owned(),
         encode_record(SUMMARY_FILE, &summary)?,
     ));
-    files.push((JUNIT_FILE.to_owned(), junit_xml(&results).into_bytes()));
+    files.push((
+        JUNIT_FILE.to_owned(),
+        junit_xml(&scenarios.results).into_bytes(),
+    ));
     files.sort_by(|a, b| a.0.cmp(&b.0));
-    let manifest = Manifest {
+    let manifest_bytes = encode_record(MANIFEST_FILE, &manifest_of(&files))?;
+    files.push((MANIFEST_FILE.to_owned(), manifest_bytes));
+    for (name, bytes) in &files {
+        durable::write_file(&dir.join(name), bytes, WriteOptions::REPLACEABLE)
+            .map_err(|error| write_error(name, error))?;
+    }
+    Ok(summary)
+}
+
+/// Creates the artifact directory (never reusing one) and makes its entry durable.
+fn create_artifact_dir(dir: &Path) -> Result<(), EvidenceError> {
+    let dir_name = dir.display().to_string();
+    std::fs::create_dir(dir).map_err(|source| match source.kind() {
+        std::io::ErrorKind::AlreadyExists => EvidenceError::Exists(dir_name.clone()),
+        _ => EvidenceError::Io {
+            file: dir_name.clone(),
+            source,
+        },
+    })?;
+    durable::ensure_dir_with(&RealFs, dir).map_err(|error| write_error(&dir_name, error))
+}
+
+/// Every scenario's observation and result records, their summary entries and results.
+struct EncodedScenarios {
+    entries: Vec<SummaryEntry>,
+    results: Vec<ScenarioResult>,
+    files: Vec<(String, Vec<u8>)>,
+}
+
+/// Encodes each observation, derives its result, and binds both into a summary entry.
+fn encode_scenarios(observations: &[Observation]) -> Result<EncodedScenarios, EvidenceError> {
+    let mut encoded = EncodedScenarios {
+        entries: Vec::new(),
+        results: Vec::new(),
+        files: Vec::new(),
+    };
+    for (spec, observation) in REGISTRY.iter().zip(observations) {
+        let observation_name = observation_file(spec);
+        let observation_bytes = encode_record(&observation_name, observation)?;
+        let observation_sha256 = Digest::of(&observation_bytes);
+        let result = derive(spec, observation, observation_sha256);
+        let result_name = result_file(spec);
+        let result_bytes = encode_record(&result_name, &result)?;
+        encoded.entries.push(SummaryEntry {
+            ordinal: spec.ordinal,
+            scenario: spec.id.to_owned(),
+            claim: spec.claim.to_owned(),
+            verdict: result.verdict,
+            observation_file: observation_name.clone(),
+            observation_sha256,
+            result_file: result_name.clone(),
+            result_sha256: Digest::of(&result_bytes),
+        });
+        encoded.files.push((observation_name, observation_bytes));
+        encoded.files.push((result_name, result_bytes));
+        encoded.results.push(result);
+    }
+    Ok(encoded)
+}
+
+/// The manifest over `files` (already in name order).
+fn manifest_of(files: &[(String, Vec<u8>)]) -> Manifest {
+    Manifest {
         schema: MANIFEST_SCHEMA.to_owned(),
         version: EVIDENCE_VERSION,
         algorithm: "sha256".into(),
@@ -588,19 +627,21 @@ pub fn write_artifact(
                 sha256: Digest::of(bytes),
             })
             .collect(),
-    };
-    files.push((
-        MANIFEST_FILE.to_owned(),
-        encode_record(MANIFEST_FILE, &manifest)?,
-    ));
-    for (name, bytes) in &files {
-        let path = dir.join(name);
-        std::fs::write(&path, bytes).map_err(|source| EvidenceError::Io {
-            file: name.clone(),
-            source,
-        })?;
     }
-    Ok(summary)
+}
+
+/// A failed durable write of `file`, as the artifact's error.
+fn write_error(file: &str, error: DurableError) -> EvidenceError {
+    match error {
+        DurableError::Io { source, .. } | DurableError::Fsync { source, .. } => EvidenceError::Io {
+            file: file.to_owned(),
+            source,
+        },
+        other => EvidenceError::Durable {
+            file: file.to_owned(),
+            source: other,
+        },
+    }
 }
 
 fn read_listed(dir: &Path, file: &str) -> Result<Vec<u8>, EvidenceError> {

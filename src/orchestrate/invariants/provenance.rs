@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::core::digest::Digest;
+use crate::durable::{self, DurableError};
 
 use crate::core::pins::{LIBTORCH_VERSION, TCH_VERSION};
 
@@ -58,10 +59,7 @@ pub enum ProvenanceError {
     #[error("{ATTESTED_LIBRARY} is mapped from more than one file")]
     MappedTwice,
     #[error("cannot hash the loaded {path}: {source}")]
-    Hash {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Hash { path: PathBuf, source: DurableError },
     #[error("no build-version or version.py beside the loaded libtorch ({dir})")]
     NoVersionFile { dir: PathBuf },
     #[error("cannot parse the libtorch build version from {path}")]
@@ -165,30 +163,13 @@ pub fn build_version_beside(lib_file: &Path) -> Result<(String, String), Provena
     Ok((full, short))
 }
 
-/// SHA-256 of a file, streamed.
-pub fn file_sha256(path: &Path) -> Result<Digest, std::io::Error> {
-    use sha2::Digest as _;
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = sha2::Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let read = file.read(&mut buffer)?;
-        if read == 0 {
-            break;
-        }
-        hasher.update(&buffer[..read]);
-    }
-    Ok(Digest(hasher.finalize().into()))
-}
-
 /// Observes this process's runtime: the mapped library, its digest and build version.
 pub fn observe_runtime() -> Result<ObservedRuntime, ProvenanceError> {
     // Make sure libtorch is really in use (as-needed linking maps it at start-up anyway).
     let _ = tch::utils::has_openmp();
     let maps = std::fs::read_to_string("/proc/self/maps").map_err(ProvenanceError::Maps)?;
     let library = mapped_library(&maps)?;
-    let digest = file_sha256(&library).map_err(|source| ProvenanceError::Hash {
+    let digest = durable::file_sha256(&library).map_err(|source| ProvenanceError::Hash {
         path: library.clone(),
         source,
     })?;

@@ -12,8 +12,9 @@ use crate::core::sampling::SampleStream;
 use crate::core::step::SplitView;
 use crate::core::topology::Topology;
 use crate::dataset::FashionMnist;
+use crate::durable::faulty::{FaultyFs, Operation};
 use crate::engine::in_process_step;
-use crate::store::{self, Barrier, FileSystem, FnHook, NoHooks, RealFs, StoreError, WriterFaults};
+use crate::store::{self, Barrier, FnHook, NoHooks, RealFs, StoreError, WriterFaults};
 
 use crate::orchestrate::invariants::evidence::Observation;
 
@@ -507,51 +508,6 @@ fn pointer_stable(
     Ok(())
 }
 
-/// A file system whose fsync of any commit-record temp file fails (an EIO the writer
-/// must treat as the end of the generation).
-struct FailingCommitFsync;
-
-impl FileSystem for FailingCommitFsync {
-    fn create_dir(&self, path: &Path) -> std::io::Result<()> {
-        RealFs.create_dir(path)
-    }
-    fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> std::io::Result<()> {
-        RealFs.write_new_file(path, bytes, read_only)
-    }
-    fn fsync_file(&self, path: &Path) -> std::io::Result<()> {
-        let commit_temp = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("commit-"));
-        if commit_temp {
-            Err(std::io::Error::other("injected EIO on fsync"))
-        } else {
-            RealFs.fsync_file(path)
-        }
-    }
-    fn fsync_dir(&self, path: &Path) -> std::io::Result<()> {
-        RealFs.fsync_dir(path)
-    }
-    fn rename_noreplace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        RealFs.rename_noreplace(from, to)
-    }
-    fn rename_replace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        RealFs.rename_replace(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        RealFs.remove_file(path)
-    }
-    fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
-        RealFs.read_file(path, cap)
-    }
-    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
-        RealFs.list_dir(path)
-    }
-    fn entry_kind(&self, path: &Path) -> std::io::Result<Option<crate::durable::fs::EntryKind>> {
-        RealFs.entry_kind(path)
-    }
-}
-
 /// Scenario 7: a failed fsync aborts the generation; nothing is promoted after it.
 fn no_promotion(
     ctx: &Context<'_>,
@@ -561,8 +517,10 @@ fn no_promotion(
     let store_dir = ctx.fresh_store("s07");
     let committed = store::publish(&store_dir, &ctx.state1, w(4)?, &mut NoHooks)?;
     let (state2, _) = next_step(&ctx.state1, ctx.data)?;
+    // Every fsync of a commit-record temp file fails: an EIO the writer must treat as
+    // the end of the generation.
     let failed = store::writer::publish_with(
-        &FailingCommitFsync,
+        &FaultyFs::failing_named(Operation::FsyncFile, "commit-"),
         &store_dir,
         &state2,
         w(4)?,
