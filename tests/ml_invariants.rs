@@ -21,7 +21,8 @@ use shardlift::orchestrate::invariants::evidence::{
     self, derive, verify_artifact, EvidenceError, Observation, Provenance, SuiteStatus, Verdict,
 };
 use shardlift::orchestrate::invariants::provenance::{self, ObservedRuntime, REGISTERED_PAIRS};
-use shardlift::orchestrate::invariants::scenarios::{slot_sha256, REGISTRY};
+use shardlift::orchestrate::invariants::registry::REGISTRY;
+use shardlift::orchestrate::invariants::scenarios::slot_sha256;
 use shardlift::supervise::process::ExitOutcome;
 
 #[test]

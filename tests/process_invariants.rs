@@ -129,7 +129,7 @@ fn the_scenarios_tested_here_are_the_ones_that_spawn_processes() {
         "no-promotion-after-failure",
         "stale-latest-ignored",
     ] {
-        let spec = shardlift::orchestrate::invariants::scenarios::spec(id).expect("registered");
+        let spec = shardlift::orchestrate::invariants::registry::spec(id).expect("registered");
         assert!(spec.spawns_processes, "{id} belongs in the ml lane");
     }
 }

@@ -13,7 +13,8 @@ use shardlift::orchestrate::invariants::elastic::{
     observe_elastic, LaunchOptions, LAUNCHER_TIMEOUT_S,
 };
 use shardlift::orchestrate::invariants::evidence::{derive, Observation, Verdict};
-use shardlift::orchestrate::invariants::scenarios::{Context, REGISTRY};
+use shardlift::orchestrate::invariants::registry::REGISTRY;
+use shardlift::orchestrate::invariants::scenarios::Context;
 
 fn torchrun() -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/python-torch");

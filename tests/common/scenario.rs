@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use shardlift::core::digest::Digest;
 use shardlift::dataset::FashionMnist;
 use shardlift::orchestrate::invariants::evidence::{derive, Verdict};
+use shardlift::orchestrate::invariants::registry;
 use shardlift::orchestrate::invariants::scenarios::{self, Context};
 
 /// The real dataset, loaded once per test binary.
@@ -18,7 +19,7 @@ pub fn data() -> &'static FashionMnist {
 
 /// The verdict and failed checks of scenario `id`, with or without its injected violation.
 pub fn verdict(id: &str, inject: bool, seed: u64) -> (Verdict, Vec<String>) {
-    let spec = scenarios::spec(id).expect("registered");
+    let spec = registry::spec(id).expect("registered");
     let work = tempfile::tempdir().expect("tempdir");
     let ctx = Context::new(
         super::common::shardlift_exe(),

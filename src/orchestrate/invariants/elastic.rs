@@ -24,8 +24,9 @@ use crate::durable::{self, DurableError, WriteOptions};
 use crate::supervise::process::{ChildSpec, ExitOutcome, Signal, SupervisedChild};
 
 use crate::orchestrate::invariants::evidence::Observation;
+use crate::orchestrate::invariants::registry::REGISTRY;
 use crate::orchestrate::invariants::scenarios::{
-    next_step, slot_sha256, store_receipts, Context, ScenarioError, REGISTRY,
+    next_step, slot_sha256, store_receipts, Context, ScenarioError,
 };
 
 /// The registered exit code of rank 1 on attempt 0.
@@ -42,41 +43,6 @@ pub const MARKER_SCHEMA: &str = "shardlift.invariants.elastic-marker";
 pub const REPORT_SCHEMA: &str = "shardlift.invariants.elastic-report";
 const MARKER_FILE: &str = "rank1-attempt0.marker.json";
 const RANK0_ACK_FILE: &str = "rank0-saw-marker";
-
-/// Checks the elastic observation must contain.
-pub const REQUIRED_CHECKS: &[&str] = &[
-    "completed",
-    "launcher_exit",
-    "launcher_timed_out",
-    "failure_exit_code_from_launcher_log",
-    "marker_written_by_rank1_on_attempt0",
-    "rank0_saw_marker_before_teardown",
-    "final_reports",
-    "rank0_restart_count",
-    "rank1_restart_count",
-    "rank0_max_restarts",
-    "rank1_max_restarts",
-    "rank0_world_size",
-    "rank1_world_size",
-    "rank0_loaded_generation",
-    "rank1_loaded_generation",
-    "rank0_parameters_sha256",
-    "rank1_parameters_sha256",
-    "rank0_optimizer_sha256",
-    "rank1_optimizer_sha256",
-    "rank0_cursor",
-    "rank1_cursor",
-    "rank0_loaded_root",
-    "rank1_loaded_root",
-    "rank0_next_root",
-    "rank1_next_root",
-    "rank0_next_ledger_digest",
-    "rank1_next_ledger_digest",
-    "commit_receipts_sha256",
-    "latest_sha256",
-    "staging_entries",
-    "publish_attempted",
-];
 
 /// The private marker rank 1 writes on attempt 0 (never copied into the evidence).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ use crate::core::canonical::{self, CanonicalError, CanonicalRecord};
 use crate::core::digest::Digest;
 use crate::durable::{self, DurableError, RealFs, WriteOptions};
 
-use crate::orchestrate::invariants::scenarios::{ScenarioSpec, REGISTRY};
+use crate::orchestrate::invariants::registry::{ScenarioSpec, REGISTRY};
 
 /// The one evidence schema version this build writes and reads.
 pub const EVIDENCE_VERSION: u32 = 1;

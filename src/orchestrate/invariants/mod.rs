@@ -13,11 +13,13 @@ use std::path::PathBuf;
 pub mod elastic;
 pub mod evidence;
 pub mod provenance;
+pub mod registry;
 pub mod scenarios;
 
 use crate::dataset::{Resource, FASHION_MNIST};
 use evidence::{BootstrapAttestation, Observation, Provenance, Summary};
-use scenarios::{Context, REGISTRY};
+use registry::REGISTRY;
+use scenarios::Context;
 
 /// How to run the suite.
 #[derive(Clone, Debug)]
