@@ -23,7 +23,7 @@ use super::git::{GitError, Repo};
 use super::schema::{
     self, Carried, Extension, InputSummary, Outcome, Receipt, Session, Shard, TestEntry,
 };
-use super::{read_file, write_atomically, write_signature, IoError, SignatureError};
+use super::{read_file, write_durably, write_signature, IoError, SignatureError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -356,7 +356,7 @@ pub fn merge(options: MergeOptions) -> Result<(Receipt, Vec<(String, StaleReason
         inputs: summaries,
     });
     let bytes = receipt.encode().map_err(MergeError::Encode)?;
-    write_atomically(&options.out, &bytes)?;
+    write_durably(&options.out, &bytes)?;
     if let Some(key) = &options.sign_key {
         write_signature(&options.out, key, &bytes)?;
     }

@@ -8,6 +8,8 @@
 //! shardlift-receipt-v1 -s FILE.sig < FILE`.
 use std::path::{Path, PathBuf};
 
+use shardlift::durable;
+
 pub mod git;
 pub mod libtest;
 pub mod merge;
@@ -21,6 +23,8 @@ pub enum IoError {
     Read { path: PathBuf, message: String },
     #[error("cannot write {path}: {message}")]
     Write { path: PathBuf, message: String },
+    #[error(transparent)]
+    Durable(#[from] durable::DurableError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,20 +44,14 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, IoError> {
     })
 }
 
-/// Writes via a sibling temporary file and a rename, so readers never see half a file.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    let write_error = |e: std::io::Error| IoError::Write {
-        path: path.to_owned(),
-        message: e.to_string(),
-    };
+/// Writes `bytes` to `path` through the durable writer (temp, fsync, rename, directory
+/// fsync), creating missing parent directories durably first.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(write_error)?;
+        durable::ensure_dir_all(parent)?;
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(write_error)?;
-    std::fs::rename(&tmp, path).map_err(write_error)
+    durable::write_file(path, bytes, durable::WriteOptions::REPLACEABLE)?;
+    Ok(())
 }
 
 /// The detached signature path: `FILE.sig`.
@@ -75,7 +73,7 @@ pub enum SignError {
 pub fn write_signature(path: &Path, key: &Path, bytes: &[u8]) -> Result<PathBuf, SignError> {
     let armored = crate::sshsig::sign(key, schema::SIGNATURE_NAMESPACE, bytes)?;
     let sig = signature_path(path);
-    write_atomically(&sig, armored.as_bytes())?;
+    write_durably(&sig, armored.as_bytes())?;
     Ok(sig)
 }
 

@@ -20,7 +20,7 @@ use super::schema::{
     self, Counts, ExitStatus, Extension, Outcome, Receipt, Scope, Session, Shard, TestEntry,
     TestOutcome, Toolchain,
 };
-use super::{write_atomically, write_signature, IoError};
+use super::{write_durably, write_signature, IoError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -250,7 +250,7 @@ pub fn record(options: RecordOptions) -> Result<Receipt, RecordError> {
         inputs: Vec::new(),
     });
     let bytes = receipt.encode()?;
-    write_atomically(&options.out, &bytes)?;
+    write_durably(&options.out, &bytes)?;
     if let Some(key) = &options.sign_key {
         write_signature(&options.out, key, &bytes)?;
     }

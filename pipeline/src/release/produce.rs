@@ -7,7 +7,6 @@
 //! a clean tree); `--out` is created only after the checkout is re-checked.
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use shardlift::core::digest::Digest;
 use shardlift::dataset::FASHION_MNIST;
+use shardlift::durable::{self, Replace, WriteOptions};
 use shardlift::evidence::bundle::BUNDLE_FILES;
 
 use super::error::{io, ReleaseError};
@@ -65,26 +65,6 @@ pub struct Produced {
 
 fn absolute(path: &Path) -> Result<PathBuf, ReleaseError> {
     std::fs::canonicalize(path).map_err(io(path))
-}
-
-/// SHA-256 of a file, streamed.
-pub fn file_sha256(path: &Path) -> Result<Digest, ReleaseError> {
-    use sha2::Digest as _;
-    let mut file = File::open(path).map_err(io(path))?;
-    let mut hasher = sha2::Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(io(path))?;
-    Ok(Digest(hasher.finalize().into()))
-}
-
-fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ReleaseError> {
-    let metadata = path.symlink_metadata().map_err(io(path))?;
-    if !metadata.is_file() || metadata.len() > cap {
-        return Err(ReleaseError::Io {
-            path: path.to_owned(),
-            error: std::io::Error::other(format!("not a regular file of at most {cap} bytes")),
-        });
-    }
-    std::fs::read(path).map_err(io(path))
 }
 
 /// The output directory must not exist yet.
@@ -352,25 +332,20 @@ struct DemoLine {
     audit_sha256: Digest,
 }
 
+/// Evidence files are new (never written over) and stay writable by their owner.
+const NEW_FILE: WriteOptions = WriteOptions {
+    replace: Replace::Never,
+    read_only: false,
+};
+
+/// Writes `root/name` durably, creating its missing folders durably first.
 fn write_file(root: &Path, name: &str, bytes: &[u8]) -> Result<(), ReleaseError> {
     let path = root.join(name);
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io(parent))?;
+        durable::ensure_dir_all(parent)?;
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(io(&path))?;
-    file.write_all(bytes).map_err(io(&path))?;
-    file.sync_all().map_err(io(&path))?;
+    durable::write_file(&path, bytes, NEW_FILE)?;
     Ok(())
-}
-
-fn fsync_dir(path: &Path) -> Result<(), ReleaseError> {
-    File::open(path)
-        .and_then(|dir| dir.sync_all())
-        .map_err(io(path))
 }
 
 /// Produces the release evidence described in the module docs.
@@ -389,9 +364,9 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
             message: "not a file".into(),
         });
     }
-    let shardlift_sha256 = file_sha256(&shardlift)?;
+    let shardlift_sha256 = durable::file_sha256(&shardlift)?;
     let pipeline_exe = std::env::current_exe().map_err(io(Path::new("/proc/self/exe")))?;
-    let pipeline_sha256 = file_sha256(&pipeline_exe)?;
+    let pipeline_sha256 = durable::file_sha256(&pipeline_exe)?;
     if let Some(key) = &options.sign_key {
         // An unusable key (missing, encrypted, unsupported) is refused before the runs.
         crate::sshsig::sign(key, pins::SIGNATURE_NAMESPACE, b"preflight")
@@ -401,7 +376,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
     // The receipt, if any, must record the tests of exactly this revision.
     let receipt = match &options.receipt {
         Some(path) => {
-            let bytes = read_capped(path, 64 << 20)?;
+            let bytes = durable::read_capped(path, 64 << 20)?;
             let decoded = crate::receipt::schema::Receipt::decode(&bytes).map_err(|e| {
                 ReleaseError::Malformed {
                     name: pins::RECEIPT.into(),
@@ -431,7 +406,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
     let logs = scratch_path.join("logs");
     let staging = scratch_path.join("evidence");
     for dir in [&runs, &logs, &staging] {
-        std::fs::create_dir(dir).map_err(io(dir))?;
+        durable::ensure_dir_all(dir)?;
     }
     let normaliser = Normaliser::new(vec![
         (runs.to_string_lossy().into_owned(), "<runs>"),
@@ -547,7 +522,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
             // Copy the bundle into the evidence and verify the copy.
             let folder = pins::bundle_folder(barrier);
             for name in BUNDLE_FILES {
-                let bytes = read_capped(&bundle.join(name), MEMBER_CAP)?;
+                let bytes = durable::read_capped(&bundle.join(name), MEMBER_CAP)?;
                 write_file(&staging, &format!("{folder}/{name}"), &bytes)?;
                 emitted.push((format!("{folder}/{name}"), bytes));
             }
@@ -597,7 +572,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
 
     // The binaries must be the ones hashed before the runs (a shared target directory
     // can be rebuilt underneath a long run).
-    if file_sha256(&shardlift)? != shardlift_sha256 {
+    if durable::file_sha256(&shardlift)? != shardlift_sha256 {
         return Err(ReleaseError::Shardlift {
             path: shardlift,
             message: "the binary changed while the runs were in progress".into(),
@@ -615,7 +590,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
     for path in &libraries {
         loaded.push(LoadedLibrary {
             name: library_name(path, &libtorch_cpu),
-            sha256: file_sha256(path)?.to_hex(),
+            sha256: durable::file_sha256(path)?.to_hex(),
         });
     }
     loaded.sort();
@@ -720,7 +695,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
     })
 }
 
-/// Copies the staged files to `out` (which must not exist), fsyncing files and folders.
+/// Writes the staged files durably into `out`, which must not exist.
 fn install(
     out: &Path,
     emitted: &[(String, Vec<u8>)],
@@ -728,8 +703,9 @@ fn install(
     signature: Option<&str>,
 ) -> Result<(), ReleaseError> {
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io(parent))?;
+        durable::ensure_dir_all(parent)?;
     }
+    // Created here, not by ensure_dir_*, so that an `out` made concurrently is refused.
     std::fs::create_dir(out).map_err(|e| match e.kind() {
         std::io::ErrorKind::AlreadyExists => ReleaseError::OutExists {
             path: out.to_owned(),
@@ -740,6 +716,8 @@ fn install(
         },
     })?;
     let result = (|| {
+        // Makes the new `out` entry durable in its parent.
+        durable::ensure_dir_with(&durable::RealFs, out)?;
         for (name, bytes) in emitted {
             write_file(out, name, bytes)?;
         }
@@ -747,15 +725,8 @@ fn install(
         if let Some(signature) = signature {
             write_file(out, pins::SIGNATURE, signature.as_bytes())?;
         }
-        for barrier in BARRIERS {
-            fsync_dir(&out.join(pins::bundle_folder(barrier)))?;
-        }
-        fsync_dir(&out.join("bundles"))?;
-        if emitted.iter().any(|(name, _)| name == pins::RECEIPT) {
-            fsync_dir(&out.join("receipts"))?;
-        }
-        fsync_dir(&out.join("transcripts"))?;
-        fsync_dir(out)
+        // Each write fsyncs its folder, and each folder was made durable in its parent.
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_dir_all(out);
