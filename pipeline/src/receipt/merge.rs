@@ -19,11 +19,12 @@ use serde::Serialize;
 use shardlift::core::canonical::CanonicalError;
 use shardlift::core::digest::Digest;
 
-use super::git::{GitError, Repo};
+use super::manifest::{self, ManifestError};
 use super::schema::{
     self, Carried, Extension, InputSummary, Outcome, Receipt, Session, Shard, TestEntry,
 };
 use super::{read_file, write_durably, write_signature, IoError, SignatureError};
+use crate::git::{GitError, Repo};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -100,6 +101,8 @@ pub enum MergeError {
     NoRepo,
     #[error(transparent)]
     Git(#[from] GitError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
     #[error("cannot encode the merged receipt: {0}")]
     Encode(CanonicalError),
     #[error(transparent)]
@@ -296,7 +299,7 @@ pub fn merge(options: MergeOptions) -> Result<(Receipt, Vec<(String, StaleReason
     let mut stale = Vec::new();
     if let Some(old_path) = &options.carry_from {
         let repo_path = options.repo.as_deref().ok_or(MergeError::NoRepo)?;
-        let repo = Repo::open(repo_path)?;
+        let repo = Repo::discover(repo_path)?;
         let (old_bytes, old) = load(old_path)?;
         if let (Some(allowed), true) = (&options.allowed_signers, options.verify_inputs) {
             super::verify_signature(old_path, &old_bytes, allowed).map_err(|source| {
@@ -443,7 +446,7 @@ pub fn carry_conditions(
     old: &Receipt,
     shard: &Shard,
     fresh_ids: &BTreeSet<String>,
-) -> Result<Vec<StaleReason>, GitError> {
+) -> Result<Vec<StaleReason>, ManifestError> {
     let mut reasons = Vec::new();
     let ancestor = repo.is_same_or_ancestor(&shard.commit, current)?;
     if !ancestor {
@@ -452,7 +455,7 @@ pub fn carry_conditions(
             current: current.to_owned(),
         });
     }
-    let now = repo.manifest(current, &shard.scope, false)?;
+    let now = manifest::manifest(repo, current, &shard.scope, false)?;
     if now != shard.manifest {
         reasons.push(StaleReason::ManifestChanged {
             changed: shard.manifest.changed_paths(&now),
@@ -505,7 +508,7 @@ pub struct Plan {
 /// (optional) supply the fresh test IDs for condition (d).
 pub fn plan(old_path: &Path, repo_path: &Path, fresh: &[PathBuf]) -> Result<Plan, MergeError> {
     let (_, old) = load(old_path)?;
-    let repo = Repo::open(repo_path)?;
+    let repo = Repo::discover(repo_path)?;
     let current = repo.head()?.commit;
     let mut fresh_ids = BTreeSet::new();
     let mut fresh_shards = BTreeSet::new();

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use shardlift::durable;
 
-pub mod git;
 pub mod libtest;
+pub mod manifest;
 pub mod merge;
 pub mod record;
 pub mod schema;

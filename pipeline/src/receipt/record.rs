@@ -14,13 +14,14 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::git::{GitError, Repo};
 use super::libtest::{self, LibtestError};
+use super::manifest::{self, ManifestError};
 use super::schema::{
     self, Counts, ExitStatus, Extension, Outcome, Receipt, Scope, Session, Shard, TestEntry,
     TestOutcome, Toolchain,
 };
 use super::{write_durably, write_signature, IoError};
+use crate::git::{GitError, Repo};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -41,6 +42,8 @@ pub enum RecordError {
     },
     #[error(transparent)]
     Git(#[from] GitError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
     #[error("cannot run the lane command {command:?}: {message}")]
     Spawn { command: String, message: String },
     #[error("the lane's output was not understood: {0}")]
@@ -152,9 +155,9 @@ pub fn record(options: RecordOptions) -> Result<Receipt, RecordError> {
     check_runner(&options.lane)?;
     let _lock = lock_out(&options.out)?;
 
-    let repo = Repo::open(&options.repo)?;
+    let repo = Repo::discover(&options.repo)?;
     let before = repo.head()?;
-    let manifest = repo.manifest(&before.commit, &options.scope, true)?;
+    let manifest = manifest::manifest(&repo, &before.commit, &options.scope, true)?;
     let toolchain = toolchain();
     let platform = platform();
     let mode = options.mode.clone().unwrap_or_else(|| {
