@@ -23,11 +23,11 @@ use super::scan;
 use super::sources::HeadTree;
 use super::statement::{
     BuildDefinition, BuildIdentity, Builder, ExternalParameters, InternalParameters, LoadedLibrary,
-    Provenance, ResourceDescriptor, RunDetails, Statement, BUILDER_ID, BUILD_TYPE, PREDICATE_TYPE,
-    STATEMENT_TYPE,
+    Provenance, RunDetails, Statement, BUILDER_ID, BUILD_TYPE, PREDICATE_TYPE,
 };
 use super::summary::{ReleaseSummary, RunSummary, SourceSummary, SUMMARY_SCHEMA, SUMMARY_VERSION};
 use super::sums;
+use crate::intoto::{ResourceDescriptor, STATEMENT_TYPE};
 
 /// A killer-demo run may take this long before it is killed and reported as failed.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);

@@ -18,12 +18,10 @@ use shardlift::evidence::bundle::BundleError;
 use super::error::{io, ReleaseError};
 use super::pins::{self, BARRIERS, LIBTORCH_WHEELS};
 use super::scan;
-use super::statement::{
-    ResourceDescriptor, Statement, BUILDER_ID, BUILD_TYPE, PREDICATE_TYPE, STATEMENT_CAP,
-    STATEMENT_TYPE,
-};
+use super::statement::{Statement, BUILDER_ID, BUILD_TYPE, PREDICATE_TYPE, STATEMENT_CAP};
 use super::summary::{ReleaseSummary, RunSummary};
 use super::sums;
+use crate::intoto::{ResourceDescriptor, STATEMENT_TYPE};
 
 /// The largest file a release-evidence directory may hold.
 const FILE_CAP: u64 = 16 << 20;
