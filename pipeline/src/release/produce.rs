@@ -25,7 +25,9 @@ use super::statement::{
     BuildDefinition, BuildIdentity, Builder, ExternalParameters, InternalParameters, LoadedLibrary,
     Provenance, RunDetails, Statement, BUILDER_ID, BUILD_TYPE, PREDICATE_TYPE,
 };
-use super::summary::{ReleaseSummary, RunSummary, SourceSummary, SUMMARY_SCHEMA, SUMMARY_VERSION};
+use super::summary::{
+    ReleaseSummary, RunStatus, RunSummary, SourceSummary, SUMMARY_SCHEMA, SUMMARY_VERSION,
+};
 use super::sums;
 use crate::intoto::{ResourceDescriptor, STATEMENT_TYPE};
 
@@ -327,7 +329,7 @@ fn ensure_newline(text: &str) -> String {
 /// The record `killer-demo` prints (the fields the pipeline checks).
 #[derive(serde::Deserialize)]
 struct DemoLine {
-    status: String,
+    status: RunStatus,
     barrier: String,
     audit_sha256: Digest,
 }
@@ -485,11 +487,15 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
                     barrier: barrier.into(),
                     message: e.to_string(),
                 })?;
-            if line.status != "passed" || line.barrier != barrier {
+            if line.status != RunStatus::Passed || line.barrier != barrier {
                 keep_scratch = true;
                 return Err(ReleaseError::DemoOutput {
                     barrier: barrier.into(),
-                    message: format!("status {:?} for barrier {:?}", line.status, line.barrier),
+                    message: format!(
+                        "status {:?} for barrier {:?}",
+                        line.status.as_str(),
+                        line.barrier
+                    ),
                 });
             }
 
@@ -533,7 +539,9 @@ pub fn produce(options: &ProduceOptions) -> Result<Produced, ReleaseError> {
                         error: Box::new(source),
                     }
                 })?;
-            if copy.audit_sha256 != line.audit_sha256 || copy.run_status != "passed" {
+            if copy.audit_sha256 != line.audit_sha256
+                || RunStatus::from(copy.run_status.as_str()) != RunStatus::Passed
+            {
                 return Err(ReleaseError::DemoOutput {
                     barrier: barrier.into(),
                     message: "the copied bundle is not the one killer-demo reported".into(),

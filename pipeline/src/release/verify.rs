@@ -19,7 +19,7 @@ use super::error::{io, ReleaseError};
 use super::pins::{self, BARRIERS, LIBTORCH_WHEELS};
 use super::scan;
 use super::statement::{Statement, BUILDER_ID, BUILD_TYPE, PREDICATE_TYPE, STATEMENT_CAP};
-use super::summary::{ReleaseSummary, RunSummary};
+use super::summary::{ReleaseSummary, RunStatus, RunSummary};
 use super::sums;
 use crate::intoto::{ResourceDescriptor, STATEMENT_TYPE};
 
@@ -258,7 +258,8 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
                 summary.outcome.barrier
             )
         })?;
-        require(summary.run_status == "passed", &audit_name, || {
+        let run_status = RunStatus::from(summary.run_status.as_str());
+        require(run_status == RunStatus::Passed, &audit_name, || {
             format!(
                 "the run's status is {:?}, not \"passed\"",
                 summary.run_status
