@@ -110,100 +110,111 @@ pub struct SignArgs {
 
 pub fn run(command: ReceiptCommand) -> anyhow::Result<()> {
     match command {
-        ReceiptCommand::Record(args) => {
-            let args = *args;
-            let out = args.out.clone();
-            let receipt = record::record(record::RecordOptions {
-                lane: args.lane,
-                repo: args.repo,
-                mode: args.mode,
-                scope: schema::Scope {
-                    paths: args.fingerprint_paths,
-                    extra_paths: args.fingerprint_extra_paths,
-                    excluded_paths: args.fingerprint_exclude_paths,
-                },
-                out,
-                sign_key: args.sign_key,
-                command: args.command,
-            })?;
-            eprintln!(
-                "pipeline: receipt: lane {} recorded {} tests -> {}",
-                receipt.shardlift.shards[0].name,
-                receipt.counts().total(),
-                args.out.display()
-            );
-        }
-        ReceiptCommand::Merge(args) => {
-            let args = *args;
-            let out = args.out.clone();
-            let (receipt, stale) = merge::merge(merge::MergeOptions {
-                inputs: args.inputs,
-                out,
-                verify_inputs: args.verify_inputs,
-                allowed_signers: args.allowed_signers,
-                carry_from: args.carry_from,
-                repo: args.repo,
-                sign_key: args.sign_key,
-            })?;
-            for (shard, reason) in &stale {
-                eprintln!("pipeline: receipt: not carried: {shard}: {reason}");
-            }
-            let carried = receipt
-                .shardlift
-                .shards
-                .iter()
-                .filter(|s| s.carried.is_some())
-                .count();
-            let counts = receipt.counts();
-            println!(
-                "merged {} shards ({} carried): {} tests ({} passed, {} failed, {} ignored), {:?} -> {}",
-                receipt.shardlift.shards.len(),
-                carried,
-                counts.total(),
-                counts.passed,
-                counts.failed,
-                counts.ignored,
-                receipt.shardlift.session.outcome,
-                args.out.display()
-            );
-        }
-        ReceiptCommand::Plan(args) => {
-            let plan = merge::plan(&args.receipt, &args.repo, &args.fresh)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&plan)?);
+        ReceiptCommand::Record(args) => run_record(*args),
+        ReceiptCommand::Merge(args) => run_merge(*args),
+        ReceiptCommand::Plan(args) => run_plan(*args),
+        ReceiptCommand::Verify(args) => run_verify(*args),
+        ReceiptCommand::Sign(args) => run_sign(*args),
+    }
+}
+
+fn run_record(args: RecordArgs) -> anyhow::Result<()> {
+    let out = args.out.clone();
+    let receipt = record::record(record::RecordOptions {
+        lane: args.lane,
+        repo: args.repo,
+        mode: args.mode,
+        scope: schema::Scope {
+            paths: args.fingerprint_paths,
+            extra_paths: args.fingerprint_extra_paths,
+            excluded_paths: args.fingerprint_exclude_paths,
+        },
+        out,
+        sign_key: args.sign_key,
+        command: args.command,
+    })?;
+    eprintln!(
+        "pipeline: receipt: lane {} recorded {} tests -> {}",
+        receipt.shardlift.shards[0].name,
+        receipt.counts().total(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn run_merge(args: MergeArgs) -> anyhow::Result<()> {
+    let out = args.out.clone();
+    let (receipt, stale) = merge::merge(merge::MergeOptions {
+        inputs: args.inputs,
+        out,
+        verify_inputs: args.verify_inputs,
+        allowed_signers: args.allowed_signers,
+        carry_from: args.carry_from,
+        repo: args.repo,
+        sign_key: args.sign_key,
+    })?;
+    for (shard, reason) in &stale {
+        eprintln!("pipeline: receipt: not carried: {shard}: {reason}");
+    }
+    let carried = receipt
+        .shardlift
+        .shards
+        .iter()
+        .filter(|s| s.carried.is_some())
+        .count();
+    let counts = receipt.counts();
+    println!(
+        "merged {} shards ({} carried): {} tests ({} passed, {} failed, {} ignored), {:?} -> {}",
+        receipt.shardlift.shards.len(),
+        carried,
+        counts.total(),
+        counts.passed,
+        counts.failed,
+        counts.ignored,
+        receipt.shardlift.session.outcome,
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
+    let plan = merge::plan(&args.receipt, &args.repo, &args.fresh)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        for entry in &plan.shards {
+            let reasons: Vec<String> = entry.reasons.iter().map(ToString::to_string).collect();
+            if reasons.is_empty() {
+                println!("{}: {}", entry.shard, entry.status);
             } else {
-                for entry in &plan.shards {
-                    let reasons: Vec<String> =
-                        entry.reasons.iter().map(ToString::to_string).collect();
-                    if reasons.is_empty() {
-                        println!("{}: {}", entry.shard, entry.status);
-                    } else {
-                        println!("{}: {}: {}", entry.shard, entry.status, reasons.join("; "));
-                    }
-                }
+                println!("{}: {}: {}", entry.shard, entry.status, reasons.join("; "));
             }
-        }
-        ReceiptCommand::Verify(args) => {
-            let policy = verify::read_policy(&args.policy)?;
-            let verified = verify::verify(&args.file, &policy, args.allowed_signers.as_deref())
-                .with_context(|| format!("receipt {} refused", args.file.display()))?;
-            println!(
-                "receipt {} verified: {} shards, {} tests, {:?}{}",
-                args.file.display(),
-                verified.receipt.shardlift.shards.len(),
-                verified.tests,
-                verified.receipt.shardlift.session.outcome,
-                verified
-                    .signer
-                    .map(|s| format!(", signed by {s}"))
-                    .unwrap_or_default()
-            );
-        }
-        ReceiptCommand::Sign(args) => {
-            let bytes = receipt::read_file(&args.file)?;
-            let sig = receipt::write_signature(&args.file, &args.key, &bytes)?;
-            println!("{}", sig.display());
         }
     }
+    Ok(())
+}
+
+fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
+    let policy = verify::read_policy(&args.policy)?;
+    let verified = verify::verify(&args.file, &policy, args.allowed_signers.as_deref())
+        .with_context(|| format!("receipt {} refused", args.file.display()))?;
+    println!(
+        "receipt {} verified: {} shards, {} tests, {:?}{}",
+        args.file.display(),
+        verified.receipt.shardlift.shards.len(),
+        verified.tests,
+        verified.receipt.shardlift.session.outcome,
+        verified
+            .signer
+            .map(|s| format!(", signed by {s}"))
+            .unwrap_or_default()
+    );
+    Ok(())
+}
+
+fn run_sign(args: SignArgs) -> anyhow::Result<()> {
+    let bytes = receipt::read_file(&args.file)?;
+    let sig = receipt::write_signature(&args.file, &args.key, &bytes)?;
+    println!("{}", sig.display());
     Ok(())
 }
