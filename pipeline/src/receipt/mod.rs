@@ -21,8 +21,6 @@ pub mod verify;
 pub enum IoError {
     #[error("cannot read {path}: {message}")]
     Read { path: PathBuf, message: String },
-    #[error("cannot write {path}: {message}")]
-    Write { path: PathBuf, message: String },
     #[error(transparent)]
     Durable(#[from] durable::DurableError),
 }

@@ -5,7 +5,7 @@
 //! tree, cleanliness and the narrow manifest from git.
 //!
 //! Concurrent workers never share one receipt: the recorder takes an exclusive lock file
-//! `OUT.lock` (created with `create_new`, removed when done), so a second recorder aimed at
+//! `OUT.lock` (written durably, never replaced, removed when done), so a second recorder aimed at
 //! the same `--out` is refused; and when the CI runner declares parallel nodes
 //! (`CI_NODE_TOTAL`, `CIRCLE_NODE_TOTAL`, `BUILDKITE_PARALLEL_JOB_COUNT` above 1), the lane
 //! name must end in `-<node index>` so that each worker records its own shard.
@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+use shardlift::durable;
 
 use super::libtest::{self, LibtestError};
 use super::manifest::{self, ManifestError};
@@ -87,23 +89,16 @@ fn lock_out(out: &Path) -> Result<OutLock, RecordError> {
     let mut name = out.as_os_str().to_owned();
     name.push(".lock");
     let lock = PathBuf::from(name);
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&lock)
-    {
-        Ok(mut file) => {
-            let _ = writeln!(file, "{}", std::process::id());
-            Ok(OutLock(lock))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            Err(RecordError::OutLocked(lock))
-        }
-        Err(e) => Err(IoError::Write {
-            path: lock,
-            message: e.to_string(),
-        }
-        .into()),
+    // Never replaced: a second recorder finds the lock and is refused.
+    let options = durable::WriteOptions {
+        replace: durable::Replace::Never,
+        read_only: false,
+    };
+    let pid = format!("{}\n", std::process::id());
+    match durable::write_file(&lock, pid.as_bytes(), options) {
+        Ok(_) => Ok(OutLock(lock)),
+        Err(durable::DurableError::AlreadyExists { .. }) => Err(RecordError::OutLocked(lock)),
+        Err(error) => Err(IoError::from(error).into()),
     }
 }
 
