@@ -4,9 +4,7 @@
 //! tampered evidence, inconsistent receipts, a policy violation); 2 bad command line.
 use clap::{Parser, Subcommand};
 
-mod receipt;
-mod release;
-mod sshsig;
+mod cli;
 
 /// ShardLift release evidence: bind the source revision, run both killer-demo barriers,
 /// verify the bundles, emit checkable manifests; and record, merge and verify the
@@ -21,20 +19,20 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Produce release evidence for a clean checkout.
-    ReleaseEvidence(release::ReleaseEvidenceArgs),
+    ReleaseEvidence(cli::release::ReleaseEvidenceArgs),
     /// Re-check a release-evidence directory.
-    VerifyRelease(release::VerifyReleaseArgs),
+    VerifyRelease(cli::release::VerifyReleaseArgs),
     /// Test-lane receipts: record, merge, plan, verify.
     #[command(subcommand)]
-    Receipt(receipt::ReceiptCommand),
+    Receipt(cli::receipt::ReceiptCommand),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::ReleaseEvidence(args) => release::run_release_evidence(args),
-        Command::VerifyRelease(args) => release::run_verify_release(args),
-        Command::Receipt(command) => receipt::run(command),
+        Command::ReleaseEvidence(args) => cli::release::run_release_evidence(args),
+        Command::VerifyRelease(args) => cli::release::run_verify_release(args),
+        Command::Receipt(command) => cli::receipt::run(command),
     };
     if let Err(error) = result {
         eprintln!("pipeline: error: {error:#}");

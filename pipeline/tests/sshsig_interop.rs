@@ -1,13 +1,9 @@
 //! SSHSIG interoperability with OpenSSH's `ssh-keygen -Y sign|verify`, both directions,
 //! and the distinct rejections (tampered, wrong namespace, wrong key, namespace option).
-#[path = "../src/sshsig.rs"]
-#[allow(dead_code)]
-mod sshsig;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use sshsig::SshSigError;
+use pipeline::sshsig::{self, SshSigError};
 
 const NAMESPACE: &str = "shardlift-receipt-v1";
 

@@ -70,105 +70,140 @@ pub fn announced_binaries(stderr: &str) -> Vec<String> {
 
 /// Parses stdout against the binaries announced on stderr.
 pub fn parse(stdout: &str, stderr: &str) -> Result<Parsed, LibtestError> {
-    let binaries = announced_binaries(stderr);
-    let mut parsed = Parsed::default();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut block: Option<Block> = None;
-    let mut index = 0;
+    let mut parser = Parser {
+        binaries: announced_binaries(stderr),
+        parsed: Parsed::default(),
+        seen: std::collections::BTreeSet::new(),
+        block: None,
+        started_blocks: 0,
+    };
     for raw in stdout.lines() {
         let line = strip_ansi(raw);
-        let trimmed = line.trim_end();
+        parser.line(line.trim_end())?;
+    }
+    if parser.block.is_some() {
+        parser.parsed.incomplete_blocks += 1;
+    }
+    Ok(parser.parsed)
+}
+
+/// The state of [`parse`] between stdout lines.
+struct Parser {
+    binaries: Vec<String>,
+    parsed: Parsed,
+    /// Test IDs seen so far (each may appear once).
+    seen: std::collections::BTreeSet<String>,
+    /// The block being read, if any.
+    block: Option<Block>,
+    /// How many blocks have started (the next one belongs to `binaries[started_blocks]`).
+    started_blocks: usize,
+}
+
+impl Parser {
+    fn line(&mut self, trimmed: &str) -> Result<(), LibtestError> {
         if let Some(rest) = trimmed.strip_prefix("running ") {
             if rest.ends_with(" tests") || rest.ends_with(" test") {
-                if block.take().is_some() {
-                    parsed.incomplete_blocks += 1;
-                }
-                let binary =
-                    binaries
-                        .get(index)
-                        .cloned()
-                        .ok_or(LibtestError::UnannouncedBlock {
-                            index: index + 1,
-                            announced: binaries.len(),
-                        })?;
-                index += 1;
-                block = Some(Block {
-                    binary,
-                    counts: Counts::default(),
-                    in_failures: false,
-                    pending: None,
-                });
-                continue;
+                return self.start_block();
             }
         }
-        let Some(current) = block.as_mut() else {
-            continue;
+        let Some(current) = self.block.as_mut() else {
+            return Ok(());
         };
         if let Some(rest) = trimmed.strip_prefix("test result: ") {
-            let summary = parse_summary(rest)?;
+            return self.finish_block(rest);
+        }
+        if current.in_failures {
+            return Ok(());
+        }
+        if trimmed == "failures:" {
+            current.in_failures = true;
+            return Ok(());
+        }
+        let Some((name, outcome)) = current.test_line(trimmed) else {
+            return Ok(());
+        };
+        let id = format!("{}::{name}", current.binary);
+        if !self.seen.insert(id.clone()) {
+            return Err(LibtestError::DuplicateTestId(id));
+        }
+        current.counts.add(outcome);
+        self.parsed.tests.push((id, outcome));
+        Ok(())
+    }
+
+    /// A `running N tests` line: a block of the next announced binary begins (and one
+    /// still open never reached its summary).
+    fn start_block(&mut self) -> Result<(), LibtestError> {
+        if self.block.take().is_some() {
+            self.parsed.incomplete_blocks += 1;
+        }
+        let binary = self.binaries.get(self.started_blocks).cloned().ok_or(
+            LibtestError::UnannouncedBlock {
+                index: self.started_blocks + 1,
+                announced: self.binaries.len(),
+            },
+        )?;
+        self.started_blocks += 1;
+        self.block = Some(Block {
+            binary,
+            counts: Counts::default(),
+            in_failures: false,
+            pending: None,
+        });
+        Ok(())
+    }
+
+    /// A `test result:` line: its counts must be those of the block's test lines.
+    fn finish_block(&mut self, summary_text: &str) -> Result<(), LibtestError> {
+        let summary = parse_summary(summary_text)?;
+        if let Some(current) = self.block.take() {
             if summary != current.counts {
                 return Err(LibtestError::CountMismatch {
-                    binary: current.binary.clone(),
+                    binary: current.binary,
                     parsed: current.counts,
                     summary,
                 });
             }
-            parsed.summary = parsed.summary.plus(summary);
-            block = None;
-            continue;
         }
-        if current.in_failures {
-            continue;
-        }
-        if trimmed == "failures:" {
-            current.in_failures = true;
-            continue;
-        }
-        let outcome_and_name = if let Some(rest) = trimmed.strip_prefix("test ") {
-            match rest.rsplit_once(" ...") {
-                Some((name, result)) => match outcome(result.trim()) {
-                    Some(Some(outcome)) => Some((name.to_owned(), outcome)),
-                    Some(None) => None, // a benchmark line
-                    None if result.trim().is_empty() => {
-                        // `--test-threads=1` prints the name first, the result later.
-                        current.pending = Some(name.to_owned());
-                        None
-                    }
-                    None => None,
-                },
-                None => None,
-            }
-        } else if let Some(name) = current.pending.clone() {
-            match outcome(trimmed.trim()) {
-                Some(Some(outcome)) => {
-                    current.pending = None;
-                    Some((name, outcome))
-                }
-                _ => None,
-            }
-        } else {
-            None
-        };
-        if let Some((name, outcome)) = outcome_and_name {
-            let id = format!("{}::{name}", current.binary);
-            if !seen.insert(id.clone()) {
-                return Err(LibtestError::DuplicateTestId(id));
-            }
-            current.counts.add(outcome);
-            parsed.tests.push((id, outcome));
-        }
+        self.parsed.summary = self.parsed.summary.plus(summary);
+        Ok(())
     }
-    if block.is_some() {
-        parsed.incomplete_blocks += 1;
-    }
-    Ok(parsed)
 }
 
 struct Block {
     binary: String,
     counts: Counts,
     in_failures: bool,
+    /// A test whose name was printed without its result yet (`--test-threads=1`).
     pending: Option<String>,
+}
+
+impl Block {
+    /// The test and outcome a line reports, if any: `test NAME ... RESULT`, or the
+    /// result of a pending test on a line of its own.
+    fn test_line(&mut self, trimmed: &str) -> Option<(String, TestOutcome)> {
+        if let Some(rest) = trimmed.strip_prefix("test ") {
+            let (name, result) = rest.rsplit_once(" ...")?;
+            return match outcome(result.trim()) {
+                Some(Some(outcome)) => Some((name.to_owned(), outcome)),
+                Some(None) => None, // a benchmark line
+                None if result.trim().is_empty() => {
+                    // `--test-threads=1` prints the name first, the result later.
+                    self.pending = Some(name.to_owned());
+                    None
+                }
+                None => None,
+            };
+        }
+        let name = self.pending.clone()?;
+        match outcome(trimmed.trim()) {
+            Some(Some(outcome)) => {
+                self.pending = None;
+                Some((name, outcome))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// `Some(Some(outcome))` for a test result, `Some(None)` for a bench line, `None` otherwise.

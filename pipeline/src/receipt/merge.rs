@@ -19,11 +19,12 @@ use serde::Serialize;
 use shardlift::core::canonical::CanonicalError;
 use shardlift::core::digest::Digest;
 
-use super::git::{GitError, Repo};
+use super::manifest::{self, ManifestError};
 use super::schema::{
     self, Carried, Extension, InputSummary, Outcome, Receipt, Session, Shard, TestEntry,
 };
-use super::{read_file, write_atomically, write_signature, IoError, SignatureError};
+use super::{read_file, write_durably, write_signature, IoError, SignatureError};
+use crate::git::{GitError, Repo};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -100,6 +101,8 @@ pub enum MergeError {
     NoRepo,
     #[error(transparent)]
     Git(#[from] GitError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
     #[error("cannot encode the merged receipt: {0}")]
     Encode(CanonicalError),
     #[error(transparent)]
@@ -203,8 +206,43 @@ pub fn merge(options: MergeOptions) -> Result<(Receipt, Vec<(String, StaleReason
     if options.verify_inputs && options.allowed_signers.is_none() {
         return Err(MergeError::NoAllowedSigners);
     }
-    // Schema agreement is checked on the headers first, so disagreeing inputs are named
-    // as such rather than as one unsupported version.
+    let inputs = load_inputs(&options)?;
+    check_agreement(&inputs)?;
+    let first = &inputs[0].receipt.shardlift;
+    let mut union = Union::of(&inputs)?;
+    let stale = match &options.carry_from {
+        Some(old_path) => carry_forward(&options, old_path, &first.commit, &mut union)?,
+        None => Vec::new(),
+    };
+    let receipt = Receipt::assemble(Extension {
+        commit: first.commit.clone(),
+        tree: first.tree.clone(),
+        mode: first.mode.clone(),
+        toolchain: first.toolchain.clone(),
+        platform: first.platform.clone(),
+        tool: first.tool.clone(),
+        dirty: union.dirty,
+        session: Session {
+            started: union.started,
+            finished: union.finished,
+            outcome: union.outcome,
+        },
+        shards: union.shards,
+        tests: union.tests,
+        inputs: union.summaries,
+    });
+    let bytes = receipt.encode().map_err(MergeError::Encode)?;
+    write_durably(&options.out, &bytes)?;
+    if let Some(key) = &options.sign_key {
+        write_signature(&options.out, key, &bytes)?;
+    }
+    Ok((receipt, stale))
+}
+
+/// Reads every input, checks that their headers agree (so disagreeing inputs are named
+/// as such rather than as one unsupported version), decodes them, and checks their
+/// signatures when asked to.
+fn load_inputs(options: &MergeOptions) -> Result<Vec<Loaded>, MergeError> {
     let raw: Vec<(PathBuf, Vec<u8>)> = options
         .inputs
         .iter()
@@ -229,14 +267,7 @@ pub fn merge(options: MergeOptions) -> Result<(Receipt, Vec<(String, StaleReason
             source,
         })?;
         let signer = match (&options.allowed_signers, options.verify_inputs) {
-            (Some(allowed), true) => Some(
-                super::verify_signature(&path, &bytes, allowed).map_err(|source| {
-                    MergeError::InputSignature {
-                        path: path.clone(),
-                        source,
-                    }
-                })?,
-            ),
+            (Some(allowed), true) => Some(input_signer(&path, &bytes, allowed)?),
             _ => None,
         };
         inputs.push(Loaded {
@@ -246,42 +277,73 @@ pub fn merge(options: MergeOptions) -> Result<(Receipt, Vec<(String, StaleReason
             signer,
         });
     }
-    check_agreement(&inputs)?;
+    Ok(inputs)
+}
 
-    let first = &inputs[0].receipt.shardlift;
-    let mut shards: Vec<Shard> = Vec::new();
-    let mut tests: BTreeMap<String, TestEntry> = BTreeMap::new();
-    let mut summaries = Vec::new();
-    let mut dirty = false;
-    let mut outcome = Outcome::Passed;
-    let mut started = first.session.started.clone();
-    let mut finished = first.session.finished.clone();
-    for input in &inputs {
+fn input_signer(path: &Path, bytes: &[u8], allowed: &Path) -> Result<String, MergeError> {
+    super::verify_signature(path, bytes, allowed).map_err(|source| MergeError::InputSignature {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The shards, tests and sessions of the merged receipt, gathered from the inputs (and
+/// then from the carried shards).
+struct Union {
+    shards: Vec<Shard>,
+    tests: BTreeMap<String, TestEntry>,
+    summaries: Vec<InputSummary>,
+    dirty: bool,
+    outcome: Outcome,
+    started: String,
+    finished: String,
+}
+
+impl Union {
+    /// The union of the inputs; a shard name or test ID in two inputs is refused.
+    fn of(inputs: &[Loaded]) -> Result<Union, MergeError> {
+        let first = &inputs[0].receipt.shardlift;
+        let mut union = Union {
+            shards: Vec::new(),
+            tests: BTreeMap::new(),
+            summaries: Vec::new(),
+            dirty: false,
+            outcome: Outcome::Passed,
+            started: first.session.started.clone(),
+            finished: first.session.finished.clone(),
+        };
+        for input in inputs {
+            union.add_input(input)?;
+        }
+        Ok(union)
+    }
+
+    fn add_input(&mut self, input: &Loaded) -> Result<(), MergeError> {
         let ext = &input.receipt.shardlift;
         for shard in &ext.shards {
-            if shards.iter().any(|s| s.name == shard.name) {
+            if self.shards.iter().any(|s| s.name == shard.name) {
                 return Err(MergeError::DuplicateShardName {
                     name: shard.name.clone(),
                     path: input.path.clone(),
                 });
             }
-            shards.push(shard.clone());
+            self.shards.push(shard.clone());
         }
         for (id, entry) in &ext.tests {
-            if tests.insert(id.clone(), entry.clone()).is_some() {
+            if self.tests.insert(id.clone(), entry.clone()).is_some() {
                 return Err(MergeError::DuplicateTestId {
                     id: id.clone(),
                     path: input.path.clone(),
                 });
             }
         }
-        dirty |= ext.dirty;
+        self.dirty |= ext.dirty;
         if ext.session.outcome == Outcome::Failed {
-            outcome = Outcome::Failed;
+            self.outcome = Outcome::Failed;
         }
-        started = earliest(&started, &ext.session.started);
-        finished = latest(&finished, &ext.session.finished);
-        summaries.push(InputSummary {
+        self.started = earliest(&self.started, &ext.session.started);
+        self.finished = latest(&self.finished, &ext.session.finished);
+        self.summaries.push(InputSummary {
             name: file_name(&input.path),
             digest: Digest::of(&input.bytes),
             shards: ext.shards.iter().map(|s| s.name.clone()).collect(),
@@ -291,76 +353,61 @@ pub fn merge(options: MergeOptions) -> Result<(Receipt, Vec<(String, StaleReason
             outcome: ext.session.outcome,
             signer: input.signer.clone(),
         });
+        Ok(())
     }
 
+    /// Adds an old shard that met every carry-forward condition, with its tests.
+    fn add_carried(&mut self, old: &Receipt, shard: &Shard, carried: Carried) {
+        for id in &shard.test_ids {
+            if let Some(entry) = old.shardlift.tests.get(id) {
+                self.tests.insert(id.clone(), entry.clone());
+            }
+        }
+        if shard.outcome == Outcome::Failed {
+            self.outcome = Outcome::Failed;
+        }
+        self.dirty |= shard.dirty;
+        let mut shard = shard.clone();
+        shard.carried = Some(carried);
+        self.shards.push(shard);
+    }
+}
+
+/// Carries forward each shard of the old receipt that no input has and that still meets
+/// every condition at `current`; returns the reasons of those not carried.
+fn carry_forward(
+    options: &MergeOptions,
+    old_path: &Path,
+    current: &str,
+    union: &mut Union,
+) -> Result<Vec<(String, StaleReason)>, MergeError> {
+    let repo_path = options.repo.as_deref().ok_or(MergeError::NoRepo)?;
+    let repo = Repo::discover(repo_path)?;
+    let (old_bytes, old) = load(old_path)?;
+    if let (Some(allowed), true) = (&options.allowed_signers, options.verify_inputs) {
+        input_signer(old_path, &old_bytes, allowed)?;
+    }
+    let fresh_ids: BTreeSet<String> = union.tests.keys().cloned().collect();
+    let carried_at = schema::now_rfc3339();
+    let from_receipt = Digest::of(&old_bytes);
     let mut stale = Vec::new();
-    if let Some(old_path) = &options.carry_from {
-        let repo_path = options.repo.as_deref().ok_or(MergeError::NoRepo)?;
-        let repo = Repo::open(repo_path)?;
-        let (old_bytes, old) = load(old_path)?;
-        if let (Some(allowed), true) = (&options.allowed_signers, options.verify_inputs) {
-            super::verify_signature(old_path, &old_bytes, allowed).map_err(|source| {
-                MergeError::InputSignature {
-                    path: old_path.clone(),
-                    source,
-                }
-            })?;
+    for shard in &old.shardlift.shards {
+        if union.shards.iter().any(|s| s.name == shard.name) {
+            continue; // fresh shards always win
         }
-        let fresh_ids: BTreeSet<String> = tests.keys().cloned().collect();
-        let current = first.commit.clone();
-        let carried_at = schema::now_rfc3339();
-        let from_receipt = Digest::of(&old_bytes);
-        for shard in &old.shardlift.shards {
-            if shards.iter().any(|s| s.name == shard.name) {
-                continue; // fresh shards always win
-            }
-            let reasons = carry_conditions(&repo, &current, &old, shard, &fresh_ids)?;
-            if !reasons.is_empty() {
-                stale.extend(reasons.into_iter().map(|r| (shard.name.clone(), r)));
-                continue;
-            }
-            let mut carried = shard.clone();
-            carried.carried = Some(Carried {
-                from_receipt,
-                carried_at: carried_at.clone(),
-                original_dirty: shard.dirty,
-            });
-            for id in &shard.test_ids {
-                if let Some(entry) = old.shardlift.tests.get(id) {
-                    tests.insert(id.clone(), entry.clone());
-                }
-            }
-            if shard.outcome == Outcome::Failed {
-                outcome = Outcome::Failed;
-            }
-            dirty |= shard.dirty;
-            shards.push(carried);
+        let reasons = carry_conditions(&repo, current, &old, shard, &fresh_ids)?;
+        if !reasons.is_empty() {
+            stale.extend(reasons.into_iter().map(|r| (shard.name.clone(), r)));
+            continue;
         }
+        let carried = Carried {
+            from_receipt,
+            carried_at: carried_at.clone(),
+            original_dirty: shard.dirty,
+        };
+        union.add_carried(&old, shard, carried);
     }
-
-    let receipt = Receipt::assemble(Extension {
-        commit: first.commit.clone(),
-        tree: first.tree.clone(),
-        mode: first.mode.clone(),
-        toolchain: first.toolchain.clone(),
-        platform: first.platform.clone(),
-        tool: first.tool.clone(),
-        dirty,
-        session: Session {
-            started,
-            finished,
-            outcome,
-        },
-        shards,
-        tests,
-        inputs: summaries,
-    });
-    let bytes = receipt.encode().map_err(MergeError::Encode)?;
-    write_atomically(&options.out, &bytes)?;
-    if let Some(key) = &options.sign_key {
-        write_signature(&options.out, key, &bytes)?;
-    }
-    Ok((receipt, stale))
+    Ok(stale)
 }
 
 fn check_agreement(inputs: &[Loaded]) -> Result<(), MergeError> {
@@ -443,7 +490,7 @@ pub fn carry_conditions(
     old: &Receipt,
     shard: &Shard,
     fresh_ids: &BTreeSet<String>,
-) -> Result<Vec<StaleReason>, GitError> {
+) -> Result<Vec<StaleReason>, ManifestError> {
     let mut reasons = Vec::new();
     let ancestor = repo.is_same_or_ancestor(&shard.commit, current)?;
     if !ancestor {
@@ -452,7 +499,7 @@ pub fn carry_conditions(
             current: current.to_owned(),
         });
     }
-    let now = repo.manifest(current, &shard.scope, false)?;
+    let now = manifest::manifest(repo, current, &shard.scope, false)?;
     if now != shard.manifest {
         reasons.push(StaleReason::ManifestChanged {
             changed: shard.manifest.changed_paths(&now),
@@ -505,7 +552,7 @@ pub struct Plan {
 /// (optional) supply the fresh test IDs for condition (d).
 pub fn plan(old_path: &Path, repo_path: &Path, fresh: &[PathBuf]) -> Result<Plan, MergeError> {
     let (_, old) = load(old_path)?;
-    let repo = Repo::open(repo_path)?;
+    let repo = Repo::discover(repo_path)?;
     let current = repo.head()?.commit;
     let mut fresh_ids = BTreeSet::new();
     let mut fresh_shards = BTreeSet::new();

@@ -8,224 +8,21 @@
 //! shardlift-receipt-v1 -s FILE.sig < FILE`.
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
+use shardlift::durable;
 
-pub mod git;
 pub mod libtest;
+pub mod manifest;
 pub mod merge;
 pub mod record;
 pub mod schema;
 pub mod verify;
 
-#[derive(clap::Subcommand, Debug)]
-pub enum ReceiptCommand {
-    /// Run a lane command and write its receipt (a failed lane still gets one, then exit 1).
-    Record(Box<RecordArgs>),
-    /// Merge receipts into one, optionally carrying forward unchanged shards.
-    Merge(Box<MergeArgs>),
-    /// Dry-run carry-forward: report, per shard of an old receipt, carryable or stale.
-    Plan(Box<PlanArgs>),
-    /// Check a receipt's consistency, signature and policy.
-    Verify(Box<VerifyArgs>),
-    /// Sign a receipt file with an SSH key (writes FILE.sig).
-    Sign(Box<SignArgs>),
-}
-
-#[derive(clap::Args, Debug)]
-pub struct RecordArgs {
-    /// The lane (shard) name, unique among the receipts to be merged.
-    #[arg(long)]
-    lane: String,
-    /// Tracked paths (files or directories, `.` for all) forming the shard's narrow manifest.
-    #[arg(long, value_delimiter = ',', required = true)]
-    fingerprint_paths: Vec<String>,
-    /// Untracked or generated paths whose content digests join the manifest.
-    #[arg(long, value_delimiter = ',')]
-    fingerprint_extra_paths: Vec<String>,
-    /// Paths left out of the manifest (under the listed paths).
-    #[arg(long, value_delimiter = ',')]
-    fingerprint_exclude_paths: Vec<String>,
-    /// The receipt file to write.
-    #[arg(long)]
-    out: PathBuf,
-    /// The git repository (default: the current directory).
-    #[arg(long, default_value = ".")]
-    repo: PathBuf,
-    /// The run's mode (default: `ci` when CI is set, else `local`); merge requires agreement.
-    #[arg(long)]
-    mode: Option<String>,
-    /// Sign the receipt with this OpenSSH private key (writes OUT.sig).
-    #[arg(long)]
-    sign_key: Option<PathBuf>,
-    /// The lane command (a `cargo test` invocation, or a shell running several).
-    #[arg(last = true, required = true)]
-    command: Vec<String>,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct MergeArgs {
-    /// Receipts to merge.
-    #[arg(required = true)]
-    inputs: Vec<PathBuf>,
-    #[arg(long)]
-    out: PathBuf,
-    /// Require every input to carry a valid signature from an allowed signer.
-    #[arg(long, requires = "allowed_signers")]
-    verify_inputs: bool,
-    /// OpenSSH allowed_signers file.
-    #[arg(long)]
-    allowed_signers: Option<PathBuf>,
-    /// An older receipt whose absent shards are carried forward when still valid.
-    #[arg(long, requires = "repo")]
-    carry_from: Option<PathBuf>,
-    /// The git repository for carry-forward.
-    #[arg(long)]
-    repo: Option<PathBuf>,
-    /// Sign the merged receipt with this OpenSSH private key (writes OUT.sig).
-    #[arg(long)]
-    sign_key: Option<PathBuf>,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct PlanArgs {
-    /// The old receipt.
-    #[arg(long)]
-    receipt: PathBuf,
-    #[arg(long, default_value = ".")]
-    repo: PathBuf,
-    /// Fresh receipts whose test IDs count for condition (d).
-    #[arg(long)]
-    fresh: Vec<PathBuf>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct VerifyArgs {
-    file: PathBuf,
-    /// The policy (JSON).
-    #[arg(long)]
-    policy: PathBuf,
-    /// OpenSSH allowed_signers file; FILE.sig must then verify against it.
-    #[arg(long)]
-    allowed_signers: Option<PathBuf>,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct SignArgs {
-    file: PathBuf,
-    /// OpenSSH private key.
-    #[arg(long)]
-    key: PathBuf,
-}
-
-pub fn run(command: ReceiptCommand) -> anyhow::Result<()> {
-    match command {
-        ReceiptCommand::Record(args) => {
-            let args = *args;
-            let out = args.out.clone();
-            let receipt = record::record(record::RecordOptions {
-                lane: args.lane,
-                repo: args.repo,
-                mode: args.mode,
-                scope: schema::Scope {
-                    paths: args.fingerprint_paths,
-                    extra_paths: args.fingerprint_extra_paths,
-                    excluded_paths: args.fingerprint_exclude_paths,
-                },
-                out,
-                sign_key: args.sign_key,
-                command: args.command,
-            })?;
-            eprintln!(
-                "pipeline: receipt: lane {} recorded {} tests -> {}",
-                receipt.shardlift.shards[0].name,
-                receipt.counts().total(),
-                args.out.display()
-            );
-        }
-        ReceiptCommand::Merge(args) => {
-            let args = *args;
-            let out = args.out.clone();
-            let (receipt, stale) = merge::merge(merge::MergeOptions {
-                inputs: args.inputs,
-                out,
-                verify_inputs: args.verify_inputs,
-                allowed_signers: args.allowed_signers,
-                carry_from: args.carry_from,
-                repo: args.repo,
-                sign_key: args.sign_key,
-            })?;
-            for (shard, reason) in &stale {
-                eprintln!("pipeline: receipt: not carried: {shard}: {reason}");
-            }
-            let carried = receipt
-                .shardlift
-                .shards
-                .iter()
-                .filter(|s| s.carried.is_some())
-                .count();
-            let counts = receipt.counts();
-            println!(
-                "merged {} shards ({} carried): {} tests ({} passed, {} failed, {} ignored), {:?} -> {}",
-                receipt.shardlift.shards.len(),
-                carried,
-                counts.total(),
-                counts.passed,
-                counts.failed,
-                counts.ignored,
-                receipt.shardlift.session.outcome,
-                args.out.display()
-            );
-        }
-        ReceiptCommand::Plan(args) => {
-            let plan = merge::plan(&args.receipt, &args.repo, &args.fresh)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&plan)?);
-            } else {
-                for entry in &plan.shards {
-                    let reasons: Vec<String> =
-                        entry.reasons.iter().map(ToString::to_string).collect();
-                    if reasons.is_empty() {
-                        println!("{}: {}", entry.shard, entry.status);
-                    } else {
-                        println!("{}: {}: {}", entry.shard, entry.status, reasons.join("; "));
-                    }
-                }
-            }
-        }
-        ReceiptCommand::Verify(args) => {
-            let policy = verify::read_policy(&args.policy)?;
-            let verified = verify::verify(&args.file, &policy, args.allowed_signers.as_deref())
-                .with_context(|| format!("receipt {} refused", args.file.display()))?;
-            println!(
-                "receipt {} verified: {} shards, {} tests, {:?}{}",
-                args.file.display(),
-                verified.receipt.shardlift.shards.len(),
-                verified.tests,
-                verified.receipt.shardlift.session.outcome,
-                verified
-                    .signer
-                    .map(|s| format!(", signed by {s}"))
-                    .unwrap_or_default()
-            );
-        }
-        ReceiptCommand::Sign(args) => {
-            let bytes = read_file(&args.file)?;
-            let sig = write_signature(&args.file, &args.key, &bytes)?;
-            println!("{}", sig.display());
-        }
-    }
-    Ok(())
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum IoError {
     #[error("cannot read {path}: {message}")]
     Read { path: PathBuf, message: String },
-    #[error("cannot write {path}: {message}")]
-    Write { path: PathBuf, message: String },
+    #[error(transparent)]
+    Durable(#[from] durable::DurableError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -245,20 +42,14 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, IoError> {
     })
 }
 
-/// Writes via a sibling temporary file and a rename, so readers never see half a file.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    let write_error = |e: std::io::Error| IoError::Write {
-        path: path.to_owned(),
-        message: e.to_string(),
-    };
+/// Writes `bytes` to `path` through the durable writer (temp, fsync, rename, directory
+/// fsync), creating missing parent directories durably first.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(write_error)?;
+        durable::ensure_dir_all(parent)?;
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(write_error)?;
-    std::fs::rename(&tmp, path).map_err(write_error)
+    durable::write_file(path, bytes, durable::WriteOptions::REPLACEABLE)?;
+    Ok(())
 }
 
 /// The detached signature path: `FILE.sig`.
@@ -280,7 +71,7 @@ pub enum SignError {
 pub fn write_signature(path: &Path, key: &Path, bytes: &[u8]) -> Result<PathBuf, SignError> {
     let armored = crate::sshsig::sign(key, schema::SIGNATURE_NAMESPACE, bytes)?;
     let sig = signature_path(path);
-    write_atomically(&sig, armored.as_bytes())?;
+    write_durably(&sig, armored.as_bytes())?;
     Ok(sig)
 }
 

@@ -5,7 +5,7 @@
 //! tree, cleanliness and the narrow manifest from git.
 //!
 //! Concurrent workers never share one receipt: the recorder takes an exclusive lock file
-//! `OUT.lock` (created with `create_new`, removed when done), so a second recorder aimed at
+//! `OUT.lock` (written durably, never replaced, removed when done), so a second recorder aimed at
 //! the same `--out` is refused; and when the CI runner declares parallel nodes
 //! (`CI_NODE_TOTAL`, `CIRCLE_NODE_TOTAL`, `BUILDKITE_PARALLEL_JOB_COUNT` above 1), the lane
 //! name must end in `-<node index>` so that each worker records its own shard.
@@ -14,13 +14,16 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::git::{GitError, Repo};
+use shardlift::durable;
+
 use super::libtest::{self, LibtestError};
+use super::manifest::{self, ManifestError};
 use super::schema::{
-    self, Counts, ExitStatus, Extension, Outcome, Receipt, Scope, Session, Shard, TestEntry,
-    TestOutcome, Toolchain,
+    self, Counts, ExitStatus, Extension, Manifest, Outcome, Receipt, Scope, Session, Shard,
+    TestEntry, TestOutcome, Toolchain,
 };
-use super::{write_atomically, write_signature, IoError};
+use super::{write_durably, write_signature, IoError};
+use crate::git::{GitError, Repo};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -41,6 +44,8 @@ pub enum RecordError {
     },
     #[error(transparent)]
     Git(#[from] GitError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
     #[error("cannot run the lane command {command:?}: {message}")]
     Spawn { command: String, message: String },
     #[error("the lane's output was not understood: {0}")]
@@ -84,23 +89,16 @@ fn lock_out(out: &Path) -> Result<OutLock, RecordError> {
     let mut name = out.as_os_str().to_owned();
     name.push(".lock");
     let lock = PathBuf::from(name);
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&lock)
-    {
-        Ok(mut file) => {
-            let _ = writeln!(file, "{}", std::process::id());
-            Ok(OutLock(lock))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            Err(RecordError::OutLocked(lock))
-        }
-        Err(e) => Err(IoError::Write {
-            path: lock,
-            message: e.to_string(),
-        }
-        .into()),
+    // Never replaced: a second recorder finds the lock and is refused.
+    let options = durable::WriteOptions {
+        replace: durable::Replace::Never,
+        read_only: false,
+    };
+    let pid = format!("{}\n", std::process::id());
+    match durable::write_file(&lock, pid.as_bytes(), options) {
+        Ok(_) => Ok(OutLock(lock)),
+        Err(durable::DurableError::AlreadyExists { .. }) => Err(RecordError::OutLocked(lock)),
+        Err(error) => Err(IoError::from(error).into()),
     }
 }
 
@@ -140,31 +138,111 @@ pub fn valid_lane_name(lane: &str) -> bool {
 
 /// Runs the lane and writes its receipt; a failed lane still gets its receipt, then an error.
 pub fn record(options: RecordOptions) -> Result<Receipt, RecordError> {
-    if !valid_lane_name(&options.lane) {
-        return Err(RecordError::BadLaneName(options.lane));
+    check_request(&options)?;
+    let _lock = lock_out(&options.out)?;
+    let repo = Repo::discover(&options.repo)?;
+    let before = repo.head()?;
+    let manifest = manifest::manifest(&repo, &before.commit, &options.scope, true)?;
+    let host = Host::observe(options.mode.clone());
+    let lane = run_lane(&options.command)?;
+    let after = repo.head()?;
+    let parsed = libtest::parse(&lane.stdout, &lane.stderr)?;
+    if parsed.tests.is_empty() && parsed.summary.total() == 0 && !lane.stdout.contains("running ") {
+        return Err(RecordError::NoTests);
     }
-    let Some((program, args)) = options.command.split_first() else {
+    let dirty = !before.dirty_files.is_empty() || !after.dirty_files.is_empty();
+    let shard = build_shard(&options, &before.commit, dirty, manifest, &lane, &parsed);
+    let outcome = shard.outcome;
+    let receipt = Receipt::assemble(Extension {
+        commit: before.commit,
+        tree: before.tree,
+        mode: host.mode,
+        toolchain: host.toolchain,
+        platform: host.platform,
+        tool: tool(),
+        dirty,
+        session: Session {
+            started: lane.started.clone(),
+            finished: lane.finished.clone(),
+            outcome,
+        },
+        tests: test_table(&options.lane, &parsed),
+        shards: vec![shard],
+        inputs: Vec::new(),
+    });
+    let bytes = receipt.encode()?;
+    write_durably(&options.out, &bytes)?;
+    if let Some(key) = &options.sign_key {
+        write_signature(&options.out, key, &bytes)?;
+    }
+    if outcome == Outcome::Failed {
+        return Err(RecordError::LaneFailed {
+            lane: options.lane,
+            status: describe(&lane.status),
+            out: options.out,
+        });
+    }
+    Ok(receipt)
+}
+
+/// Refusals before anything runs: the lane name, the command, the scope, the runner.
+fn check_request(options: &RecordOptions) -> Result<(), RecordError> {
+    if !valid_lane_name(&options.lane) {
+        return Err(RecordError::BadLaneName(options.lane.clone()));
+    }
+    if options.command.is_empty() {
         return Err(RecordError::NoCommand);
-    };
+    }
     if options.scope.paths.is_empty() {
         return Err(RecordError::NoScope);
     }
-    check_runner(&options.lane)?;
-    let _lock = lock_out(&options.out)?;
+    check_runner(&options.lane)
+}
 
-    let repo = Repo::open(&options.repo)?;
-    let before = repo.head()?;
-    let manifest = repo.manifest(&before.commit, &options.scope, true)?;
-    let toolchain = toolchain();
-    let platform = platform();
-    let mode = options.mode.clone().unwrap_or_else(|| {
-        if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
-            "ci".to_owned()
-        } else {
-            "local".to_owned()
+/// The recording host: its toolchain, platform and the run's mode.
+struct Host {
+    toolchain: Toolchain,
+    platform: String,
+    mode: String,
+}
+
+impl Host {
+    fn observe(mode: Option<String>) -> Host {
+        let toolchain = toolchain();
+        let platform = platform();
+        let mode = mode.unwrap_or_else(|| {
+            if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
+                "ci".to_owned()
+            } else {
+                "local".to_owned()
+            }
+        });
+        Host {
+            toolchain,
+            platform,
+            mode,
         }
-    });
+    }
+}
 
+/// One run of the lane command.
+struct LaneRun {
+    started: String,
+    finished: String,
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the lane command with its output streamed to ours (the lane's log) and kept.
+fn run_lane(command: &[String]) -> Result<LaneRun, RecordError> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(RecordError::NoCommand);
+    };
+    let spawn_error = |e: std::io::Error| RecordError::Spawn {
+        command: command.join(" "),
+        message: e.to_string(),
+    };
     let started = schema::now_rfc3339();
     let mut child = Command::new(program)
         .args(args)
@@ -172,51 +250,60 @@ pub fn record(options: RecordOptions) -> Result<Receipt, RecordError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| RecordError::Spawn {
-            command: options.command.join(" "),
-            message: e.to_string(),
-        })?;
+        .map_err(spawn_error)?;
     let stdout = child.stdout.take().map(|out| tee(out, false));
     let stderr = child.stderr.take().map(|err| tee(err, true));
-    let status = child.wait().map_err(|e| RecordError::Spawn {
-        command: options.command.join(" "),
-        message: e.to_string(),
-    })?;
+    let status = child.wait().map_err(spawn_error)?;
     let stdout = stdout.map(join).unwrap_or_default();
     let stderr = stderr.map(join).unwrap_or_default();
-    let finished = schema::now_rfc3339();
-    let after = repo.head()?;
+    Ok(LaneRun {
+        started,
+        finished: schema::now_rfc3339(),
+        status,
+        stdout,
+        stderr,
+    })
+}
 
-    let parsed = libtest::parse(&stdout, &stderr)?;
-    if parsed.tests.is_empty() && parsed.summary.total() == 0 && !stdout.contains("running ") {
-        return Err(RecordError::NoTests);
-    }
-    let exit = exit_status(&status);
+/// Every test the lane ran, with its outcome and this shard.
+fn test_table(lane: &str, parsed: &libtest::Parsed) -> BTreeMap<String, TestEntry> {
+    parsed
+        .tests
+        .iter()
+        .map(|(id, outcome)| {
+            let entry = TestEntry {
+                shard: lane.to_owned(),
+                outcome: *outcome,
+            };
+            (id.clone(), entry)
+        })
+        .collect()
+}
+
+/// The lane's shard: what ran, at which commit, over which manifest, with what result.
+fn build_shard(
+    options: &RecordOptions,
+    commit: &str,
+    dirty: bool,
+    manifest: Manifest,
+    lane: &LaneRun,
+    parsed: &libtest::Parsed,
+) -> Shard {
     let any_failed = parsed.tests.iter().any(|(_, o)| *o == TestOutcome::Failed);
-    let outcome = if status.success() && !any_failed && parsed.incomplete_blocks == 0 {
+    let outcome = if lane.status.success() && !any_failed && parsed.incomplete_blocks == 0 {
         Outcome::Passed
     } else {
         Outcome::Failed
     };
-    let dirty = !before.dirty_files.is_empty() || !after.dirty_files.is_empty();
     let mut counts = Counts::default();
-    let mut tests = BTreeMap::new();
-    let mut test_ids = Vec::new();
-    for (id, test_outcome) in &parsed.tests {
+    for (_, test_outcome) in &parsed.tests {
         counts.add(*test_outcome);
-        test_ids.push(id.clone());
-        tests.insert(
-            id.clone(),
-            TestEntry {
-                shard: options.lane.clone(),
-                outcome: *test_outcome,
-            },
-        );
     }
+    let mut test_ids: Vec<String> = parsed.tests.iter().map(|(id, _)| id.clone()).collect();
     test_ids.sort();
-    let shard = Shard {
+    Shard {
         name: options.lane.clone(),
-        commit: before.commit.clone(),
+        commit: commit.to_owned(),
         dirty,
         scope_fingerprint: options.scope.fingerprint(),
         manifest_digest: manifest.digest(),
@@ -224,44 +311,14 @@ pub fn record(options: RecordOptions) -> Result<Receipt, RecordError> {
         manifest,
         command: options.command.clone(),
         environment: environment(),
-        started: started.clone(),
-        finished: finished.clone(),
-        exit,
+        started: lane.started.clone(),
+        finished: lane.finished.clone(),
+        exit: exit_status(&lane.status),
         outcome,
         test_ids,
         counts,
         carried: None,
-    };
-    let receipt = Receipt::assemble(Extension {
-        commit: before.commit,
-        tree: before.tree,
-        mode,
-        toolchain,
-        platform,
-        tool: tool(),
-        dirty,
-        session: Session {
-            started,
-            finished,
-            outcome,
-        },
-        shards: vec![shard],
-        tests,
-        inputs: Vec::new(),
-    });
-    let bytes = receipt.encode()?;
-    write_atomically(&options.out, &bytes)?;
-    if let Some(key) = &options.sign_key {
-        write_signature(&options.out, key, &bytes)?;
     }
-    if outcome == Outcome::Failed {
-        return Err(RecordError::LaneFailed {
-            lane: options.lane,
-            status: describe(&status),
-            out: options.out,
-        });
-    }
-    Ok(receipt)
 }
 
 /// Copies a child stream to ours line by line while keeping it.
@@ -312,18 +369,27 @@ fn describe(status: &std::process::ExitStatus) -> String {
     }
 }
 
-fn first_line(program: &str, args: &[&str]) -> Option<String> {
-    let output = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
+/// The stdout of a quick probe command (`rustc -vV`), or `None` when it cannot run or
+/// fails.
+fn probe(program: &str, args: &[&str]) -> Option<String> {
+    let output = duct::cmd(program, args)
+        .stdin_null()
+        .stderr_null()
+        .stdout_capture()
+        .unchecked()
+        .run()
         .ok()?;
     if !output.status.success() {
         return None;
     }
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.lines().next().map(|l| l.trim().to_owned())
+    Some(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn first_line(program: &str, args: &[&str]) -> Option<String> {
+    probe(program, args)?
+        .lines()
+        .next()
+        .map(|l| l.trim().to_owned())
 }
 
 fn toolchain() -> Toolchain {
@@ -335,12 +401,14 @@ fn toolchain() -> Toolchain {
     }
 }
 
+/// The rustc host triple (`rustc -vV`), else this binary's arch and OS.
 fn platform() -> String {
-    let host = Command::new("rustc")
-        .arg("-vV")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
+    let host = duct::cmd("rustc", ["-vV"])
+        .stdin_null()
+        .stderr_null()
+        .stdout_capture()
+        .unchecked()
+        .run()
         .ok()
         .and_then(|output| {
             String::from_utf8_lossy(&output.stdout)

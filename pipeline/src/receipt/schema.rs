@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use shardlift::core::canonical::{self, CanonicalError, CanonicalRecord};
 use shardlift::core::digest::{Digest, FramedHasher};
 
-pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+use crate::intoto::ResourceDescriptor;
+
+use crate::intoto::STATEMENT_TYPE;
 pub const PREDICATE_TYPE: &str = "https://in-toto.io/attestation/test-result/v0.1";
 pub const SCHEMA: &str = "shardlift.test-receipt";
 pub const VERSION: u32 = 1;
@@ -32,7 +34,7 @@ pub struct Receipt {
     pub statement_type: String,
     pub schema: String,
     pub version: u32,
-    pub subject: Vec<Subject>,
+    pub subject: Vec<ResourceDescriptor>,
     #[serde(rename = "predicateType")]
     pub predicate_type: String,
     pub predicate: TestResult,
@@ -45,13 +47,6 @@ impl CanonicalRecord for Receipt {
     const CAP: u64 = 64 << 20;
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct Subject {
-    pub name: String,
-    pub digest: BTreeMap<String, String>,
-}
-
 /// The in-toto test-result predicate (v0.1).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -62,13 +57,6 @@ pub struct TestResult {
     pub passed_tests: Vec<String>,
     #[serde(rename = "failedTests")]
     pub failed_tests: Vec<String>,
-}
-
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct ResourceDescriptor {
-    pub name: String,
-    pub digest: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,19 +302,21 @@ impl Receipt {
         let configuration = extension
             .shards
             .iter()
-            .map(|shard| ResourceDescriptor {
-                name: format!("shard:{}", shard.name),
-                digest: BTreeMap::from([("sha256".to_owned(), shard.manifest_digest.to_hex())]),
+            .map(|shard| {
+                ResourceDescriptor::named(
+                    format!("shard:{}", shard.name),
+                    &[("sha256", shard.manifest_digest.to_hex())],
+                )
             })
             .collect();
         Receipt {
             statement_type: STATEMENT_TYPE.to_owned(),
             schema: SCHEMA.to_owned(),
             version: VERSION,
-            subject: vec![Subject {
-                name: "git-commit".to_owned(),
-                digest: BTreeMap::from([("gitCommit".to_owned(), extension.commit.clone())]),
-            }],
+            subject: vec![ResourceDescriptor::named(
+                "git-commit",
+                &[("gitCommit", extension.commit.clone())],
+            )],
             predicate_type: PREDICATE_TYPE.to_owned(),
             predicate: TestResult {
                 result: extension.session.outcome,

@@ -25,8 +25,9 @@ use serde::Deserialize;
 use shardlift::core::digest::Digest;
 
 use super::merge::{load, MergeError};
-use super::schema::{self, Counts, Outcome, Receipt, TestOutcome, PREDICATE_TYPE, STATEMENT_TYPE};
+use super::schema::{self, Counts, Outcome, Receipt, TestOutcome, PREDICATE_TYPE};
 use super::{read_file, SignatureError};
+use crate::intoto::STATEMENT_TYPE;
 
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]

@@ -27,6 +27,9 @@ pub enum ReleaseError {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// A durable write, capped read or file hash ([`shardlift::durable`]) failed.
+    #[error(transparent)]
+    Durable(#[from] shardlift::durable::DurableError),
     #[error("{command} for {barrier} failed ({outcome}); its run directory {kept} is kept for inspection; last stderr lines:\n{stderr_tail}")]
     ChildFailed {
         command: &'static str,
@@ -100,7 +103,7 @@ impl ReleaseError {
             ReleaseError::LockMismatch(_) => "lock-mismatch",
             ReleaseError::Shardlift { .. } => "shardlift",
             ReleaseError::OutExists { .. } => "out-exists",
-            ReleaseError::Io { .. } => "io",
+            ReleaseError::Io { .. } | ReleaseError::Durable(_) => "io",
             ReleaseError::ChildFailed { .. } => "child-failed",
             ReleaseError::LoadedLibraries(_) => "loaded-libraries",
             ReleaseError::DemoOutput { .. } => "demo-output",

@@ -1,4 +1,5 @@
-//! Runtime sources from a commit's tree (git2): never from working-tree bytes.
+//! Runtime sources from a commit's tree (through [`crate::git`]): never from working-tree
+//! bytes.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -6,14 +7,21 @@ use serde::Serialize;
 
 use super::error::ReleaseError;
 use super::pins::rule_selects;
+use crate::git::{GitError, HeadIds, Repo};
 
-fn git(error: git2::Error) -> ReleaseError {
-    ReleaseError::Git(error.message().to_owned())
+impl From<GitError> for ReleaseError {
+    fn from(error: GitError) -> Self {
+        match error {
+            GitError::NotInTree { path } => ReleaseError::NotInTree { path },
+            GitError::Open { message, .. } | GitError::Git(message) => ReleaseError::Git(message),
+            other => ReleaseError::Git(other.to_string()),
+        }
+    }
 }
 
-/// A commit's tree, opened for reading.
+/// HEAD's commit and tree, opened for reading.
 pub struct HeadTree {
-    repository: git2::Repository,
+    repository: Repo,
     pub commit: String,
     pub tree: String,
 }
@@ -21,69 +29,25 @@ pub struct HeadTree {
 impl HeadTree {
     /// Opens `repository` and resolves HEAD to its commit and tree.
     pub fn open(repository: &Path) -> Result<Self, ReleaseError> {
-        let repo = git2::Repository::open(repository).map_err(git)?;
-        let (commit, tree) = {
-            let commit = repo
-                .head()
-                .and_then(|head| head.peel_to_commit())
-                .map_err(git)?;
-            (commit.id().to_string(), commit.tree_id().to_string())
-        };
+        let repository = Repo::open(repository)?;
+        let HeadIds { commit, tree } = repository.head_ids()?;
         Ok(HeadTree {
-            repository: repo,
+            repository,
             commit,
             tree,
         })
     }
 
-    fn tree(&self) -> Result<git2::Tree<'_>, ReleaseError> {
-        let oid = git2::Oid::from_str(&self.tree).map_err(git)?;
-        self.repository.find_tree(oid).map_err(git)
-    }
-
     /// Blob ids of every blob in the tree selected by `rule`, by path.
     pub fn blobs(&self, rule: &[String]) -> Result<BTreeMap<String, String>, ReleaseError> {
-        let tree = self.tree()?;
-        let mut blobs = BTreeMap::new();
-        let mut bad_name = None;
-        tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
-            if entry.kind() != Some(git2::ObjectType::Blob) {
-                return git2::TreeWalkResult::Ok;
-            }
-            let Some(name) = entry.name() else {
-                bad_name = Some(format!("{parent}<non-UTF-8 name>"));
-                return git2::TreeWalkResult::Abort;
-            };
-            let path = format!("{parent}{name}");
-            if rule_selects(rule, &path) {
-                blobs.insert(path, entry.id().to_string());
-            }
-            git2::TreeWalkResult::Ok
-        })
-        .map_err(|e| bad_name.clone().map_or_else(|| git(e), ReleaseError::Git))?;
-        if let Some(name) = bad_name {
-            return Err(ReleaseError::Git(format!(
-                "a tree entry has a non-UTF-8 name: {name}"
-            )));
-        }
-        Ok(blobs)
+        Ok(self
+            .repository
+            .selected_blobs(&self.tree, |path| rule_selects(rule, path))?)
     }
 
     /// The blob id and bytes of `path` in the tree.
     pub fn read(&self, path: &str) -> Result<(String, Vec<u8>), ReleaseError> {
-        let tree = self.tree()?;
-        let entry = tree
-            .get_path(Path::new(path))
-            .map_err(|_| ReleaseError::NotInTree {
-                path: path.to_owned(),
-            })?;
-        let blob = self
-            .repository
-            .find_blob(entry.id())
-            .map_err(|_| ReleaseError::NotInTree {
-                path: path.to_owned(),
-            })?;
-        Ok((entry.id().to_string(), blob.content().to_vec()))
+        Ok(self.repository.read_blob(&self.tree, path)?)
     }
 }
 

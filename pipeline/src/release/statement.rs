@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+use crate::intoto::{self, ResourceDescriptor};
+
 pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
 /// What "building" means here: binding a source revision, running both killer-demo
 /// barriers and verifying their bundles (a URN: no document host is claimed).
@@ -16,60 +17,8 @@ pub const BUILDER_ID: &str = "urn:shardlift:builder:local-unattested";
 /// Size cap when reading the Statement back.
 pub const STATEMENT_CAP: u64 = 1 << 20;
 
-/// An in-toto ResourceDescriptor (the fields this project uses).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResourceDescriptor {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uri: Option<String>,
-    /// Algorithm → lowercase hex (`sha256`, `gitCommit`, `gitTree`, `gitBlob`).
-    pub digest: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<BTreeMap<String, serde_json::Value>>,
-}
-
-impl ResourceDescriptor {
-    pub fn named(name: impl Into<String>, digest: &[(&str, String)]) -> Self {
-        ResourceDescriptor {
-            name: Some(name.into()),
-            uri: None,
-            digest: digest
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect(),
-            annotations: None,
-        }
-    }
-
-    pub fn with_uri(mut self, uri: impl Into<String>) -> Self {
-        self.uri = Some(uri.into());
-        self
-    }
-
-    pub fn annotate(mut self, key: &str, value: serde_json::Value) -> Self {
-        self.annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(key.to_owned(), value);
-        self
-    }
-
-    pub fn annotation(&self, key: &str) -> Option<&serde_json::Value> {
-        self.annotations.as_ref().and_then(|a| a.get(key))
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Statement {
-    #[serde(rename = "_type")]
-    pub statement_type: String,
-    pub subject: Vec<ResourceDescriptor>,
-    #[serde(rename = "predicateType")]
-    pub predicate_type: String,
-    pub predicate: Provenance,
-}
+/// The release Statement: in-toto Statement v1 with the SLSA provenance v1 predicate.
+pub type Statement = intoto::Statement<Provenance>;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

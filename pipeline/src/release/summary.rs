@@ -37,7 +37,7 @@ pub struct SourceSummary {
 #[serde(deny_unknown_fields)]
 pub struct RunSummary {
     pub barrier: String,
-    pub status: String,
+    pub status: RunStatus,
     pub candidate_installed: bool,
     pub selected_generation: u64,
     pub selected_step: u64,
@@ -59,7 +59,7 @@ impl RunSummary {
     pub fn from_bundle(folder: &str, summary: &BundleSummary) -> Self {
         RunSummary {
             barrier: summary.outcome.barrier.clone(),
-            status: summary.run_status.clone(),
+            status: RunStatus::from(summary.run_status.as_str()),
             candidate_installed: summary.outcome.candidate_installed,
             selected_generation: summary.outcome.selected_generation,
             selected_step: summary.outcome.selected_step,
@@ -71,7 +71,61 @@ impl RunSummary {
             worker_exits: summary.outcome.worker_exits,
             bundle: folder.to_owned(),
             audit_sha256: summary.audit_sha256,
-            bundle_verified: summary.status == "verified",
+            bundle_verified: BundleStatus::parse(summary.status) == Some(BundleStatus::Verified),
         }
+    }
+}
+
+/// A run's status, as killer-demo prints it and the bundle's audit records it. Any other
+/// word is kept as written, so it is reported, and serialises back, unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum RunStatus {
+    Passed,
+    Failed,
+    Other(String),
+}
+
+impl RunStatus {
+    pub fn as_str(&self) -> &str {
+        match self {
+            RunStatus::Passed => "passed",
+            RunStatus::Failed => "failed",
+            RunStatus::Other(word) => word,
+        }
+    }
+}
+
+impl From<&str> for RunStatus {
+    fn from(word: &str) -> Self {
+        match word {
+            "passed" => RunStatus::Passed,
+            "failed" => RunStatus::Failed,
+            other => RunStatus::Other(other.to_owned()),
+        }
+    }
+}
+
+impl From<String> for RunStatus {
+    fn from(word: String) -> Self {
+        RunStatus::from(word.as_str())
+    }
+}
+
+impl From<RunStatus> for String {
+    fn from(status: RunStatus) -> Self {
+        status.as_str().to_owned()
+    }
+}
+
+/// The verdict `verify-bundle` (and [`shardlift::evidence::bundle::verify`]) reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BundleStatus {
+    Verified,
+}
+
+impl BundleStatus {
+    pub fn parse(word: &str) -> Option<BundleStatus> {
+        (word == "verified").then_some(BundleStatus::Verified)
     }
 }

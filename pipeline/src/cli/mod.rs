@@ -1,0 +1,3 @@
+//! The `pipeline` command line: clap types and the printing of results.
+pub mod receipt;
+pub mod release;

@@ -1,0 +1,515 @@
+//! `verify-release`: re-check a release-evidence directory without changing it.
+//!
+//! Order, stopping at the first failure (each error names the file): the directory;
+//! `SHA256SUMS` parses strictly; every file present is listed and every listed file is
+//! present and a regular file; every digest matches; the layout is exactly the expected
+//! one; the signature (when `--allowed-signers` is given); no file holds an absolute path;
+//! both bundles verify; the Statement decodes, is canonical, and agrees with the files,
+//! the pins and the bundles; the summary agrees with the bundles and the Statement; each
+//! transcript agrees with its bundle.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use shardlift::core::canonical::CanonicalError;
+use shardlift::core::digest::Digest;
+use shardlift::evidence::bundle::BundleError;
+
+use super::error::{io, ReleaseError};
+use super::pins::{self, BARRIERS};
+use super::scan;
+use super::statement::Statement;
+use super::summary::{ReleaseSummary, RunStatus, RunSummary};
+use super::sums;
+use statement::{check_statement, Bundles};
+
+mod statement;
+
+/// The largest file a release-evidence directory may hold.
+const FILE_CAP: u64 = 16 << 20;
+
+/// How the signature was handled.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum SignatureCheck {
+    /// Verified against the allowed signers; the matching principal.
+    Verified {
+        principal: String,
+    },
+    /// `SHA256SUMS.sig` exists but no `--allowed-signers` was given.
+    PresentUnchecked,
+    Absent,
+}
+
+/// A verified release-evidence directory.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Verified {
+    pub status: &'static str,
+    pub commit: String,
+    pub tree: String,
+    pub files: usize,
+    pub signature: SignatureCheck,
+    /// The runtime-source rule and blob ids the evidence recorded.
+    #[serde(skip)]
+    pub rule: Vec<String>,
+    #[serde(skip)]
+    pub runtime_sources: BTreeMap<String, String>,
+}
+
+fn inconsistent(name: &str, claim: impl Into<String>) -> ReleaseError {
+    ReleaseError::Inconsistent {
+        name: name.to_owned(),
+        claim: claim.into(),
+    }
+}
+
+fn require(
+    condition: bool,
+    name: &str,
+    claim: impl FnOnce() -> String,
+) -> Result<(), ReleaseError> {
+    if condition {
+        Ok(())
+    } else {
+        Err(inconsistent(name, claim()))
+    }
+}
+
+/// Every non-directory entry below `root`, relative, `/`-separated, sorted.
+fn walk(root: &Path) -> Result<Vec<(String, bool)>, ReleaseError> {
+    let mut found = Vec::new();
+    let mut pending = vec![(root.to_owned(), String::new())];
+    while let Some((dir, prefix)) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(io(&dir))? {
+            let entry = entry.map_err(io(&dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let relative = format!("{prefix}{name}");
+            let kind = entry.file_type().map_err(io(&entry.path()))?;
+            if kind.is_dir() {
+                pending.push((entry.path(), format!("{relative}/")));
+            } else {
+                found.push((relative, kind.is_file()));
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn read_member(dir: &Path, name: &str) -> Result<Vec<u8>, ReleaseError> {
+    let path = dir.join(name);
+    let metadata = path.symlink_metadata().map_err(|_| ReleaseError::Missing {
+        name: name.to_owned(),
+    })?;
+    if !metadata.is_file() {
+        return Err(ReleaseError::NotRegular {
+            name: name.to_owned(),
+        });
+    }
+    if metadata.len() > FILE_CAP {
+        return Err(inconsistent(name, format!("larger than {FILE_CAP} bytes")));
+    }
+    std::fs::read(&path).map_err(io(&path))
+}
+
+/// The bundle member a bundle error concerns.
+fn bundle_error_file(error: &BundleError) -> Option<&str> {
+    match error {
+        BundleError::MissingFile { name }
+        | BundleError::UnexpectedFile { name }
+        | BundleError::NotRegularFile { name }
+        | BundleError::TooLarge { name, .. }
+        | BundleError::NonCanonical { name }
+        | BundleError::Malformed { name, .. }
+        | BundleError::BindingMismatch { name, .. } => Some(name),
+        BundleError::Incomplete | BundleError::SelfDigestMismatch { .. } => {
+            Some(shardlift::evidence::bundle::AUDIT)
+        }
+        _ => None,
+    }
+}
+
+/// Verifies the release evidence in `dir`; with `allowed_signers`, a valid signature over
+/// `SHA256SUMS` in the release namespace is required.
+pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, ReleaseError> {
+    let metadata = dir.symlink_metadata().map_err(io(dir))?;
+    if !metadata.is_dir() {
+        return Err(ReleaseError::NotADirectory(dir.to_owned()));
+    }
+    let sums = read_sums(dir)?;
+    let files = read_listed_files(dir, &sums.listed)?;
+    let signature = check_signature(dir, allowed_signers, &sums.text)?;
+    refuse_paths(&files)?;
+    let bundles = verify_bundles(dir, &files)?;
+    let statement = check_statement(&files, &bundles)?;
+    let recorded = Recorded::of(&statement);
+    check_receipt(&files, &recorded)?;
+    check_summary(&files, &bundles, &recorded)?;
+    check_transcripts(&files, &bundles, &recorded.commit)?;
+    let signature_present = signature != SignatureCheck::Absent;
+    Ok(Verified {
+        status: "verified",
+        commit: recorded.commit,
+        tree: recorded.tree,
+        files: files.len() + 1 + usize::from(signature_present),
+        signature,
+        rule: recorded.rule,
+        runtime_sources: recorded.runtime_sources,
+    })
+}
+
+/// `SHA256SUMS`: its text and the (name, digest) lines it lists.
+struct Sums {
+    text: String,
+    listed: Vec<(String, Digest)>,
+}
+
+fn read_sums(dir: &Path) -> Result<Sums, ReleaseError> {
+    let sums_path = dir.join(pins::SHA256SUMS);
+    match sums_path.symlink_metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return Err(ReleaseError::NotRegular {
+                name: pins::SHA256SUMS.into(),
+            })
+        }
+        Err(_) => return Err(ReleaseError::MissingSums),
+    }
+    let sums_bytes = read_member(dir, pins::SHA256SUMS)?;
+    let text = String::from_utf8(sums_bytes).map_err(|_| ReleaseError::MalformedSums {
+        line: 1,
+        reason: "not UTF-8".into(),
+    })?;
+    let listed = sums::parse(&text)?;
+    Ok(Sums { text, listed })
+}
+
+/// Every file present is listed and regular; every listed file matches its digest; and
+/// the files are exactly the expected layout. Returns them by name.
+fn read_listed_files(
+    dir: &Path,
+    listed: &[(String, Digest)],
+) -> Result<BTreeMap<String, Vec<u8>>, ReleaseError> {
+    refuse_unlisted(dir, listed)?;
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (name, expected) in listed {
+        if name == pins::SHA256SUMS || name == pins::SIGNATURE {
+            return Err(ReleaseError::MalformedSums {
+                line: 0,
+                reason: format!("{name} must not list itself or the signature"),
+            });
+        }
+        let bytes = read_member(dir, name)?;
+        let actual = Digest::of(&bytes);
+        if actual != *expected {
+            return Err(ReleaseError::DigestMismatch {
+                name: name.clone(),
+                expected: *expected,
+                actual,
+            });
+        }
+        files.insert(name.clone(), bytes);
+    }
+    let expected_files = pins::expected_files(files.contains_key(pins::RECEIPT));
+    for name in files.keys() {
+        if !expected_files.contains(name) {
+            return Err(ReleaseError::UnexpectedFile { name: name.clone() });
+        }
+    }
+    for name in &expected_files {
+        if !files.contains_key(name) {
+            return Err(ReleaseError::MissingExpected { name: name.clone() });
+        }
+    }
+    Ok(files)
+}
+
+/// Every file present (but SHA256SUMS and its signature) is listed, and a regular file.
+fn refuse_unlisted(dir: &Path, listed: &[(String, Digest)]) -> Result<(), ReleaseError> {
+    let listed_names: BTreeSet<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+    for (name, regular) in walk(dir)? {
+        if name == pins::SHA256SUMS || name == pins::SIGNATURE {
+            if !regular {
+                return Err(ReleaseError::NotRegular { name });
+            }
+            continue;
+        }
+        if !listed_names.contains(name.as_str()) {
+            return Err(ReleaseError::Unlisted { name });
+        }
+        if !regular {
+            return Err(ReleaseError::NotRegular { name });
+        }
+    }
+    Ok(())
+}
+
+fn check_signature(
+    dir: &Path,
+    allowed_signers: Option<&Path>,
+    sums_text: &str,
+) -> Result<SignatureCheck, ReleaseError> {
+    let signature_present = dir.join(pins::SIGNATURE).symlink_metadata().is_ok();
+    let Some(allowed) = allowed_signers else {
+        return Ok(if signature_present {
+            SignatureCheck::PresentUnchecked
+        } else {
+            SignatureCheck::Absent
+        });
+    };
+    if !signature_present {
+        return Err(ReleaseError::SignatureMissing);
+    }
+    let armored = read_member(dir, pins::SIGNATURE)?;
+    let armored = String::from_utf8(armored)
+        .map_err(|_| inconsistent(pins::SIGNATURE, "the signature is not UTF-8 text"))?;
+    let principal = crate::sshsig::verify(
+        allowed,
+        pins::SIGNATURE_NAMESPACE,
+        sums_text.as_bytes(),
+        &armored,
+    )
+    .map_err(ReleaseError::SignatureRejected)?;
+    Ok(SignatureCheck::Verified { principal })
+}
+
+/// No file but the receipt holds an absolute path.
+fn refuse_paths(files: &BTreeMap<String, Vec<u8>>) -> Result<(), ReleaseError> {
+    for (name, bytes) in files
+        .iter()
+        .filter(|(name, _)| name.as_str() != pins::RECEIPT)
+    {
+        if let Some(excerpt) = scan::absolute_path_excerpt(&String::from_utf8_lossy(bytes)) {
+            return Err(ReleaseError::PathLeak {
+                name: name.clone(),
+                excerpt,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Both bundles verify, are of their barrier, passed, and have a decodable audit.
+fn verify_bundles(
+    dir: &Path,
+    files: &BTreeMap<String, Vec<u8>>,
+) -> Result<Bundles<'static>, ReleaseError> {
+    let mut bundles = BTreeMap::new();
+    for barrier in BARRIERS {
+        let folder = pins::bundle_folder(barrier);
+        let summary =
+            shardlift::evidence::bundle::verify(&dir.join(&folder)).map_err(|source| {
+                let name = match bundle_error_file(&source) {
+                    Some(file) => format!("{folder}/{file}"),
+                    None => folder.clone(),
+                };
+                ReleaseError::BundleRejected {
+                    name,
+                    error: Box::new(source),
+                }
+            })?;
+        let audit_name = format!("{folder}/{}", shardlift::evidence::bundle::AUDIT);
+        require(summary.outcome.barrier == barrier, &audit_name, || {
+            format!(
+                "the bundle in {folder} is of barrier {}",
+                summary.outcome.barrier
+            )
+        })?;
+        let run_status = RunStatus::from(summary.run_status.as_str());
+        require(run_status == RunStatus::Passed, &audit_name, || {
+            format!(
+                "the run's status is {:?}, not \"passed\"",
+                summary.run_status
+            )
+        })?;
+        let audit: shardlift::evidence::bundle::AuditRecord = files
+            .get(&audit_name)
+            .and_then(|bytes| shardlift::core::canonical::decode(bytes).ok())
+            .ok_or_else(|| inconsistent(&audit_name, "does not decode"))?;
+        bundles.insert(barrier, (summary, audit));
+    }
+    Ok(bundles)
+}
+
+/// What the (checked) Statement records about the source.
+struct Recorded {
+    commit: String,
+    tree: String,
+    rule: Vec<String>,
+    /// Runtime-source path → blob id.
+    runtime_sources: BTreeMap<String, String>,
+}
+
+impl Recorded {
+    fn of(statement: &Statement) -> Recorded {
+        let definition = &statement.predicate.build_definition;
+        // check_statement made sure the first dependency is the source.
+        let source = definition.resolved_dependencies.first();
+        let digest = |key: &str| {
+            source
+                .and_then(|s| s.digest.get(key))
+                .cloned()
+                .unwrap_or_default()
+        };
+        Recorded {
+            commit: digest("gitCommit"),
+            tree: digest("gitTree"),
+            rule: definition.internal_parameters.runtime_source_rule.clone(),
+            runtime_sources: definition
+                .resolved_dependencies
+                .iter()
+                .filter(|d| d.annotation("runtimeSource") == Some(&serde_json::Value::Bool(true)))
+                .filter_map(|d| Some((d.name.clone()?, d.digest.get("gitBlob")?.clone())))
+                .collect(),
+        }
+    }
+}
+
+/// The receipt, when present, records the Statement's revision.
+fn check_receipt(
+    files: &BTreeMap<String, Vec<u8>>,
+    recorded: &Recorded,
+) -> Result<(), ReleaseError> {
+    let Some(bytes) = files.get(pins::RECEIPT) else {
+        return Ok(());
+    };
+    let receipt =
+        crate::receipt::schema::Receipt::decode(bytes).map_err(|e| ReleaseError::Malformed {
+            name: pins::RECEIPT.into(),
+            message: e.to_string(),
+        })?;
+    let revision = &recorded.commit;
+    require(&receipt.shardlift.commit == revision, pins::RECEIPT, || {
+        format!(
+            "the receipt records commit {}, not {revision}",
+            receipt.shardlift.commit
+        )
+    })
+}
+
+/// The summary decodes canonically and agrees with the Statement and the bundles.
+fn check_summary(
+    files: &BTreeMap<String, Vec<u8>>,
+    bundles: &Bundles<'_>,
+    recorded: &Recorded,
+) -> Result<(), ReleaseError> {
+    let summary: ReleaseSummary = shardlift::core::canonical::decode(&files[pins::SUMMARY])
+        .map_err(|e| match e {
+            CanonicalError::NotCanonical { .. } => ReleaseError::NonCanonical {
+                name: pins::SUMMARY.into(),
+            },
+            e => ReleaseError::Malformed {
+                name: pins::SUMMARY.into(),
+                message: e.to_string(),
+            },
+        })?;
+    require(
+        summary.source.commit == recorded.commit && summary.source.tree == recorded.tree,
+        pins::SUMMARY,
+        || "its commit/tree differ from the Statement's".into(),
+    )?;
+    require(
+        summary.source.runtime_sources == recorded.runtime_sources.len() as u64,
+        pins::SUMMARY,
+        || "its runtime-source count differs from the Statement's".into(),
+    )?;
+    let expected_runs: Vec<RunSummary> = BARRIERS
+        .iter()
+        .map(|barrier| RunSummary::from_bundle(&pins::bundle_folder(barrier), &bundles[barrier].0))
+        .collect();
+    require(summary.runs == expected_runs, pins::SUMMARY, || {
+        "its runs differ from what the bundles show".into()
+    })?;
+    require(
+        summary.nonclaims
+            == pins::NONCLAIMS
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>(),
+        pins::SUMMARY,
+        || "its nonclaims differ from this pipeline's".into(),
+    )
+}
+
+/// Each transcript shows its command and a record of its bundle.
+fn check_transcripts(
+    files: &BTreeMap<String, Vec<u8>>,
+    bundles: &Bundles<'_>,
+    commit: &str,
+) -> Result<(), ReleaseError> {
+    for barrier in BARRIERS {
+        let audit_sha256 = bundles[barrier].0.audit_sha256;
+        check_transcript(
+            files,
+            &pins::demo_transcript(barrier),
+            &format!("$ shardlift killer-demo --run-directory <runs>/{barrier} --barrier {barrier} --seed 0 --repository <repository> --expected-revision {commit} "),
+            barrier,
+            audit_sha256,
+            "passed",
+        )?;
+        check_transcript(
+            files,
+            &pins::verify_transcript(barrier),
+            &format!("$ shardlift verify-bundle --bundle-directory <runs>/{barrier}/bundle\n"),
+            barrier,
+            audit_sha256,
+            "verified",
+        )?;
+    }
+    Ok(())
+}
+
+fn check_transcript(
+    files: &BTreeMap<String, Vec<u8>>,
+    name: &str,
+    header: &str,
+    barrier: &str,
+    audit_sha256: Digest,
+    status: &str,
+) -> Result<(), ReleaseError> {
+    let text = String::from_utf8_lossy(&files[name]);
+    require(text.starts_with(header), name, || {
+        format!(
+            "does not start with the expected command line {:?}",
+            header.trim_end()
+        )
+    })?;
+    let Some((_, rest)) = text.split_once("\nresult: exit code 0\n--- stderr ---\n") else {
+        return Err(inconsistent(name, "does not record a successful exit"));
+    };
+    let Some((_, stdout)) = rest.rsplit_once("--- stdout ---\n") else {
+        return Err(inconsistent(name, "has no stdout section"));
+    };
+    let record: serde_json::Value = serde_json::from_str(stdout.trim())
+        .map_err(|e| inconsistent(name, format!("its stdout is not one JSON record: {e}")))?;
+    require(
+        record.get("status").and_then(|v| v.as_str()) == Some(status)
+            && record.get("barrier").and_then(|v| v.as_str()) == Some(barrier)
+            && record.get("audit_sha256").and_then(|v| v.as_str())
+                == Some(audit_sha256.to_hex().as_str()),
+        name,
+        || format!("its record does not show status {status:?} for the bundle of {barrier}"),
+    )
+}
+
+fn is_hex(text: &str, len: usize) -> bool {
+    text.len() == len
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Reads a release directory's recorded runtime sources and compares them with the HEAD
+/// tree of `repository`.
+pub fn staleness(
+    verified: &Verified,
+    repository: &Path,
+) -> Result<super::sources::Staleness, ReleaseError> {
+    let head = super::sources::HeadTree::open(repository)?;
+    let current = head.blobs(&verified.rule)?;
+    Ok(super::sources::compare(
+        &verified.commit,
+        &verified.runtime_sources,
+        &head.commit,
+        &current,
+    ))
+}
