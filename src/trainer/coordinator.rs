@@ -176,8 +176,7 @@ fn accept_workers(
             .get(rank as usize)
             .and_then(|&index| supervisor.children().get(index))
             .map(|child| child.pid());
-        let slot = by_rank.get_mut(rank as usize);
-        match slot {
+        match by_rank.get_mut(rank as usize) {
             Some(slot @ None) if expected_pid == Some(pid) => *slot = Some(framed),
             _ => {
                 return Err(SessionError::BadReply {
