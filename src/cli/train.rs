@@ -181,7 +181,11 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<()> {
 
 pub fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
     let engine = args.engine.instantiate()?;
-    shardlift::trainer::worker::run(&args.socket, args.rank, engine.as_ref())
+    Ok(shardlift::trainer::worker::run(
+        &args.socket,
+        args.rank,
+        engine.as_ref(),
+    )?)
 }
 
 #[cfg(feature = "torch")]

@@ -8,6 +8,7 @@
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::process::{ChildStdin, ChildStdout};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -15,7 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
-use crate::supervise::process::{ChildSpec, ExitOutcome, ExitRecord, SupervisedChild};
+use crate::supervise::process::{
+    enter_supervised_child, ChildSpec, ExitOutcome, ExitRecord, ShardliftChild, SupervisedChild,
+};
 
 use crate::durable::fs::{FileSystem, RealFs};
 use crate::lab::handoff::{decode_handoff, encode_handoff, HANDOFF_MAGIC};
@@ -31,6 +34,8 @@ pub const ACK: u8 = b'A';
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// Deadline for any one message from a child.
 pub const CHILD_MESSAGE_TIMEOUT_MS: u64 = 60_000;
+/// The session named in the harness children's exit records.
+const HARNESS_SESSION: &str = "crash-harness";
 
 /// One line from a publisher child.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,73 +218,18 @@ fn drive_publisher(
     topology: Topology,
     stop: Option<(Barrier, u32)>,
 ) -> Result<PublisherEnd, StoreError> {
-    let handoff_bytes = encode_handoff(state, topology)?;
-    let mut handoff =
-        tempfile::NamedTempFile::new().map_err(|e| StoreError::io(std::env::temp_dir(), e))?;
-    handoff
-        .write_all(&handoff_bytes)
-        .and_then(|()| handoff.flush())
-        .map_err(|e| StoreError::io(handoff.path(), e))?;
+    let handoff = write_handoff(state, topology)?;
     let candidate_generation = next_generation(&RealFs, store_dir)?;
-
-    let mut spec = ChildSpec::new(shardlift_exe, "publisher", "crash-harness")
-        .arg("store-child")
-        .arg("publish")
-        .arg("--store")
-        .arg(store_dir)
-        .arg("--handoff")
-        .arg(handoff.path());
-    spec.pipe_stdin = true;
-    spec.pipe_stdout = true;
-    let mut child = SupervisedChild::spawn(spec)?;
-    let mut stdin = child
-        .take_stdin()
-        .ok_or_else(|| StoreError::ChildProtocol("no stdin pipe".into()))?;
-    let stdout = child
-        .take_stdout()
-        .ok_or_else(|| StoreError::ChildProtocol("no stdout pipe".into()))?;
-    let mut reader = LineReader::new(stdout);
+    let mut publisher = Publisher::spawn(shardlift_exe, store_dir, handoff.path())?;
     let mut acknowledged: Vec<BarrierEvent> = Vec::new();
     loop {
-        let line = match reader.next_line(deadline()) {
-            Ok(Some(line)) => line,
-            Ok(None) => {
-                let exit = child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
-                return Err(StoreError::ChildFailed(format!(
-                    "publisher closed its output before finishing ({})",
-                    exit.outcome
-                )));
-            }
-            Err(e) => {
-                let _ = child.kill_and_reap();
-                return Err(e);
-            }
-        };
-        let message: ChildMessage = match serde_json::from_str(&line) {
-            Ok(message) => message,
-            Err(e) => {
-                let _ = child.kill_and_reap();
-                return Err(StoreError::ChildProtocol(format!("bad line {line:?}: {e}")));
-            }
-        };
-        match message {
+        match publisher.next_message()? {
             ChildMessage::Barrier(event) => {
-                if event.seq != acknowledged.len() as u64 {
-                    let _ = child.kill_and_reap();
-                    return Err(StoreError::ChildProtocol(format!(
-                        "event seq {} after {} acknowledged events",
-                        event.seq,
-                        acknowledged.len()
-                    )));
-                }
+                publisher.check_sequence(&event, acknowledged.len())?;
                 if let Some((target, occurrence)) =
                     stop.filter(|&(b, o)| (b, o) == (event.barrier, event.occurrence))
                 {
-                    let exit = child.kill_and_reap()?;
-                    let signal = match exit.outcome {
-                        ExitOutcome::Signal(s) => Some(s),
-                        ExitOutcome::Code(_) => None,
-                    };
+                    let exit = publisher.child.kill_and_reap()?;
                     let candidate_visible = store_dir
                         .join(commit_rel_path(candidate_generation))
                         .exists();
@@ -288,31 +238,127 @@ fn drive_publisher(
                         occurrence,
                         acknowledged,
                         unacknowledged: event,
-                        signal,
+                        signal: match exit.outcome {
+                            ExitOutcome::Signal(s) => Some(s),
+                            ExitOutcome::Code(_) => None,
+                        },
                         reaped: true,
                         exit,
                         candidate_generation,
                         candidate_visible,
                     }));
                 }
-                if let Err(e) = stdin.write_all(&[ACK]).and_then(|()| stdin.flush()) {
-                    let _ = child.kill_and_reap();
-                    return Err(StoreError::ChildProtocol(format!("ack: {e}")));
-                }
+                publisher.acknowledge()?;
                 acknowledged.push(event);
             }
-            ChildMessage::Done(summary) => {
-                drop(stdin);
-                let exit = child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
-                if !exit.outcome.success() {
-                    return Err(StoreError::ChildFailed(format!(
-                        "publisher reported done but ended with {}",
-                        exit.outcome
-                    )));
-                }
-                return Ok(PublisherEnd::Completed(summary));
-            }
+            ChildMessage::Done(summary) => return publisher.finish(summary),
         }
+    }
+}
+
+/// The state and topology handed to a publisher child, in a temporary file.
+fn write_handoff(
+    state: &LogicalState,
+    topology: Topology,
+) -> Result<tempfile::NamedTempFile, StoreError> {
+    let handoff_bytes = encode_handoff(state, topology)?;
+    let mut handoff =
+        tempfile::NamedTempFile::new().map_err(|e| StoreError::io(std::env::temp_dir(), e))?;
+    handoff
+        .write_all(&handoff_bytes)
+        .and_then(|()| handoff.flush())
+        .map_err(|e| StoreError::io(handoff.path(), e))?;
+    Ok(handoff)
+}
+
+/// A running publisher child and its two pipes. Every protocol failure kills and reaps
+/// it before returning the error.
+struct Publisher {
+    child: SupervisedChild,
+    stdin: ChildStdin,
+    reader: LineReader<ChildStdout>,
+}
+
+impl Publisher {
+    fn spawn(shardlift_exe: &Path, store: &Path, handoff: &Path) -> Result<Self, StoreError> {
+        let spec = ChildSpec::shardlift(
+            shardlift_exe,
+            HARNESS_SESSION,
+            ShardliftChild::Publisher { store, handoff },
+        );
+        let mut child = SupervisedChild::spawn(spec)?;
+        let stdin = child
+            .take_stdin()
+            .ok_or_else(|| StoreError::ChildProtocol("no stdin pipe".into()))?;
+        let stdout = child
+            .take_stdout()
+            .ok_or_else(|| StoreError::ChildProtocol("no stdout pipe".into()))?;
+        Ok(Publisher {
+            child,
+            stdin,
+            reader: LineReader::new(stdout),
+        })
+    }
+
+    /// Kills and reaps the child, then returns `error`.
+    fn abandon(&mut self, error: StoreError) -> StoreError {
+        let _ = self.child.kill_and_reap();
+        error
+    }
+
+    fn next_message(&mut self) -> Result<ChildMessage, StoreError> {
+        let line = match self.reader.next_line(deadline()) {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                let exit = self.child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
+                return Err(StoreError::ChildFailed(format!(
+                    "publisher closed its output before finishing ({})",
+                    exit.outcome
+                )));
+            }
+            Err(e) => return Err(self.abandon(e)),
+        };
+        serde_json::from_str(&line)
+            .map_err(|e| self.abandon(StoreError::ChildProtocol(format!("bad line {line:?}: {e}"))))
+    }
+
+    /// Events arrive numbered from 0, one after each acknowledgement.
+    fn check_sequence(
+        &mut self,
+        event: &BarrierEvent,
+        acknowledged: usize,
+    ) -> Result<(), StoreError> {
+        if event.seq == acknowledged as u64 {
+            return Ok(());
+        }
+        Err(self.abandon(StoreError::ChildProtocol(format!(
+            "event seq {} after {acknowledged} acknowledged events",
+            event.seq
+        ))))
+    }
+
+    fn acknowledge(&mut self) -> Result<(), StoreError> {
+        let sent = self
+            .stdin
+            .write_all(&[ACK])
+            .and_then(|()| self.stdin.flush());
+        sent.map_err(|e| self.abandon(StoreError::ChildProtocol(format!("ack: {e}"))))
+    }
+
+    /// After `done`: closes stdin and requires a clean exit.
+    fn finish(self, summary: CommitSummary) -> Result<PublisherEnd, StoreError> {
+        let Publisher {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let exit = child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
+        if !exit.outcome.success() {
+            return Err(StoreError::ChildFailed(format!(
+                "publisher reported done but ended with {}",
+                exit.outcome
+            )));
+        }
+        Ok(PublisherEnd::Completed(summary))
     }
 }
 
@@ -321,12 +367,11 @@ pub fn recover_in_child(
     shardlift_exe: &Path,
     store_dir: &Path,
 ) -> Result<RecoveryReport, StoreError> {
-    let mut spec = ChildSpec::new(shardlift_exe, "recovery", "crash-harness")
-        .arg("store-child")
-        .arg("recover")
-        .arg("--store")
-        .arg(store_dir);
-    spec.pipe_stdout = true;
+    let spec = ChildSpec::shardlift(
+        shardlift_exe,
+        HARNESS_SESSION,
+        ShardliftChild::Recovery { store: store_dir },
+    );
     let mut child = SupervisedChild::spawn(spec)?;
     let stdout = child
         .take_stdout()
@@ -348,6 +393,7 @@ pub fn recover_in_child(
 /// Child side of `store-child publish`: reads the handoff, publishes, and streams one
 /// event per barrier, waiting for an acknowledgement byte after each.
 pub fn child_publish(store_dir: &Path, handoff: &Path) -> Result<CommitSummary, StoreError> {
+    enter_supervised_child()?;
     let cap = (MAX_CHUNK_OBJECT_BYTES * 3)
         .saturating_add(MAX_MANIFEST_BYTES)
         .saturating_add(HANDOFF_MAGIC.len() as u64 + 8);

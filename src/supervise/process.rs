@@ -5,16 +5,30 @@
 //! its children: `teardown` (and `Drop`) sends SIGTERM, waits a grace period, sends
 //! SIGKILL and reaps, so no child outlives its owner or is left a zombie. Each exit is
 //! recorded once as an `ExitRecord` (role, session, rank, code or signal) in one event
-//! list, from which reports are built.
+//! list, from which reports are built. Every child is started from a [`ChildSpec`]; the
+//! `shardlift` subcommands a child runs are typed ([`ShardliftChild`]), so their argv is
+//! built in one place.
+//!
+//! Which crate does what, and why:
+//! - `rustix` owns the syscalls addressed at *another* process or at a descriptor: pidfd
+//!   open and signal, `poll` on a pidfd, process-group kill, and `prlimit` on a child
+//!   (nix has no `prlimit`), plus the sockets in `ipc`.
+//! - `nix` owns what a supervised child does to *itself* on entry
+//!   ([`enter_supervised_child`]): its resource limits (`setrlimit`, typed `Resource`) and
+//!   its parent-death signal (`prctl`), each a safe typed wrapper.
+//! - No child is changed between fork and exec: that needs `CommandExt::pre_exec`, which
+//!   is `unsafe` and forbidden in this crate. So core dumps are turned off by the parent
+//!   right after the spawn (`prlimit`), and again by `shardlift` children first thing,
+//!   which closes the short window before the parent's limit lands.
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags};
+use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Resource, Rlimit};
 
 pub use rustix::process::Signal;
 
@@ -46,11 +60,44 @@ impl std::fmt::Display for ExitOutcome {
     }
 }
 
+/// The part a child plays. Recorded (in exit records, errors and evidence) as its
+/// lower-case name: `worker`, `publisher`, `recovery`, `launcher`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A coordinator session's worker (`shardlift worker`).
+    Worker,
+    /// The crash harness's publisher (`shardlift store-child publish`).
+    Publisher,
+    /// The crash harness's fresh recovery process (`shardlift store-child recover`).
+    Recovery,
+    /// The elastic invariant's torch.distributed launcher.
+    Launcher,
+}
+
+impl Role {
+    /// The recorded name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Worker => "worker",
+            Role::Publisher => "publisher",
+            Role::Recovery => "recovery",
+            Role::Launcher => "launcher",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One reaped child.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExitRecord {
-    pub role: String,
+    pub role: Role,
     pub session: String,
     pub rank: Option<u32>,
     pub outcome: ExitOutcome,
@@ -66,22 +113,86 @@ pub struct ChildSpec {
     pub pipe_stdin: bool,
     /// Give the parent a pipe from the child's stdout (else inherited).
     pub pipe_stdout: bool,
-    pub role: String,
+    pub role: Role,
     pub session: String,
     pub rank: Option<u32>,
 }
 
+/// A `shardlift` subcommand run as a supervised child: the one place its argv is spelt
+/// (it must match the binary's hidden `worker` and `store-child` commands).
+#[derive(Clone, Copy, Debug)]
+pub enum ShardliftChild<'a> {
+    /// `shardlift worker --socket S --rank R --engine E`, one BLAS/OpenMP thread.
+    Worker {
+        socket: &'a Path,
+        rank: u32,
+        engine: &'a str,
+    },
+    /// `shardlift store-child publish --store D --handoff F`, with stdin and stdout piped
+    /// (barrier events out, acknowledgements in).
+    Publisher { store: &'a Path, handoff: &'a Path },
+    /// `shardlift store-child recover --store D`, its report on piped stdout.
+    Recovery { store: &'a Path },
+}
+
+impl ShardliftChild<'_> {
+    pub fn role(&self) -> Role {
+        match self {
+            ShardliftChild::Worker { .. } => Role::Worker,
+            ShardliftChild::Publisher { .. } => Role::Publisher,
+            ShardliftChild::Recovery { .. } => Role::Recovery,
+        }
+    }
+}
+
 impl ChildSpec {
-    pub fn new(program: impl Into<PathBuf>, role: &str, session: &str) -> Self {
+    pub fn new(program: impl Into<PathBuf>, role: Role, session: &str) -> Self {
         ChildSpec {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
             pipe_stdin: false,
             pipe_stdout: false,
-            role: role.to_owned(),
+            role,
             session: session.to_owned(),
             rank: None,
+        }
+    }
+
+    /// The spec of `shardlift_exe` running `child`.
+    pub fn shardlift(shardlift_exe: &Path, session: &str, child: ShardliftChild<'_>) -> Self {
+        let spec = ChildSpec::new(shardlift_exe, child.role(), session);
+        match child {
+            ShardliftChild::Worker {
+                socket,
+                rank,
+                engine,
+            } => spec
+                .arg("worker")
+                .arg("--socket")
+                .arg(socket)
+                .arg("--rank")
+                .arg(rank.to_string())
+                .arg("--engine")
+                .arg(engine)
+                .env("OMP_NUM_THREADS", "1")
+                .env("MKL_NUM_THREADS", "1")
+                .rank(rank),
+            ShardliftChild::Publisher { store, handoff } => spec
+                .arg("store-child")
+                .arg("publish")
+                .arg("--store")
+                .arg(store)
+                .arg("--handoff")
+                .arg(handoff)
+                .piped_stdin()
+                .piped_stdout(),
+            ShardliftChild::Recovery { store } => spec
+                .arg("store-child")
+                .arg("recover")
+                .arg("--store")
+                .arg(store)
+                .piped_stdout(),
         }
     }
 
@@ -99,6 +210,18 @@ impl ChildSpec {
         self.rank = Some(rank);
         self
     }
+
+    /// Gives the parent a pipe to the child's stdin.
+    pub fn piped_stdin(mut self) -> Self {
+        self.pipe_stdin = true;
+        self
+    }
+
+    /// Gives the parent a pipe from the child's stdout.
+    pub fn piped_stdout(mut self) -> Self {
+        self.pipe_stdout = true;
+        self
+    }
 }
 
 /// Why supervising a child failed.
@@ -106,30 +229,71 @@ impl ChildSpec {
 pub enum ProcessError {
     #[error("cannot start {role} ({program}): {source}")]
     Spawn {
-        role: String,
+        role: Role,
         program: String,
         source: std::io::Error,
     },
     #[error("cannot open a pidfd for {role} (pid {pid}): {source}")]
     Pidfd {
-        role: String,
+        role: Role,
+        pid: u32,
+        source: std::io::Error,
+    },
+    #[error("cannot limit the resources of {role} (pid {pid}): {source}")]
+    Limit {
+        role: Role,
         pid: u32,
         source: std::io::Error,
     },
     #[error("cannot signal {role} (pid {pid}): {source}")]
     Signal {
-        role: String,
+        role: Role,
         pid: u32,
         source: std::io::Error,
     },
     #[error("waiting for {role} (pid {pid}) failed: {source}")]
     Wait {
-        role: String,
+        role: Role,
         pid: u32,
         source: std::io::Error,
     },
     #[error("{role} did not exit within {timeout_ms} ms")]
-    Deadline { role: String, timeout_ms: u64 },
+    Deadline { role: Role, timeout_ms: u64 },
+    #[error("a supervised child cannot {what}: {source}")]
+    Enter {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// What a `shardlift` child does first: no core dumps (closing the window before the
+/// parent's `prlimit` lands), and SIGKILL when its parent dies, so no child outlives
+/// its supervisor.
+pub fn enter_supervised_child() -> Result<(), ProcessError> {
+    use nix::sys::resource::{setrlimit, Resource as NixResource};
+    setrlimit(NixResource::RLIMIT_CORE, 0, 0).map_err(|errno| ProcessError::Enter {
+        what: "turn off core dumps",
+        source: errno.into(),
+    })?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(|errno| {
+        ProcessError::Enter {
+            what: "set its parent-death signal",
+            source: errno.into(),
+        }
+    })
+}
+
+/// Sets the child's core-dump limit to zero, soft and hard. A child that has already
+/// exited (ESRCH: a zombie) has nothing left to dump.
+fn forbid_core_dumps(pid: Pid) -> Result<(), rustix::io::Errno> {
+    let none = Rlimit {
+        current: Some(0),
+        maximum: Some(0),
+    };
+    match rustix::process::prlimit(Some(pid), Resource::Core, none) {
+        Ok(_) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(errno) => Err(errno),
+    }
 }
 
 /// A running child addressed by pidfd. Reaped exactly once.
@@ -137,14 +301,15 @@ pub enum ProcessError {
 pub struct SupervisedChild {
     child: Child,
     pidfd: OwnedFd,
-    pub role: String,
+    pub role: Role,
     pub session: String,
     pub rank: Option<u32>,
     exit: Option<ExitRecord>,
 }
 
 impl SupervisedChild {
-    /// Starts the child in its own process group and opens its pidfd.
+    /// Starts the child in its own process group, opens its pidfd and turns off its core
+    /// dumps.
     pub fn spawn(spec: ChildSpec) -> Result<Self, ProcessError> {
         let mut command = Command::new(&spec.program);
         command.args(&spec.args).process_group(0);
@@ -162,14 +327,14 @@ impl SupervisedChild {
             Stdio::inherit()
         });
         let child = command.spawn().map_err(|source| ProcessError::Spawn {
-            role: spec.role.clone(),
+            role: spec.role,
             program: spec.program.display().to_string(),
             source,
         })?;
         let pid = child.id();
         // The child is unreaped, so its pid cannot have been recycled yet.
         let raw_pid = Pid::from_raw(pid as i32).ok_or_else(|| ProcessError::Pidfd {
-            role: spec.role.clone(),
+            role: spec.role,
             pid,
             source: std::io::Error::other("pid 0"),
         })?;
@@ -186,6 +351,16 @@ impl SupervisedChild {
                 });
             }
         };
+        if let Err(errno) = forbid_core_dumps(raw_pid) {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(ProcessError::Limit {
+                role: spec.role,
+                pid,
+                source: errno.into(),
+            });
+        }
         Ok(SupervisedChild {
             child,
             pidfd,
@@ -225,7 +400,25 @@ impl SupervisedChild {
             // ESRCH: it has exited but is not reaped yet; nothing to signal.
             Err(rustix::io::Errno::SRCH) => Ok(()),
             Err(errno) => Err(ProcessError::Signal {
-                role: self.role.clone(),
+                role: self.role,
+                pid: self.pid(),
+                source: errno.into(),
+            }),
+        }
+    }
+
+    /// Sends `signal` to the child's whole process group (every child leads its own), so
+    /// that the processes it started go too. The group id stays reserved while any member
+    /// lives, so this reaches the child's group even after the child itself was reaped; an
+    /// empty group (ESRCH) is nothing to signal.
+    pub fn signal_group(&self, signal: Signal) -> Result<(), ProcessError> {
+        let Some(group) = Pid::from_raw(self.pid() as i32) else {
+            return Ok(());
+        };
+        match rustix::process::kill_process_group(group, signal) {
+            Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+            Err(errno) => Err(ProcessError::Signal {
+                role: self.role,
                 pid: self.pid(),
                 source: errno.into(),
             }),
@@ -252,7 +445,7 @@ impl SupervisedChild {
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(errno) => {
                     return Err(ProcessError::Wait {
-                        role: self.role.clone(),
+                        role: self.role,
                         pid: self.pid(),
                         source: errno.into(),
                     })
@@ -260,7 +453,7 @@ impl SupervisedChild {
             }
         }
         let status = self.child.wait().map_err(|source| ProcessError::Wait {
-            role: self.role.clone(),
+            role: self.role,
             pid: self.child.id(),
             source,
         })?;
@@ -270,7 +463,7 @@ impl SupervisedChild {
             (None, None) => ExitOutcome::Code(-1),
         };
         self.exit = Some(ExitRecord {
-            role: self.role.clone(),
+            role: self.role,
             session: self.session.clone(),
             rank: self.rank,
             outcome,
@@ -283,7 +476,7 @@ impl SupervisedChild {
         match self.wait_timeout(timeout_ms)? {
             Some(record) => Ok(record.clone()),
             None => Err(ProcessError::Deadline {
-                role: self.role.clone(),
+                role: self.role,
                 timeout_ms,
             }),
         }
@@ -385,7 +578,7 @@ impl Supervisor {
                 .saturating_duration_since(Instant::now())
                 .as_millis() as u64;
             if self.children[index].wait_timeout(remaining)?.is_none() {
-                laggard.get_or_insert_with(|| self.children[index].role.clone());
+                laggard.get_or_insert(self.children[index].role);
             }
             self.note_reaped(index);
         }
@@ -438,7 +631,7 @@ mod tests {
     #[test]
     fn records_exit_code_and_signal() {
         let mut ok = SupervisedChild::spawn(
-            ChildSpec::new("/bin/sh", "probe", "s")
+            ChildSpec::new("/bin/sh", Role::Recovery, "s")
                 .arg("-c")
                 .arg("exit 7"),
         )
@@ -449,7 +642,7 @@ mod tests {
         );
 
         let mut sleeper = SupervisedChild::spawn(
-            ChildSpec::new("/bin/sleep", "sleeper", "s")
+            ChildSpec::new("/bin/sleep", Role::Worker, "s")
                 .arg("30")
                 .rank(2),
         )
@@ -467,25 +660,31 @@ mod tests {
         let mut supervisor = Supervisor::new();
         supervisor
             .spawn(
-                ChildSpec::new("/bin/sh", "stubborn", "s")
+                ChildSpec::new("/bin/sh", Role::Worker, "s")
+                    .rank(0)
                     .arg("-c")
                     .arg("trap '' TERM; sleep 30"),
             )
             .expect("spawn");
         supervisor
-            .spawn(ChildSpec::new("/bin/sleep", "polite", "s").arg("30"))
+            .spawn(
+                ChildSpec::new("/bin/sleep", Role::Worker, "s")
+                    .rank(1)
+                    .arg("30"),
+            )
             .expect("spawn");
         std::thread::sleep(Duration::from_millis(100));
         let started = Instant::now();
         supervisor.teardown(300);
         assert!(started.elapsed() < Duration::from_secs(20));
         let exits = supervisor.exits();
-        let outcomes: Vec<_> = exits.iter().map(|e| (e.role.as_str(), e.outcome)).collect();
+        let outcomes: Vec<_> = exits.iter().map(|e| (e.rank, e.outcome)).collect();
+        // Rank 0 ignores SIGTERM, rank 1 does not.
         assert_eq!(
             outcomes,
             vec![
-                ("stubborn", ExitOutcome::Signal(9)),
-                ("polite", ExitOutcome::Signal(15))
+                (Some(0), ExitOutcome::Signal(9)),
+                (Some(1), ExitOutcome::Signal(15))
             ]
         );
         assert!(supervisor.live_pids().is_empty());
@@ -495,10 +694,53 @@ mod tests {
     fn wait_all_deadline_tears_down() {
         let mut supervisor = Supervisor::new();
         supervisor
-            .spawn(ChildSpec::new("/bin/sleep", "hung", "s").arg("30"))
+            .spawn(ChildSpec::new("/bin/sleep", Role::Worker, "s").arg("30"))
             .expect("spawn");
         let error = supervisor.wait_all(100).expect_err("deadline");
         assert!(matches!(error, ProcessError::Deadline { .. }));
         assert_eq!(supervisor.exits().len(), 1);
+    }
+
+    #[test]
+    fn roles_are_recorded_by_their_old_names() {
+        let record = ExitRecord {
+            role: Role::Worker,
+            session: "train".into(),
+            rank: Some(3),
+            outcome: ExitOutcome::Signal(9),
+        };
+        assert_eq!(
+            serde_json::to_string(&record).expect("serialise"),
+            r#"{"role":"worker","session":"train","rank":3,"outcome":{"signal":9}}"#
+        );
+        for (role, name) in [
+            (Role::Worker, "worker"),
+            (Role::Publisher, "publisher"),
+            (Role::Recovery, "recovery"),
+            (Role::Launcher, "launcher"),
+        ] {
+            assert_eq!(role.as_str(), name);
+            assert_eq!(role.to_string(), name);
+            assert_eq!(
+                serde_json::to_string(&role).expect("serialise"),
+                format!("\"{name}\"")
+            );
+        }
+    }
+
+    #[test]
+    fn supervised_children_dump_no_core() {
+        // The limit lands right after the spawn, so the shell looks a moment later.
+        let check = r#"sleep 0.2; test "$(ulimit -c)" = 0 && test "$(ulimit -H -c)" = 0"#;
+        let mut child = SupervisedChild::spawn(
+            ChildSpec::new("/bin/sh", Role::Worker, "s")
+                .arg("-c")
+                .arg(check),
+        )
+        .expect("spawn sh");
+        assert_eq!(
+            child.wait_deadline(10_000).expect("exits").outcome,
+            ExitOutcome::Code(0)
+        );
     }
 }

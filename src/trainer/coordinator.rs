@@ -8,18 +8,19 @@
 //! unexpected reply — tears the whole group down (SIGTERM, grace, SIGKILL, reap) and is
 //! returned as an error naming the rank; nothing waits without a deadline.
 use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::core::logical::LogicalState;
+use crate::core::logical::{ChunkState, LogicalState};
 use crate::core::sampling::SampleStream;
 use crate::core::topology::{Topology, TopologyError};
 use crate::supervise::ipc::{self, FramedStream, IpcError};
 use crate::supervise::process::{
-    ChildSpec, ExitRecord, ProcessError, Supervisor, TEARDOWN_GRACE_MS,
+    ChildSpec, ExitRecord, ProcessError, ShardliftChild, Supervisor, TEARDOWN_GRACE_MS,
 };
 
-use crate::core::step::{self, MicroBatchGradient, SplitView, StepError, StepOutcome};
+use crate::core::step::{self, MicroBatch, MicroBatchGradient, SplitView, StepError, StepOutcome};
 use crate::trainer::engines::EngineKind;
 use crate::trainer::protocol::{Message, ProtocolError};
 
@@ -139,6 +140,94 @@ impl Drop for SocketDirectory {
     }
 }
 
+/// Starts one `shardlift worker` per rank; returns each rank's child index.
+fn spawn_workers(
+    supervisor: &mut Supervisor,
+    options: &SessionOptions,
+    topology: Topology,
+    socket_path: &Path,
+) -> Result<Vec<usize>, SessionError> {
+    let mut child_of_rank = Vec::new();
+    for rank in 0..topology.workers() {
+        let worker = ShardliftChild::Worker {
+            socket: socket_path,
+            rank,
+            engine: options.engine.name(),
+        };
+        let spec = ChildSpec::shardlift(&options.shardlift_exe, &options.session, worker);
+        child_of_rank.push(supervisor.spawn(spec)?);
+    }
+    Ok(child_of_rank)
+}
+
+/// Accepts one checked connection per rank, ordered by rank. The caller tears the group
+/// down on failure.
+fn accept_workers(
+    listener: &UnixListener,
+    supervisor: &mut Supervisor,
+    child_of_rank: &[usize],
+    options: &SessionOptions,
+) -> Result<Vec<FramedStream>, SessionError> {
+    let mut by_rank: Vec<Option<FramedStream>> = child_of_rank.iter().map(|_| None).collect();
+    for _ in 0..child_of_rank.len() {
+        let (rank, pid, framed) = accept_hello(listener, supervisor, options)?;
+        // The rank claimed must be the rank we spawned at that pid.
+        let expected_pid = child_of_rank
+            .get(rank as usize)
+            .and_then(|&index| supervisor.children().get(index))
+            .map(|child| child.pid());
+        match by_rank.get_mut(rank as usize) {
+            Some(slot @ None) if expected_pid == Some(pid) => *slot = Some(framed),
+            _ => {
+                return Err(SessionError::BadReply {
+                    rank,
+                    reason: format!("pid {pid} claimed rank {rank}"),
+                })
+            }
+        }
+    }
+    Ok(by_rank.into_iter().flatten().collect())
+}
+
+/// Accepts the next connection from a live worker and reads its `Hello`: the claimed
+/// rank, the peer's pid and the connection.
+fn accept_hello(
+    listener: &UnixListener,
+    supervisor: &mut Supervisor,
+    options: &SessionOptions,
+) -> Result<(u32, u32, FramedStream), SessionError> {
+    let live = supervisor.live_pids();
+    let (stream, pid) = ipc::accept_checked(
+        listener,
+        options.connect_timeout_ms,
+        |pid| live.contains(&pid),
+        || match supervisor.poll_exited() {
+            Ok(Some(record)) => Err(IpcError::Malformed {
+                peer: format!("worker rank {:?}", record.rank),
+                reason: format!("exited before connecting ({})", record.outcome),
+            }),
+            _ => Ok(()),
+        },
+    )
+    .map_err(SessionError::Accept)?;
+    let mut framed =
+        FramedStream::new(stream, format!("worker pid {pid}"), options.step_timeout_ms)
+            .map_err(SessionError::Accept)?;
+    let hello = framed.receive().map_err(SessionError::Accept)?;
+    match Message::decode(&hello) {
+        Ok(Message::Hello { rank }) => Ok((rank, pid, framed)),
+        Ok(other) => Err(SessionError::UnexpectedMessage {
+            rank: u32::MAX,
+            expected: "hello",
+            got: other.kind(),
+        }),
+        Err(source) => Err(SessionError::Protocol {
+            rank: u32::MAX,
+            source,
+        }),
+    }
+}
+
 /// A running session.
 #[derive(Debug)]
 pub struct CoordinatorSession {
@@ -160,86 +249,15 @@ impl CoordinatorSession {
         let socket_path = socket_directory.0.join("c");
         let listener = ipc::bind(&socket_path).map_err(SessionError::Accept)?;
         let mut supervisor = Supervisor::new();
-        let mut child_of_rank = Vec::new();
-        for rank in 0..topology.workers() {
-            let spec = ChildSpec::new(&options.shardlift_exe, "worker", &options.session)
-                .arg("worker")
-                .arg("--socket")
-                .arg(socket_path.as_os_str())
-                .arg("--rank")
-                .arg(rank.to_string())
-                .arg("--engine")
-                .arg(options.engine.name())
-                .env("OMP_NUM_THREADS", "1")
-                .env("MKL_NUM_THREADS", "1")
-                .rank(rank);
-            child_of_rank.push(supervisor.spawn(spec)?);
-        }
-        let mut by_rank: Vec<Option<FramedStream>> =
-            (0..topology.workers()).map(|_| None).collect();
-        for _ in 0..topology.workers() {
-            let live = supervisor.live_pids();
-            let accepted = ipc::accept_checked(
-                &listener,
-                options.connect_timeout_ms,
-                |pid| live.contains(&pid),
-                || match supervisor.poll_exited() {
-                    Ok(Some(record)) => Err(IpcError::Malformed {
-                        peer: format!("worker rank {:?}", record.rank),
-                        reason: format!("exited before connecting ({})", record.outcome),
-                    }),
-                    _ => Ok(()),
-                },
-            );
-            let (stream, pid) = match accepted {
-                Ok(pair) => pair,
-                Err(error) => {
-                    supervisor.teardown(TEARDOWN_GRACE_MS);
-                    return Err(SessionError::Accept(error));
-                }
-            };
-            let mut framed =
-                FramedStream::new(stream, format!("worker pid {pid}"), options.step_timeout_ms)
-                    .map_err(SessionError::Accept)?;
-            let hello = framed
-                .receive()
-                .map_err(SessionError::Accept)
-                .and_then(|bytes| {
-                    Message::decode(&bytes).map_err(|source| SessionError::Protocol {
-                        rank: u32::MAX,
-                        source,
-                    })
-                });
-            let rank = match hello {
-                Ok(Message::Hello { rank }) => rank,
-                Ok(other) => {
-                    supervisor.teardown(TEARDOWN_GRACE_MS);
-                    return Err(SessionError::UnexpectedMessage {
-                        rank: u32::MAX,
-                        expected: "hello",
-                        got: other.kind(),
-                    });
-                }
-                Err(error) => {
-                    supervisor.teardown(TEARDOWN_GRACE_MS);
-                    return Err(error);
-                }
-            };
-            // The rank claimed must be the rank we spawned at that pid.
-            let expected_pid = child_of_rank
-                .get(rank as usize)
-                .and_then(|&index| supervisor.children().get(index))
-                .map(|child| child.pid());
-            if expected_pid != Some(pid) || by_rank[rank as usize].is_some() {
+        let child_of_rank = spawn_workers(&mut supervisor, &options, topology, &socket_path)?;
+        let connections = match accept_workers(&listener, &mut supervisor, &child_of_rank, &options)
+        {
+            Ok(connections) => connections,
+            Err(error) => {
                 supervisor.teardown(TEARDOWN_GRACE_MS);
-                return Err(SessionError::BadReply {
-                    rank,
-                    reason: format!("pid {pid} claimed rank {rank}"),
-                });
+                return Err(error);
             }
-            by_rank[rank as usize] = Some(framed);
-        }
-        let connections: Vec<FramedStream> = by_rank.into_iter().flatten().collect();
+        };
         let mut session = CoordinatorSession {
             options,
             topology,
@@ -249,8 +267,15 @@ impl CoordinatorSession {
             state,
             _socket_directory: socket_directory,
         };
+        session.send_init()?;
+        Ok(session)
+    }
+
+    /// Hands each worker the chunks it owns (`c mod W`) and the hyperparameters.
+    fn send_init(&mut self) -> Result<(), SessionError> {
+        let topology = self.topology;
         for rank in 0..topology.workers() {
-            let chunks = session
+            let chunks = self
                 .state
                 .chunks
                 .iter()
@@ -259,12 +284,12 @@ impl CoordinatorSession {
                 .collect();
             let init = Message::Init {
                 workers: topology.workers(),
-                hyperparameters: session.state.hyperparameters,
+                hyperparameters: self.state.hyperparameters,
                 chunks,
             };
-            session.send(rank, &init)?;
+            self.send(rank, &init)?;
         }
-        Ok(session)
+        Ok(())
     }
 
     pub fn state(&self) -> &LogicalState {
@@ -340,7 +365,8 @@ impl CoordinatorSession {
         self.fail(SessionError::BadReply { rank, reason })
     }
 
-    /// Runs one optimizer step across the group.
+    /// Runs one optimizer step across the group: compute, reduce in logical order, update
+    /// the owned chunks, advance the counters.
     pub fn step(
         &mut self,
         stream: &mut SampleStream,
@@ -351,9 +377,28 @@ impl CoordinatorSession {
             Err(error) => return Err(self.fail(error.into())),
         };
         let next_step = self.state.step + 1;
+        self.send_compute(next_step, &batches)?;
+        let results = self.gather_gradients(next_step)?;
+        let (loss, gradient) = match step::reduce_in_logical_order(
+            results,
+            self.state.hyperparameters.logical_micro_batches,
+        ) {
+            Ok(reduced) => reduced,
+            Err(error) => return Err(self.fail(error.into())),
+        };
+        self.send_updates(next_step, &gradient)?;
+        self.gather_chunks(next_step)?;
+        step::advance_counters(&mut self.state, &batches);
+        Ok(StepOutcome {
+            step: self.state.step,
+            loss,
+        })
+    }
+
+    /// Sends each worker the parameters and the micro-batches it owns (`m mod W`).
+    fn send_compute(&mut self, next_step: u64, batches: &[MicroBatch]) -> Result<(), SessionError> {
         let parameters = self.state.flat_parameters();
-        let workers = self.topology.workers();
-        for rank in 0..workers {
+        for rank in 0..self.topology.workers() {
             let owned = batches
                 .iter()
                 .filter(|b| self.topology.micro_batch_owner(b.index) == rank)
@@ -368,8 +413,16 @@ impl CoordinatorSession {
                 },
             )?;
         }
+        Ok(())
+    }
+
+    /// Every worker's gradients for `next_step`, each only for micro-batches it owns.
+    fn gather_gradients(
+        &mut self,
+        next_step: u64,
+    ) -> Result<Vec<MicroBatchGradient>, SessionError> {
         let mut results: Vec<MicroBatchGradient> = Vec::new();
-        for rank in 0..workers {
+        for rank in 0..self.topology.workers() {
             match self.receive(rank)? {
                 Message::Gradients {
                     step,
@@ -390,27 +443,19 @@ impl CoordinatorSession {
                         format!("gradients for step {step}, expected {next_step}"),
                     ))
                 }
-                other => {
-                    let got = other.kind();
-                    return Err(self.fail(SessionError::UnexpectedMessage {
-                        rank,
-                        expected: "gradients",
-                        got,
-                    }));
-                }
+                other => return Err(self.unexpected(rank, "gradients", &other)),
             }
         }
-        let (loss, gradient) = match step::reduce_in_logical_order(
-            results,
-            self.state.hyperparameters.logical_micro_batches,
-        ) {
-            Ok(reduced) => reduced,
-            Err(error) => return Err(self.fail(error.into())),
-        };
+        Ok(results)
+    }
+
+    /// Sends each worker the reduced gradient slices of the chunks it owns (`c mod W`).
+    fn send_updates(&mut self, next_step: u64, gradient: &[f32]) -> Result<(), SessionError> {
         let hyperparameters = self.state.hyperparameters;
-        for rank in 0..workers {
-            let gradients = (0..hyperparameters.chunk_count() as u32)
-                .filter(|&id| self.topology.chunk_owner(id) == rank)
+        for rank in 0..self.topology.workers() {
+            let gradients = self
+                .owned_chunk_ids(rank)
+                .into_iter()
                 .map(|id| {
                     (
                         id,
@@ -426,40 +471,43 @@ impl CoordinatorSession {
                 },
             )?;
         }
-        for rank in 0..workers {
+        Ok(())
+    }
+
+    /// Takes back every worker's updated chunks; a reply must hold exactly the chunks the
+    /// worker owns, each of the right size, before any is applied.
+    fn gather_chunks(&mut self, next_step: u64) -> Result<(), SessionError> {
+        for rank in 0..self.topology.workers() {
             match self.receive(rank)? {
                 Message::Chunks { step, chunks } if step == next_step => {
+                    let owned = self.owned_chunk_ids(rank);
+                    if let Err(reason) = check_chunks_reply(&self.state, &owned, &chunks) {
+                        return Err(self.bad_reply(rank, reason));
+                    }
                     for chunk in chunks {
                         let id = chunk.id as usize;
-                        let owned = self.topology.chunk_owner(chunk.id) == rank;
-                        let fits = self.state.chunks.get(id).is_some_and(|old| {
-                            old.parameters.len() == chunk.parameters.len()
-                                && old.exp_avg.len() == chunk.exp_avg.len()
-                                && old.exp_avg_sq.len() == chunk.exp_avg_sq.len()
-                        });
-                        if !owned || !fits {
-                            return Err(self.bad_reply(
-                                rank,
-                                format!("returned chunk {id} it does not own or of the wrong size"),
-                            ));
-                        }
                         self.state.chunks[id] = chunk;
                     }
                 }
-                other => {
-                    let got = other.kind();
-                    return Err(self.fail(SessionError::UnexpectedMessage {
-                        rank,
-                        expected: "chunks",
-                        got,
-                    }));
-                }
+                other => return Err(self.unexpected(rank, "chunks", &other)),
             }
         }
-        step::advance_counters(&mut self.state, &batches);
-        Ok(StepOutcome {
-            step: self.state.step,
-            loss,
+        Ok(())
+    }
+
+    /// The chunk ids `rank` owns, ascending.
+    fn owned_chunk_ids(&self, rank: u32) -> Vec<u32> {
+        (0..self.state.hyperparameters.chunk_count() as u32)
+            .filter(|&id| self.topology.chunk_owner(id) == rank)
+            .collect()
+    }
+
+    fn unexpected(&mut self, rank: u32, expected: &'static str, got: &Message) -> SessionError {
+        let got = got.kind();
+        self.fail(SessionError::UnexpectedMessage {
+            rank,
+            expected,
+            got,
         })
     }
 
@@ -472,14 +520,7 @@ impl CoordinatorSession {
         for rank in 0..self.topology.workers() {
             match self.receive(rank)? {
                 Message::Bye => {}
-                other => {
-                    let got = other.kind();
-                    return Err(self.fail(SessionError::UnexpectedMessage {
-                        rank,
-                        expected: "bye",
-                        got,
-                    }));
-                }
+                other => return Err(self.unexpected(rank, "bye", &other)),
             }
         }
         if let Err(error) = self.supervisor.wait_all(self.options.step_timeout_ms) {
@@ -493,5 +534,90 @@ impl CoordinatorSession {
             });
         }
         Ok((self.state.clone(), exits))
+    }
+}
+
+/// Checks a `Chunks` reply against the chunk ids the worker owns (`owned`, ascending):
+/// every chunk must be owned and of its chunk's size, and the reply must hold each owned
+/// chunk exactly once, in that order (the order the update sent them).
+fn check_chunks_reply(
+    state: &LogicalState,
+    owned: &[u32],
+    chunks: &[ChunkState],
+) -> Result<(), String> {
+    for chunk in chunks {
+        let fits = state.chunks.get(chunk.id as usize).is_some_and(|old| {
+            old.parameters.len() == chunk.parameters.len()
+                && old.exp_avg.len() == chunk.exp_avg.len()
+                && old.exp_avg_sq.len() == chunk.exp_avg_sq.len()
+        });
+        if !owned.contains(&chunk.id) || !fits {
+            return Err(format!(
+                "returned chunk {} it does not own or of the wrong size",
+                chunk.id
+            ));
+        }
+    }
+    let returned: Vec<u32> = chunks.iter().map(|chunk| chunk.id).collect();
+    if returned != owned {
+        return Err(format!(
+            "returned chunks {returned:?}, expected exactly its chunks {owned:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::logical::Hyperparameters;
+
+    fn owned_by(state: &LogicalState, topology: Topology, rank: u32) -> Vec<ChunkState> {
+        state
+            .chunks
+            .iter()
+            .filter(|c| topology.chunk_owner(c.id) == rank)
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn a_chunks_reply_must_return_exactly_the_owned_chunks() {
+        let state = LogicalState::genesis(Hyperparameters::with_seed(1));
+        let topology = Topology::new(2).expect("topology");
+        let ids = |chunks: &[ChunkState]| chunks.iter().map(|c| c.id).collect::<Vec<_>>();
+        let mine = owned_by(&state, topology, 1);
+        let owned = ids(&mine);
+        assert!(!owned.is_empty());
+        assert_eq!(check_chunks_reply(&state, &owned, &mine), Ok(()));
+
+        // None at all, one missing, one twice, out of order: refused.
+        let error = check_chunks_reply(&state, &owned, &[]).expect_err("empty reply");
+        assert!(error.contains("expected exactly its chunks"), "{error}");
+        let error = check_chunks_reply(&state, &owned, &mine[1..]).expect_err("one chunk missing");
+        assert!(error.contains("expected exactly its chunks"), "{error}");
+        let mut twice = mine.clone();
+        twice.push(mine[0].clone());
+        check_chunks_reply(&state, &owned, &twice).expect_err("a chunk twice");
+        let mut reversed = mine.clone();
+        reversed.reverse();
+        if reversed.len() > 1 {
+            check_chunks_reply(&state, &owned, &reversed).expect_err("out of order");
+        }
+
+        // A chunk of another rank, or of the wrong size: refused, naming the chunk.
+        let theirs = owned_by(&state, topology, 0);
+        let error =
+            check_chunks_reply(&state, &owned, &theirs[..1]).expect_err("another rank's chunk");
+        assert_eq!(
+            error,
+            format!(
+                "returned chunk {} it does not own or of the wrong size",
+                theirs[0].id
+            )
+        );
+        let mut short = mine.clone();
+        short[0].parameters.pop();
+        check_chunks_reply(&state, &owned, &short).expect_err("wrong size");
     }
 }

@@ -2,25 +2,69 @@
 //! AdamW to the chunks it owns. It holds no other state and trusts nothing it is sent
 //! beyond what it checks: chunk ids it does not own and malformed frames end it.
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::core::adamw;
+use crate::core::adamw::{self, AdamwError};
 use crate::core::logical::{ChunkState, Hyperparameters};
-use crate::supervise::ipc::FramedStream;
-
-use crate::core::step::{GradientEngine, MicroBatchGradient};
-use crate::trainer::protocol::Message;
+use crate::core::step::{GradientEngine, MicroBatchGradient, StepError};
+use crate::supervise::ipc::{FramedStream, IpcError};
+use crate::supervise::process::{enter_supervised_child, ProcessError};
+use crate::trainer::protocol::{Message, ProtocolError};
 
 /// How long a worker waits for the coordinator's next message before giving up.
 pub const WORKER_IDLE_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 
+/// Why a worker stopped before `Shutdown`.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Could not set itself up as a supervised child (core limit, parent-death signal).
+    #[error(transparent)]
+    Enter(#[from] ProcessError),
+    #[error("cannot connect to the coordinator at {path}: {source}")]
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The connection failed: closed, timed out, an oversized frame, a bad socket path.
+    #[error(transparent)]
+    Ipc(#[from] IpcError),
+    /// A frame from the coordinator did not decode as a message.
+    #[error(transparent)]
+    Decode(#[from] ProtocolError),
+    #[error("compute before init")]
+    ComputeBeforeInit,
+    #[error("update before init")]
+    UpdateBeforeInit,
+    #[error("update for chunk {id}, which this worker does not own")]
+    ChunkNotOwned { id: u32 },
+    #[error(transparent)]
+    Optimizer(#[from] AdamwError),
+    #[error(transparent)]
+    Engine(#[from] StepError),
+    #[error("unexpected {kind} message from the coordinator")]
+    UnexpectedMessage { kind: &'static str },
+}
+
 /// Runs the worker loop until `Shutdown`.
-pub fn run(socket: &Path, rank: u32, engine: &dyn GradientEngine) -> anyhow::Result<()> {
-    // If the coordinator dies, so do we: no orphaned workers.
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+pub fn run(socket: &Path, rank: u32, engine: &dyn GradientEngine) -> Result<(), WorkerError> {
+    // No core dumps, and if the coordinator dies, so do we: no orphaned workers.
+    enter_supervised_child()?;
     crate::supervise::ipc::check_socket_path(socket)?;
-    let stream = UnixStream::connect(socket)?;
-    let mut connection = FramedStream::new(stream, "coordinator", WORKER_IDLE_TIMEOUT_MS)?;
+    let stream = UnixStream::connect(socket).map_err(|source| WorkerError::Connect {
+        path: socket.to_owned(),
+        source,
+    })?;
+    let connection = FramedStream::new(stream, "coordinator", WORKER_IDLE_TIMEOUT_MS)?;
+    serve(connection, rank, engine)
+}
+
+/// Says hello, then answers the coordinator's messages until `Shutdown`. A failure is
+/// reported to the coordinator (as `Failure`) before it is returned.
+pub fn serve(
+    mut connection: FramedStream,
+    rank: u32,
+    engine: &dyn GradientEngine,
+) -> Result<(), WorkerError> {
     connection.send(&Message::Hello { rank }.encode())?;
     let mut hyperparameters: Option<Hyperparameters> = None;
     let mut owned: Vec<ChunkState> = Vec::new();
@@ -32,7 +76,7 @@ pub fn run(socket: &Path, rank: u32, engine: &dyn GradientEngine) -> anyhow::Res
             Err(error) => {
                 let _ = connection.send(
                     &Message::Failure {
-                        message: format!("{error:#}"),
+                        message: error_chain_text(&error),
                     }
                     .encode(),
                 );
@@ -47,12 +91,24 @@ pub fn run(socket: &Path, rank: u32, engine: &dyn GradientEngine) -> anyhow::Res
     }
 }
 
+/// The error and each of its sources, joined by ": " (what the coordinator reports).
+fn error_chain_text(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 fn handle(
     engine: &dyn GradientEngine,
     message: Message,
     hyperparameters: &mut Option<Hyperparameters>,
     owned: &mut Vec<ChunkState>,
-) -> anyhow::Result<Option<Message>> {
+) -> Result<Option<Message>, WorkerError> {
     match message {
         Message::Init {
             hyperparameters: h,
@@ -68,7 +124,7 @@ fn handle(
             parameters,
             batches,
         } => {
-            let h = hyperparameters.ok_or_else(|| anyhow::anyhow!("compute before init"))?;
+            let h = hyperparameters.ok_or(WorkerError::ComputeBeforeInit)?;
             let results = batches
                 .iter()
                 .map(|batch| engine.micro_batch_gradient(&parameters, batch, h.global_batch_size()))
@@ -76,12 +132,13 @@ fn handle(
             Ok(Some(Message::Gradients { step, results }))
         }
         Message::Update { step, gradients } => {
-            let h = hyperparameters.ok_or_else(|| anyhow::anyhow!("update before init"))?;
+            let h = hyperparameters.ok_or(WorkerError::UpdateBeforeInit)?;
             let mut updated = Vec::with_capacity(gradients.len());
             for (id, gradient) in gradients {
-                let chunk = owned.iter_mut().find(|c| c.id == id).ok_or_else(|| {
-                    anyhow::anyhow!("update for chunk {id}, which this worker does not own")
-                })?;
+                let chunk = owned
+                    .iter_mut()
+                    .find(|c| c.id == id)
+                    .ok_or(WorkerError::ChunkNotOwned { id })?;
                 adamw::update_chunk(&h, step, chunk, &gradient)?;
                 updated.push(chunk.clone());
             }
@@ -91,6 +148,122 @@ fn handle(
             }))
         }
         Message::Shutdown => Ok(Some(Message::Bye)),
-        other => anyhow::bail!("unexpected {} message from the coordinator", other.kind()),
+        other => Err(WorkerError::UnexpectedMessage { kind: other.kind() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::logical::LogicalState;
+    use crate::trainer::engines::FakeEngine;
+
+    /// A worker serving one end of a socket pair in a thread; the test is the coordinator.
+    fn start_worker() -> (
+        FramedStream,
+        std::thread::JoinHandle<Result<(), WorkerError>>,
+    ) {
+        let (ours, theirs) = UnixStream::pair().expect("socket pair");
+        let worker = std::thread::spawn(move || {
+            let connection = FramedStream::new(theirs, "coordinator", 10_000)?;
+            serve(connection, 0, &FakeEngine)
+        });
+        let mut coordinator = FramedStream::new(ours, "worker", 10_000).expect("framed");
+        let hello = Message::decode(&coordinator.receive().expect("hello")).expect("decode");
+        assert_eq!(hello, Message::Hello { rank: 0 });
+        (coordinator, worker)
+    }
+
+    fn failure_text(coordinator: &mut FramedStream) -> String {
+        match Message::decode(&coordinator.receive().expect("failure")).expect("decode") {
+            Message::Failure { message } => message,
+            other => panic!("expected a failure, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn a_malformed_frame_ends_the_worker_with_a_decode_error() {
+        let (mut coordinator, worker) = start_worker();
+        coordinator.send(&[0xEE, 1, 2, 3]).expect("send garbage");
+        let error = worker
+            .join()
+            .expect("worker thread")
+            .expect_err("must fail");
+        assert!(matches!(error, WorkerError::Decode(_)), "{error}");
+    }
+
+    #[test]
+    fn compute_before_init_is_refused_and_reported() {
+        let (mut coordinator, worker) = start_worker();
+        let compute = Message::Compute {
+            step: 1,
+            parameters: Vec::new(),
+            batches: Vec::new(),
+        };
+        coordinator.send(&compute.encode()).expect("send");
+        assert_eq!(failure_text(&mut coordinator), "compute before init");
+        let error = worker
+            .join()
+            .expect("worker thread")
+            .expect_err("must fail");
+        assert!(matches!(error, WorkerError::ComputeBeforeInit), "{error}");
+    }
+
+    #[test]
+    fn an_update_for_a_chunk_it_does_not_own_is_refused() {
+        let (mut coordinator, worker) = start_worker();
+        let state = LogicalState::genesis(Hyperparameters::with_seed(1));
+        let init = Message::Init {
+            workers: 2,
+            hyperparameters: state.hyperparameters,
+            chunks: vec![state.chunks[0].clone()],
+        };
+        coordinator.send(&init.encode()).expect("send init");
+        let update = Message::Update {
+            step: 1,
+            gradients: vec![(1, vec![0.0; state.chunks[1].parameters.len()])],
+        };
+        coordinator.send(&update.encode()).expect("send update");
+        assert_eq!(
+            failure_text(&mut coordinator),
+            "update for chunk 1, which this worker does not own"
+        );
+        let error = worker
+            .join()
+            .expect("worker thread")
+            .expect_err("must fail");
+        assert!(
+            matches!(error, WorkerError::ChunkNotOwned { id: 1 }),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_unexpected_message_is_refused() {
+        let (mut coordinator, worker) = start_worker();
+        coordinator
+            .send(&Message::Hello { rank: 3 }.encode())
+            .expect("send");
+        assert_eq!(
+            failure_text(&mut coordinator),
+            "unexpected hello message from the coordinator"
+        );
+        let error = worker
+            .join()
+            .expect("worker thread")
+            .expect_err("must fail");
+        assert!(
+            matches!(error, WorkerError::UnexpectedMessage { kind: "hello" }),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn error_chain_text_joins_every_source() {
+        let error = WorkerError::Engine(StepError::Adamw(AdamwError::ZeroStep));
+        assert_eq!(
+            error_chain_text(&error),
+            "optimizer: AdamW step must be at least 1: AdamW step must be at least 1"
+        );
     }
 }

@@ -424,7 +424,7 @@ pub fn run(
         evaluate(&final_state.flat_parameters(), SplitView::from(&data.test))?;
 
     let mut exits = run.exits.clone();
-    exits.retain(|e| e.role == "worker");
+    exits.retain(|e| e.role == crate::supervise::process::Role::Worker);
     let worker_exits: Vec<WorkerExitEntry> = exits
         .iter()
         .map(|e| WorkerExitEntry {

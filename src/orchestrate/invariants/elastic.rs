@@ -21,7 +21,7 @@ use crate::core::canonical::{self, CanonicalRecord};
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
 use crate::durable::{self, DurableError, WriteOptions};
-use crate::supervise::process::{ChildSpec, ExitOutcome, Signal, SupervisedChild};
+use crate::supervise::process::{ChildSpec, ExitOutcome, Role, Signal, SupervisedChild};
 
 use crate::orchestrate::invariants::evidence::Observation;
 use crate::orchestrate::invariants::registry::REGISTRY;
@@ -495,7 +495,7 @@ fn launch_once(
     out_dir: &Path,
 ) -> Result<(Option<ExitOutcome>, bool, String), ElasticError> {
     let port = free_loopback_port()?;
-    let mut spec = ChildSpec::new("/bin/sh", "launcher", "invariants-elastic")
+    let mut spec = ChildSpec::new("/bin/sh", Role::Launcher, "invariants-elastic")
         // The launcher logs on stderr; fold it into the one pipe we read.
         .arg("-c")
         .arg("exec \"$0\" \"$@\" 2>&1")
@@ -518,16 +518,15 @@ fn launch_once(
         .arg(out_dir)
         .arg("--cache-directory")
         .arg(&options.cache_directory)
-        .env("OMP_NUM_THREADS", "1");
+        .env("OMP_NUM_THREADS", "1")
+        .piped_stdout();
     if let Some(source) = &options.source_directory {
         spec = spec.arg("--source-directory").arg(source);
     }
     if options.inject {
         spec = spec.arg("--inject-violation");
     }
-    spec.pipe_stdout = true;
     let mut child = SupervisedChild::spawn(spec)?;
-    let pid = child.pid();
     let mut stdout = child.take_stdout().ok_or_else(|| ElasticError::Io {
         context: "launcher output".into(),
         source: std::io::Error::other("no stdout pipe"),
@@ -549,9 +548,7 @@ fn launch_once(
             // SIGTERM lets the launcher stop its workers; then SIGKILL its whole group.
             let _ = child.signal(Signal::TERM);
             let _ = child.wait_timeout(5_000);
-            if let Some(group) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process_group(group, Signal::KILL);
-            }
+            let _ = child.signal_group(Signal::KILL);
             let _ = child.kill_and_reap();
             None
         }
