@@ -116,11 +116,7 @@ fn parent_of(path: &Path) -> &Path {
 }
 
 /// Writes `bytes` to `target` durably on the real file system; returns their SHA-256.
-pub fn write_file(
-    target: &Path,
-    bytes: &[u8],
-    options: WriteOptions,
-) -> Result<Digest, DurableError> {
+pub fn write_file(target: &Path, bytes: &[u8], options: WriteOptions) -> Result<Digest, DurableError> {
     write_file_with(&RealFs, target, bytes, options)
 }
 
@@ -166,8 +162,7 @@ fn install_via_temp(
             .map_err(DurableError::io(target))?,
     }
     let directory = parent_of(target);
-    fs.fsync_dir(directory)
-        .map_err(DurableError::fsync(directory))
+    fs.fsync_dir(directory).map_err(DurableError::fsync(directory))
 }
 
 /// Makes `directory` exist durably: creates it if missing, then fsyncs its parent —
@@ -340,8 +335,7 @@ mod tests {
         let child = dir.path().join("objects");
         std::fs::create_dir(&child).expect("pre-existing, never fsynced");
         let faulty = FaultyFs::failing(Operation::FsyncDir, 0);
-        let error =
-            ensure_dir_with(&faulty, &child).expect_err("the parent fsync must be attempted");
+        let error = ensure_dir_with(&faulty, &child).expect_err("the parent fsync must be attempted");
         assert!(matches!(error, DurableError::Fsync { .. }));
         ensure_dir_with(&RealFs, &child).expect("exists, made durable");
     }
