@@ -5,6 +5,7 @@ use anyhow::Context as _;
 
 use shardlift::store::Barrier;
 
+use shardlift::evidence::bundle::RunStatus;
 use shardlift::orchestrate::demo::{preflight, run, DemoOptions, DEMO_BARRIERS};
 
 /// Kill a checkpoint publisher with a real SIGKILL at a commit barrier, recover in a fresh
@@ -121,7 +122,7 @@ pub fn run_killer_demo(args: KillerDemoArgs) -> anyhow::Result<()> {
                 plan.run_directory.display()
             )
         })?;
-        all_passed &= record.status == "passed";
+        all_passed &= record.status == RunStatus::Passed;
         println!("{}", serde_json::to_string(&record)?);
     }
     if !all_passed {

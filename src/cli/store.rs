@@ -1,8 +1,9 @@
 //! `shardlift store ...`, `shardlift crash-matrix` and the hidden `shardlift store-child`.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use shardlift::core::logical::LogicalState;
 use shardlift::core::topology::Topology;
 
 use shardlift::store::barrier::NoHooks;
@@ -107,73 +108,18 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             store,
             json,
             repair_latest,
-        } => {
-            let report = shardlift::store::recover(&store)?;
-            let repaired = if repair_latest {
-                shardlift::store::repair_latest(&store, &report)?
-            } else {
-                false
-            };
-            if json {
-                print_json(&serde_json::json!({
-                    "report": report,
-                    "latest_repaired": repaired,
-                }))?;
-            } else {
-                match &report.selected {
-                    Some(s) => println!(
-                        "selected generation {} (step {}, {} workers, root {})",
-                        s.generation, s.step, s.workers, s.logical_state_root
-                    ),
-                    None => println!("no valid generation"),
-                }
-                println!("LATEST: {:?}", report.latest.status);
-                for r in &report.rejected {
-                    println!("rejected {}: {}", r.file, r.reason);
-                }
-            }
-            Ok(())
-        }
+        } => recover(&store, json, repair_latest),
         StoreCommand::Reshard {
             store,
             generation,
             workers,
             json,
-        } => {
-            let topology = Topology::new(workers)?;
-            let summary = shardlift::store::reshard(&store, generation, topology)
-                .with_context(|| format!("resharding generation {generation}"))?;
-            if json {
-                print_json(&summary)?;
-            } else {
-                println!(
-                    "generation {} = generation {generation} on {workers} workers (root {})",
-                    summary.generation, summary.logical_state_root
-                );
-            }
-            Ok(())
-        }
+        } => reshard(&store, generation, workers, json),
         StoreCommand::Verify {
             store,
             generation,
             json,
-        } => {
-            let (state, topology) = shardlift::store::load_generation(&store, generation)?;
-            let root = state.logical_state_root();
-            if json {
-                print_json(&serde_json::json!({
-                    "generation": generation,
-                    "step": state.step,
-                    "cursor": state.cursor,
-                    "workers": topology.workers(),
-                    "chunks": state.chunks.len(),
-                    "logical_state_root": root,
-                }))?;
-            } else {
-                println!("generation {generation} verifies: root {root}");
-            }
-            Ok(())
-        }
+        } => verify(&store, generation, json),
         StoreCommand::PublishSynthetic {
             store,
             seed,
@@ -182,18 +128,84 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             chunk_elements,
             json,
         } => {
-            let topology = Topology::new(workers)?;
             let state = synthetic_state(seed, step, chunk_elements);
-            let summary = shardlift::store::publish(&store, &state, topology, &mut NoHooks)?;
-            if json {
-                print_json(&summary)?;
-            } else {
-                println!("published generation {}", summary.generation);
-            }
-            Ok(())
+            publish_synthetic(&store, &state, workers, json)
         }
         StoreCommand::Bench(args) => shardlift::lab::bench::run(args),
     }
+}
+
+fn recover(store: &Path, json: bool, repair_latest: bool) -> anyhow::Result<()> {
+    let report = shardlift::store::recover(store)?;
+    let repaired = if repair_latest {
+        shardlift::store::repair_latest(store, &report)?
+    } else {
+        false
+    };
+    if json {
+        return print_json(&serde_json::json!({
+            "report": report,
+            "latest_repaired": repaired,
+        }));
+    }
+    match &report.selected {
+        Some(s) => println!(
+            "selected generation {} (step {}, {} workers, root {})",
+            s.generation, s.step, s.workers, s.logical_state_root
+        ),
+        None => println!("no valid generation"),
+    }
+    println!("LATEST: {:?}", report.latest.status);
+    for r in &report.rejected {
+        println!("rejected {}: {}", r.file, r.reason);
+    }
+    Ok(())
+}
+
+fn reshard(store: &Path, generation: u64, workers: u32, json: bool) -> anyhow::Result<()> {
+    let topology = Topology::new(workers)?;
+    let summary = shardlift::store::reshard(store, generation, topology)
+        .with_context(|| format!("resharding generation {generation}"))?;
+    if json {
+        return print_json(&summary);
+    }
+    println!(
+        "generation {} = generation {generation} on {workers} workers (root {})",
+        summary.generation, summary.logical_state_root
+    );
+    Ok(())
+}
+
+fn verify(store: &Path, generation: u64, json: bool) -> anyhow::Result<()> {
+    let (state, topology) = shardlift::store::load_generation(store, generation)?;
+    let root = state.logical_state_root();
+    if json {
+        return print_json(&serde_json::json!({
+            "generation": generation,
+            "step": state.step,
+            "cursor": state.cursor,
+            "workers": topology.workers(),
+            "chunks": state.chunks.len(),
+            "logical_state_root": root,
+        }));
+    }
+    println!("generation {generation} verifies: root {root}");
+    Ok(())
+}
+
+fn publish_synthetic(
+    store: &Path,
+    state: &LogicalState,
+    workers: u32,
+    json: bool,
+) -> anyhow::Result<()> {
+    let topology = Topology::new(workers)?;
+    let summary = shardlift::store::publish(store, state, topology, &mut NoHooks)?;
+    if json {
+        return print_json(&summary);
+    }
+    println!("published generation {}", summary.generation);
+    Ok(())
 }
 
 pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! `shardlift store bench`: publish vs plain write+fsync, reshard vs copy, recovery
 //! verify vs raw SHA-256 — measured in one run, printed as JSON.
 use std::io::Write;
+use std::path::Path;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -58,13 +59,45 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .map(|c| c.parameters.len() as u64 * 12)
         .sum::<u64>();
     let states = args.bytes.div_ceil(per_state).max(1);
+    let publish = time_publishes(&store, &plain, states)?;
+    let last = states - 1;
+    let reshard = time_reshard_and_copy(&store, &plain, &work.path().join("copy"), last)?;
+    let payload_bytes = states * per_state;
+    // Recovery verifies every generation: `states` publishes plus the reshard's payloads.
+    let recovery = time_recovery_and_sha256(&store, payload_bytes + per_state)?;
+    let out = BenchReport {
+        states,
+        payload_bytes,
+        publish_s: publish.measured_s,
+        plain_write_fsync_s: publish.baseline_s,
+        publish_over_plain: ratio(publish.measured_s, publish.baseline_s),
+        reshard_s: reshard.measured_s,
+        copy_s: reshard.baseline_s,
+        reshard_over_copy: ratio(reshard.measured_s, reshard.baseline_s),
+        recovery_verify_bytes_per_s: recovery.recovery_bytes_per_s,
+        raw_sha256_bytes_per_s: recovery.sha256_bytes_per_s,
+        recovery_over_sha256: ratio(recovery.sha256_bytes_per_s, recovery.recovery_bytes_per_s),
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// One measured operation and the plain baseline it is compared with, in seconds.
+struct Timed {
+    measured_s: f64,
+    baseline_s: f64,
+}
+
+/// Publishes `states` synthetic states, each timed against writing and fsyncing the same
+/// chunk payloads as plain files.
+fn time_publishes(store: &Path, plain: &Path, states: u64) -> anyhow::Result<Timed> {
     let topology = Topology::new(4)?;
     let (mut publish_s, mut plain_s) = (0.0, 0.0);
     for step in 0..states {
         let state = synthetic_state(1, step, 8192);
         let payloads: Vec<Vec<u8>> = state.chunks.iter().flat_map(chunk_payloads).collect();
         let started = Instant::now();
-        crate::store::publish(&store, &state, topology, &mut NoHooks)?;
+        crate::store::publish(store, &state, topology, &mut NoHooks)?;
         publish_s += started.elapsed().as_secs_f64();
         let started = Instant::now();
         for (i, payload) in payloads.iter().enumerate() {
@@ -72,19 +105,30 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             file.write_all(payload)?;
             file.sync_all()?;
         }
-        std::fs::File::open(&plain)?.sync_all()?;
+        std::fs::File::open(plain)?.sync_all()?;
         plain_s += started.elapsed().as_secs_f64();
         eprintln!("store bench: published {}/{states}", step + 1);
     }
-    let payload_bytes = states * per_state;
-    let last = states - 1;
+    Ok(Timed {
+        measured_s: publish_s,
+        baseline_s: plain_s,
+    })
+}
+
+/// Reshards generation `last` to three workers, timed against copying (and fsyncing) that
+/// state's plain files into `copy_dir`.
+fn time_reshard_and_copy(
+    store: &Path,
+    plain: &Path,
+    copy_dir: &Path,
+    last: u64,
+) -> anyhow::Result<Timed> {
     let started = Instant::now();
-    crate::store::reshard(&store, last, Topology::new(3)?)?;
+    crate::store::reshard(store, last, Topology::new(3)?)?;
     let reshard_s = started.elapsed().as_secs_f64();
-    let copy_dir = work.path().join("copy");
-    std::fs::create_dir(&copy_dir)?;
+    std::fs::create_dir(copy_dir)?;
     let started = Instant::now();
-    for entry in std::fs::read_dir(&plain)? {
+    for entry in std::fs::read_dir(plain)? {
         let entry = entry?;
         let name = entry.file_name();
         if name.to_string_lossy().starts_with(&format!("{last}-")) {
@@ -93,14 +137,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             std::fs::File::open(&target)?.sync_all()?;
         }
     }
-    std::fs::File::open(&copy_dir)?.sync_all()?;
-    let copy_s = started.elapsed().as_secs_f64();
+    std::fs::File::open(copy_dir)?.sync_all()?;
+    Ok(Timed {
+        measured_s: reshard_s,
+        baseline_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Recovery's verification rate and raw SHA-256's over as many bytes.
+struct Rates {
+    recovery_bytes_per_s: f64,
+    sha256_bytes_per_s: f64,
+}
+
+fn time_recovery_and_sha256(store: &Path, verified_bytes: u64) -> anyhow::Result<Rates> {
     let started = Instant::now();
-    let report = crate::store::recover(&store)?;
+    let report = crate::store::recover(store)?;
     let recover_s = started.elapsed().as_secs_f64();
     anyhow::ensure!(report.rejected.is_empty(), "bench store did not verify");
-    // Recovery verifies every generation: `states` publishes plus the reshard's payloads.
-    let verified_bytes = payload_bytes + per_state;
     let buffer = vec![0x5au8; 8 << 20];
     let started = Instant::now();
     let mut hashed = 0u64;
@@ -109,21 +163,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         hashed += buffer.len() as u64;
     }
     let sha_s = started.elapsed().as_secs_f64();
-    let recovery_rate = ratio(verified_bytes as f64, recover_s);
-    let sha_rate = ratio(hashed as f64, sha_s);
-    let out = BenchReport {
-        states,
-        payload_bytes,
-        publish_s,
-        plain_write_fsync_s: plain_s,
-        publish_over_plain: ratio(publish_s, plain_s),
-        reshard_s,
-        copy_s,
-        reshard_over_copy: ratio(reshard_s, copy_s),
-        recovery_verify_bytes_per_s: recovery_rate,
-        raw_sha256_bytes_per_s: sha_rate,
-        recovery_over_sha256: ratio(sha_rate, recovery_rate),
-    };
-    println!("{}", serde_json::to_string_pretty(&out)?);
-    Ok(())
+    Ok(Rates {
+        recovery_bytes_per_s: ratio(verified_bytes as f64, recover_s),
+        sha256_bytes_per_s: ratio(hashed as f64, sha_s),
+    })
 }

@@ -13,7 +13,7 @@ use crate::core::topology::Topology;
 
 use crate::durable::fs::RealFs;
 use crate::lab::corruption::{copy_tree, list_files, Damage, FileOffset};
-use crate::lab::harness::{kill_publisher_at_occurrence, recover_in_child};
+use crate::lab::harness::{kill_publisher_at_occurrence, recover_in_child, KillReport};
 use crate::lab::powerloss::{
     tree_digest, CrashState, EnumerationLimits, MarkingHooks, Recording, RecordingFs,
 };
@@ -289,45 +289,14 @@ pub fn power_loss_scenario(
     let work = scratch_dir()?;
     let root = work.path().join("store");
     std::fs::create_dir(&root)?;
-    let mut roots = BTreeMap::new();
-    let previous = match base {
-        Some(base) => {
-            copy_tree(base, &root)?;
-            let report = crate::store::recover(&root)?;
-            for g in &report.valid_generations {
-                let e = generation_expectation(&root, *g)?;
-                roots.insert(*g, e.logical_state_root);
-            }
-            match report.selected {
-                Some(s) => Some(generation_expectation(&root, s.generation)?),
-                None => None,
-            }
-        }
-        None => None,
+    let (previous, mut roots) = match base {
+        Some(base) => seed_from_base(base, &root)?,
+        None => (None, BTreeMap::new()),
     };
-    let fs = RecordingFs::new(&root)?;
-    let summary = {
-        let mut hooks = MarkingHooks(&fs);
-        match action {
-            Action::Publish(state, topology) => {
-                publish_with(&fs, &root, state, *topology, &mut hooks, faults)?
-            }
-            Action::Reshard(generation, topology) => {
-                reshard_with(&fs, &root, *generation, *topology, &mut hooks)?
-            }
-        }
-    };
-    let candidate = generation_expectation(&root, summary.generation)?;
+    let (candidate, recording) = record_action(&root, action, faults)?;
     roots.insert(candidate.generation, candidate.logical_state_root);
-    let recording = fs.finish();
     let durable_from = recording.mark_of(Barrier::CommitAfterDirectoryFsync);
-    let mut states = recording.crash_states(limits);
-    if states.len() > max_states && max_states > 0 {
-        let stride = states.len() as f64 / max_states as f64;
-        states = (0..max_states)
-            .filter_map(|i| states.get((i as f64 * stride) as usize).cloned())
-            .collect();
-    }
+    let states = sample_evenly(recording.crash_states(limits), max_states);
     let checks = ScenarioChecks {
         recording: &recording,
         previous: previous.as_ref(),
@@ -335,6 +304,74 @@ pub fn power_loss_scenario(
         roots,
         durable_from,
     };
+    let violations = check_crash_states(&checks, &states, threads);
+    Ok(ScenarioOutcome {
+        states: states.len() as u64,
+        violations,
+    })
+}
+
+/// Copies `base` into `root`: the generation recovery selects there (the previous durable
+/// one) and the logical state root of every valid generation.
+fn seed_from_base(
+    base: &Path,
+    root: &Path,
+) -> anyhow::Result<(Option<GenerationExpectation>, BTreeMap<u64, Digest>)> {
+    copy_tree(base, root)?;
+    let report = crate::store::recover(root)?;
+    let mut roots = BTreeMap::new();
+    for g in &report.valid_generations {
+        let e = generation_expectation(root, *g)?;
+        roots.insert(*g, e.logical_state_root);
+    }
+    let previous = match report.selected {
+        Some(s) => Some(generation_expectation(root, s.generation)?),
+        None => None,
+    };
+    Ok((previous, roots))
+}
+
+/// Runs `action` on `root` through the recording file system: the generation it
+/// committed and the recorded operations.
+fn record_action(
+    root: &Path,
+    action: &Action,
+    faults: WriterFaults,
+) -> anyhow::Result<(GenerationExpectation, Recording)> {
+    let fs = RecordingFs::new(root)?;
+    let summary = {
+        let mut hooks = MarkingHooks(&fs);
+        match action {
+            Action::Publish(state, topology) => {
+                publish_with(&fs, root, state, *topology, &mut hooks, faults)?
+            }
+            Action::Reshard(generation, topology) => {
+                reshard_with(&fs, root, *generation, *topology, &mut hooks)?
+            }
+        }
+    };
+    let candidate = generation_expectation(root, summary.generation)?;
+    Ok((candidate, fs.finish()))
+}
+
+/// At most `max_states` of `states`, evenly spaced (all of them when `max_states` is 0).
+fn sample_evenly(states: Vec<CrashState>, max_states: usize) -> Vec<CrashState> {
+    if states.len() > max_states && max_states > 0 {
+        let stride = states.len() as f64 / max_states as f64;
+        (0..max_states)
+            .filter_map(|i| states.get((i as f64 * stride) as usize).cloned())
+            .collect()
+    } else {
+        states
+    }
+}
+
+/// Checks every crash state on `threads` threads; violations come back in state order.
+fn check_crash_states(
+    checks: &ScenarioChecks<'_>,
+    states: &[CrashState],
+    threads: usize,
+) -> Vec<String> {
     let threads = threads.max(1);
     let per_thread = states.len().div_ceil(threads).max(1);
     let mut violations = Vec::new();
@@ -342,7 +379,6 @@ pub fn power_loss_scenario(
         let handles: Vec<_> = states
             .chunks(per_thread)
             .map(|slice| {
-                let checks = &checks;
                 scope.spawn(move || {
                     let mut found = Vec::new();
                     for state in slice {
@@ -359,10 +395,7 @@ pub fn power_loss_scenario(
             }
         }
     });
-    Ok(ScenarioOutcome {
-        states: states.len() as u64,
-        violations,
-    })
+    violations
 }
 
 /// The synthetic states the matrix uses: A (step 3) and B (step 4).
@@ -388,22 +421,54 @@ pub fn process_kill_case(
 ) -> anyhow::Result<Vec<String>> {
     let work = scratch_dir()?;
     let root = work.path().join("store");
-    let mut roots = BTreeMap::new();
-    let mut previous = None;
-    if let Some(base) = base {
-        std::fs::create_dir(&root)?;
-        copy_tree(base, &root)?;
-        let report = crate::store::recover(&root)?;
-        for g in &report.valid_generations {
-            roots.insert(*g, generation_expectation(&root, *g)?.logical_state_root);
+    let (previous, mut roots) = match base {
+        Some(base) => {
+            std::fs::create_dir(&root)?;
+            kill_base(base, &root)?
         }
-        previous = report.selected.map(|s| s.generation);
-    }
+        None => (None, BTreeMap::new()),
+    };
     roots.insert(previous.map_or(0, |p| p + 1), state.logical_state_root());
     let context = format!("kill at {barrier}#{occurrence}");
-    let mut violations = Vec::new();
     let report = kill_publisher_at_occurrence(exe, &root, state, topology(4)?, barrier, occurrence)
         .with_context(|| context.clone())?;
+    let mut violations = kill_transcript_violations(&report, barrier, occurrence, &context);
+    if !root.exists() {
+        // Killed before the layout existed: nothing to recover.
+        return Ok(violations);
+    }
+    let expected = if report.candidate_visible {
+        Some(report.candidate_generation)
+    } else {
+        previous
+    };
+    violations.extend(child_recovery_violations(
+        exe, &root, &roots, expected, &context,
+    )?);
+    Ok(violations)
+}
+
+/// Copies `base` into `root`: the generation recovery selects there and the logical state
+/// root of every valid generation.
+fn kill_base(base: &Path, root: &Path) -> anyhow::Result<(Option<u64>, BTreeMap<u64, Digest>)> {
+    copy_tree(base, root)?;
+    let report = crate::store::recover(root)?;
+    let mut roots = BTreeMap::new();
+    for g in &report.valid_generations {
+        roots.insert(*g, generation_expectation(root, *g)?.logical_state_root);
+    }
+    Ok((report.selected.map(|s| s.generation), roots))
+}
+
+/// The publisher died of SIGKILL right after the last acknowledged event, and its
+/// candidate is visible exactly when the protocol says so.
+fn kill_transcript_violations(
+    report: &KillReport,
+    barrier: Barrier,
+    occurrence: u32,
+    context: &str,
+) -> Vec<String> {
+    let mut violations = Vec::new();
     if report.signal != Some(9) || !report.reaped {
         violations.push(format!(
             "{context}: publisher not killed by signal 9 ({:?})",
@@ -430,20 +495,24 @@ pub fn process_kill_case(
             barrier.commit_visible()
         ));
     }
-    if !root.exists() {
-        // Killed before the layout existed: nothing to recover.
-        return Ok(violations);
-    }
-    let before = tree_digest(&root)?;
-    let first = recover_in_child(exe, &root).with_context(|| context.clone())?;
-    if tree_digest(&root)? != before {
+    violations
+}
+
+/// A fresh child's recovery leaves the store unchanged, selects `expected`, exposes no
+/// LATEST ahead of the commits, and agrees with an in-process recovery.
+fn child_recovery_violations(
+    exe: &Path,
+    root: &Path,
+    roots: &BTreeMap<u64, Digest>,
+    expected: Option<u64>,
+    context: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut violations = Vec::new();
+    let before = tree_digest(root)?;
+    let first = recover_in_child(exe, root).with_context(|| context.to_owned())?;
+    if tree_digest(root)? != before {
         violations.push(format!("{context}: recovery modified the store"));
     }
-    let expected = if report.candidate_visible {
-        Some(report.candidate_generation)
-    } else {
-        previous
-    };
     let selected = first.selected.as_ref().map(|s| s.generation);
     if selected != expected {
         violations.push(format!(
@@ -457,7 +526,7 @@ pub fn process_kill_case(
         violations.push(format!("{context}: LATEST is {:?}", first.latest.status));
     }
     violations.extend(
-        check_recovery_common(&root, &roots, &mut Vec::new(), &context, true)
+        check_recovery_common(root, roots, &mut Vec::new(), context, true)
             .filter(|r| r.selected != first.selected)
             .map(|_| format!("{context}: in-process and child recovery disagree")),
     );
@@ -490,10 +559,22 @@ pub fn build_corruption_base(root: &Path, seed: u64) -> anyhow::Result<()> {
 
 /// Every corruption case for a healthy store.
 pub fn corruption_cases(base: &Path) -> anyhow::Result<Vec<Damage>> {
-    let files = list_files(base)?;
+    let mut cases = per_file_damage(&list_files(base)?);
+    let g2 = generation_expectation(base, 2)?;
+    let g1 = generation_expectation(base, 1)?;
+    let g0 = generation_expectation(base, 0)?;
+    cases.extend(misdirected_writes(&g0, &g1, &g2));
+    cases.extend(latest_rewrites(&g0)?);
+    cases.extend(clutter());
+    Ok(cases)
+}
+
+/// Every file bit-flipped in the middle, half-truncated and deleted; the first file of
+/// each top-level kind also flipped at both ends and truncated to nothing.
+fn per_file_damage(files: &[String]) -> Vec<Damage> {
     let mut cases = Vec::new();
     let mut seen_kind = std::collections::BTreeSet::new();
-    for file in &files {
+    for file in files {
         cases.push(Damage::BitFlip {
             file: file.clone(),
             offset: FileOffset::Middle,
@@ -517,27 +598,30 @@ pub fn corruption_cases(base: &Path) -> anyhow::Result<Vec<Damage>> {
             });
         }
     }
-    let g2 = generation_expectation(base, 2)?;
-    let g1 = generation_expectation(base, 1)?;
-    let g0 = generation_expectation(base, 0)?;
-    // Misdirected writes: a chunk object, a manifest and a commit record overwritten with
-    // another file's bytes.
-    cases.push(Damage::Misdirect {
-        file: g2.files[2].0.clone(),
-        source: g2.files[3].0.clone(),
-    });
-    cases.push(Damage::Misdirect {
-        file: g2.files[1].0.clone(),
-        source: g1.files[1].0.clone(),
-    });
-    cases.push(Damage::Misdirect {
-        file: g2.files[0].0.clone(),
-        source: g1.files[0].0.clone(),
-    });
-    cases.push(Damage::Misdirect {
-        file: g1.files[4].0.clone(),
-        source: g0.files[4].0.clone(),
-    });
+    cases
+}
+
+/// Misdirected writes: a chunk object, a manifest and a commit record overwritten with
+/// another file's bytes.
+fn misdirected_writes(
+    g0: &GenerationExpectation,
+    g1: &GenerationExpectation,
+    g2: &GenerationExpectation,
+) -> [Damage; 4] {
+    let misdirect = |file: &(String, Digest), source: &(String, Digest)| Damage::Misdirect {
+        file: file.0.clone(),
+        source: source.0.clone(),
+    };
+    [
+        misdirect(&g2.files[2], &g2.files[3]),
+        misdirect(&g2.files[1], &g1.files[1]),
+        misdirect(&g2.files[0], &g1.files[0]),
+        misdirect(&g1.files[4], &g0.files[4]),
+    ]
+}
+
+/// LATEST rewritten: stale (generation 0), ahead (generation 7), and not a record.
+fn latest_rewrites(g0: &GenerationExpectation) -> anyhow::Result<[Damage; 3]> {
     let latest = |generation: u64, commit: Digest| {
         crate::store::codec::encode(&crate::store::codec::LatestRecord {
             schema: crate::store::codec::LATEST_SCHEMA.into(),
@@ -546,37 +630,39 @@ pub fn corruption_cases(base: &Path) -> anyhow::Result<Vec<Damage>> {
             commit,
         })
     };
-    cases.push(Damage::Write {
+    let write = |bytes: Vec<u8>| Damage::Write {
         file: LATEST_REL_PATH.into(),
-        bytes: latest(0, g0.files[0].1)?,
-    });
-    cases.push(Damage::Write {
-        file: LATEST_REL_PATH.into(),
-        bytes: latest(7, g0.files[0].1)?,
-    });
-    cases.push(Damage::Write {
-        file: LATEST_REL_PATH.into(),
-        bytes: b"not a record".to_vec(),
-    });
-    for (file, bytes) in [
-        ("staging/object-1-1.tmp", b"partial".to_vec()),
-        ("commits/00000000000000000003.json.tmp", b"{".to_vec()),
-        ("commits/README", b"unknown".to_vec()),
-        ("commits/00000000000000000009.json", b"garbage".to_vec()),
-        ("objects/zz/unknown", b"unknown".to_vec()),
-        ("objects/unknown", b"unknown".to_vec()),
-        ("unknown-at-root", b"unknown".to_vec()),
-        ("refs/LATEST.tmp", b"x".to_vec()),
-    ] {
-        cases.push(Damage::Write {
-            file: file.into(),
-            bytes,
-        });
-    }
+        bytes,
+    };
+    Ok([
+        write(latest(0, g0.files[0].1)?),
+        write(latest(7, g0.files[0].1)?),
+        write(b"not a record".to_vec()),
+    ])
+}
+
+/// Leftover temp files, unknown entries, and a directory where a commit record belongs.
+fn clutter() -> Vec<Damage> {
+    let mut cases: Vec<Damage> = [
+        ("staging/object-1-1.tmp", &b"partial"[..]),
+        ("commits/00000000000000000003.json.tmp", b"{"),
+        ("commits/README", b"unknown"),
+        ("commits/00000000000000000009.json", b"garbage"),
+        ("objects/zz/unknown", b"unknown"),
+        ("objects/unknown", b"unknown"),
+        ("unknown-at-root", b"unknown"),
+        ("refs/LATEST.tmp", b"x"),
+    ]
+    .into_iter()
+    .map(|(file, bytes)| Damage::Write {
+        file: file.into(),
+        bytes: bytes.to_vec(),
+    })
+    .collect();
     cases.push(Damage::Mkdir {
         dir: "commits/00000000000000000005.json".into(),
     });
-    Ok(cases)
+    cases
 }
 
 /// Applies one damage to a copy of `base` and checks recovery.
@@ -644,37 +730,83 @@ pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> anyhow::Result<MatrixSum
         &mut NoHooks,
         WriterFaults::default(),
     )?;
-    let mut violations = Vec::new();
+    let kills = process_kill_phase(exe, &base, &a, &b)?;
+    let power_loss = power_loss_phase(&base, &a, &b, config)?;
+    let corruption = corruption_phase(&work.path().join("corrupt-base"), config)?;
+    eprintln!(
+        "crash-matrix: done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let violations: Vec<String> = [
+        kills.violations,
+        power_loss.violations,
+        corruption.violations,
+    ]
+    .concat();
+    Ok(MatrixSummary {
+        barriers: Barrier::ALL.iter().map(|b| b.name()).collect(),
+        process_kills: kills.count,
+        power_loss_states: power_loss.count,
+        corruption_cases: corruption.count,
+        violations: violations.len() as u64,
+        violation_list: violations,
+    })
+}
 
-    // 1. Process kills: every barrier, plus the last occurrence of each object barrier and
-    // a genesis publish killed around the commit rename.
+/// What one phase of the matrix ran (kills, states or cases) and the violations it found.
+struct PhaseTally {
+    count: u64,
+    violations: Vec<String>,
+}
+
+/// Process kills: every barrier, plus the last occurrence of each object barrier and a
+/// genesis publish killed around the commit rename.
+fn process_kill_phase(
+    exe: &Path,
+    base: &Path,
+    a: &LogicalState,
+    b: &LogicalState,
+) -> anyhow::Result<PhaseTally> {
     let objects_per_state = u32::try_from(b.chunks.len() * 3)?;
     let mut kills: Vec<(Option<&Path>, Barrier, u32)> = Barrier::ALL
         .iter()
-        .map(|&barrier| (Some(base.as_path()), barrier, 1))
+        .map(|&barrier| (Some(base), barrier, 1))
         .collect();
     for barrier in &Barrier::ALL[..4] {
-        kills.push((Some(base.as_path()), *barrier, objects_per_state));
+        kills.push((Some(base), *barrier, objects_per_state));
     }
     for barrier in [Barrier::CommitAfterFileFsync, Barrier::CommitAfterRename] {
         kills.push((None, barrier, 1));
     }
+    let mut violations = Vec::new();
     for (i, (from, barrier, occurrence)) in kills.iter().enumerate() {
         eprintln!(
             "crash-matrix: process kill {}/{} at {barrier}#{occurrence}",
             i + 1,
             kills.len()
         );
-        let state = if from.is_some() { &b } else { &a };
+        let state = if from.is_some() { b } else { a };
         violations.extend(process_kill_case(exe, *from, state, *barrier, *occurrence)?);
     }
+    Ok(PhaseTally {
+        count: kills.len() as u64,
+        violations,
+    })
+}
 
-    // 2. Power loss: genesis publish, publish over a durable generation, reshard.
+/// Power loss: genesis publish, publish over a durable generation, reshard, a
+/// deduplicating republish, and a genesis publish with small chunks.
+fn power_loss_phase(
+    base: &Path,
+    a: &LogicalState,
+    b: &LogicalState,
+    config: &MatrixConfig,
+) -> anyhow::Result<PhaseTally> {
     let limits = EnumerationLimits {
         seed: config.seed,
         ..EnumerationLimits::default()
     };
-    let scenarios: Vec<(&str, Option<&Path>, Action)> = vec![
+    let scenarios: [(&str, Option<&Path>, Action); 5] = [
         (
             "genesis publish",
             None,
@@ -682,17 +814,17 @@ pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> anyhow::Result<MatrixSum
         ),
         (
             "publish over generation 0",
-            Some(base.as_path()),
+            Some(base),
             Action::Publish(Box::new(b.clone()), topology(4)?),
         ),
         (
             "reshard generation 0 to 3 workers",
-            Some(base.as_path()),
+            Some(base),
             Action::Reshard(0, topology(3)?),
         ),
         (
             "republish generation 0's state (deduplicated objects)",
-            Some(base.as_path()),
+            Some(base),
             Action::Publish(Box::new(a.clone()), topology(2)?),
         ),
         (
@@ -704,7 +836,10 @@ pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> anyhow::Result<MatrixSum
             ),
         ),
     ];
-    let mut power_loss_states = 0;
+    let mut tally = PhaseTally {
+        count: 0,
+        violations: Vec::new(),
+    };
     for (name, from, action) in &scenarios {
         eprintln!("crash-matrix: power-loss scenario: {name}");
         let outcome = power_loss_scenario(
@@ -720,36 +855,30 @@ pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> anyhow::Result<MatrixSum
             outcome.states,
             outcome.violations.len()
         );
-        power_loss_states += outcome.states;
-        violations.extend(
-            outcome
-                .violations
-                .into_iter()
-                .map(|v| format!("{name}: {v}")),
-        );
+        tally.count += outcome.states;
+        let named = outcome
+            .violations
+            .into_iter()
+            .map(|v| format!("{name}: {v}"));
+        tally.violations.extend(named);
     }
+    Ok(tally)
+}
 
-    // 3. Corruption.
-    let corrupt_base = work.path().join("corrupt-base");
-    build_corruption_base(&corrupt_base, config.seed)?;
+/// Corruption: every case applied to a copy of a healthy three-generation store.
+fn corruption_phase(corrupt_base: &Path, config: &MatrixConfig) -> anyhow::Result<PhaseTally> {
+    build_corruption_base(corrupt_base, config.seed)?;
     let expectations = (0..3)
-        .map(|g| generation_expectation(&corrupt_base, g))
+        .map(|g| generation_expectation(corrupt_base, g))
         .collect::<Result<Vec<_>, _>>()?;
-    let cases = corruption_cases(&corrupt_base)?;
+    let cases = corruption_cases(corrupt_base)?;
     eprintln!("crash-matrix: {} corruption cases", cases.len());
+    let mut violations = Vec::new();
     for damage in &cases {
-        violations.extend(corruption_case(&corrupt_base, damage, &expectations)?);
+        violations.extend(corruption_case(corrupt_base, damage, &expectations)?);
     }
-    eprintln!(
-        "crash-matrix: done in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(MatrixSummary {
-        barriers: Barrier::ALL.iter().map(|b| b.name()).collect(),
-        process_kills: kills.len() as u64,
-        power_loss_states,
-        corruption_cases: cases.len() as u64,
-        violations: violations.len() as u64,
-        violation_list: violations,
+    Ok(PhaseTally {
+        count: cases.len() as u64,
+        violations,
     })
 }

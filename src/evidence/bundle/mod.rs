@@ -349,8 +349,92 @@ pub fn verify(directory: &Path) -> Result<BundleSummary, BundleError> {
     })
 }
 
-/// Every claim must follow from the facts recorded beside it.
+/// A run's verdict, as `audit.json` states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Passed,
+    Failed,
+}
+
+impl RunStatus {
+    pub fn from_passed(passed: bool) -> Self {
+        if passed {
+            RunStatus::Passed
+        } else {
+            RunStatus::Failed
+        }
+    }
+
+    /// The name recorded in `audit.json` (and printed in every report of the run).
+    pub fn name(self) -> &'static str {
+        match self {
+            RunStatus::Passed => "passed",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [RunStatus::Passed, RunStatus::Failed]
+            .into_iter()
+            .find(|status| status.name() == name)
+    }
+}
+
+/// Which state an evaluation record is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvaluationRole {
+    /// The uninterrupted reference at the target step.
+    Reference,
+    /// The final checkpoint, loaded back from disk after recovery and reshard.
+    Recovered,
+}
+
+impl EvaluationRole {
+    /// The name recorded in an evaluation record's `role`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EvaluationRole::Reference => "reference",
+            EvaluationRole::Recovered => "recovered",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [EvaluationRole::Reference, EvaluationRole::Recovered]
+            .into_iter()
+            .find(|role| role.name() == name)
+    }
+}
+
+/// Every claim must follow from the facts recorded beside it. The checks run in a fixed
+/// order and the first that fails names the claim.
 fn check_claims(
+    reference: &EvaluationRecord,
+    recovered: &EvaluationRecord,
+    evidence: &RecoveryEvidenceRecord,
+    audit: &AuditRecord,
+) -> Result<(), BundleError> {
+    check_labels(reference, recovered, evidence, audit)?;
+    for record in [reference, recovered] {
+        check_logit_probe(record)?;
+    }
+    let reference_at_target = check_evaluated_states(reference, recovered, evidence)?;
+    let derived = derive_comparisons(reference, recovered, evidence, reference_at_target);
+    require(
+        evidence.comparisons == derived && audit.comparisons == derived,
+        || {
+            format!(
+                "claimed comparisons {:?} differ from those derived from the records {derived:?}",
+                audit.comparisons
+            )
+        },
+    )?;
+    check_audit_summary(evidence, audit)?;
+    check_status(audit, &derived)
+}
+
+/// All records name one barrier, and each evaluation has its own role.
+fn check_labels(
     reference: &EvaluationRecord,
     recovered: &EvaluationRecord,
     evidence: &RecoveryEvidenceRecord,
@@ -364,33 +448,45 @@ fn check_claims(
         || "the records name different barriers".into(),
     )?;
     require(
-        reference.role == "reference" && recovered.role == "recovered",
+        EvaluationRole::from_name(&reference.role) == Some(EvaluationRole::Reference)
+            && EvaluationRole::from_name(&recovered.role) == Some(EvaluationRole::Recovered),
         || "evaluation roles are swapped or unknown".into(),
-    )?;
-    for record in [reference, recovered] {
-        let probe = hex::decode(&record.logit_probe_f32le_hex).map_err(|_| {
-            BundleError::Inconsistent(format!("{} logit probe is not hex", record.role))
-        })?;
-        let [rows, classes] = record.logit_probe_shape;
-        require(
-            probe.len() as u64 == u64::from(rows) * u64::from(classes) * 4,
-            || {
-                format!(
-                    "{} logit probe does not have its declared shape",
-                    record.role
-                )
-            },
-        )?;
-        require(Digest::of(&probe) == record.logit_probe_sha256, || {
+    )
+}
+
+/// The logit probe decodes, has its declared shape and digest; accuracy is within range.
+fn check_logit_probe(record: &EvaluationRecord) -> Result<(), BundleError> {
+    let probe = hex::decode(&record.logit_probe_f32le_hex).map_err(|_| {
+        BundleError::Inconsistent(format!("{} logit probe is not hex", record.role))
+    })?;
+    let [rows, classes] = record.logit_probe_shape;
+    require(
+        probe.len() as u64 == u64::from(rows) * u64::from(classes) * 4,
+        || {
             format!(
-                "{} logit probe bytes do not match their SHA-256",
+                "{} logit probe does not have its declared shape",
                 record.role
             )
-        })?;
-        require(record.correct <= record.total, || {
-            format!("{} accuracy exceeds its total", record.role)
-        })?;
-    }
+        },
+    )?;
+    require(Digest::of(&probe) == record.logit_probe_sha256, || {
+        format!(
+            "{} logit probe bytes do not match their SHA-256",
+            record.role
+        )
+    })?;
+    require(record.correct <= record.total, || {
+        format!("{} accuracy exceeds its total", record.role)
+    })
+}
+
+/// Both evaluations are at the target step, of the reference state and of the final
+/// checkpoint respectively. Returns the reference's digests at the target step.
+fn check_evaluated_states<'a>(
+    reference: &EvaluationRecord,
+    recovered: &EvaluationRecord,
+    evidence: &'a RecoveryEvidenceRecord,
+) -> Result<&'a StateDigests, BundleError> {
     let target = evidence.target_step;
     let reference_at_target = evidence.reference.iter().find(|d| d.step == target);
     let reference_at_target = reference_at_target.ok_or_else(|| {
@@ -410,6 +506,16 @@ fn check_claims(
             && recovered.generation == Some(evidence.final_checkpoint.generation),
         || "recovered evaluation is not of the final checkpoint".into(),
     )?;
+    Ok(reference_at_target)
+}
+
+/// The comparisons as the recorded digests imply them.
+fn derive_comparisons(
+    reference: &EvaluationRecord,
+    recovered: &EvaluationRecord,
+    evidence: &RecoveryEvidenceRecord,
+    reference_at_target: &StateDigests,
+) -> Comparisons {
     let roots_equal = [
         evidence.recovered_w4.logical_state_root,
         evidence.resharded_w3.logical_state_root,
@@ -424,21 +530,19 @@ fn check_claims(
     ]
     .iter()
     .all(|ledger| *ledger == reference_at_target.ledger_digest);
-    let probe_equal = reference.logit_probe_sha256 == recovered.logit_probe_sha256;
-    let derived = records::Comparisons {
+    Comparisons {
         logical_state_roots_equal: roots_equal,
         ledger_digests_equal: ledgers_equal,
-        logit_probe_equal: probe_equal,
-    };
-    require(
-        evidence.comparisons == derived && audit.comparisons == derived,
-        || {
-            format!(
-                "claimed comparisons {:?} differ from those derived from the records {derived:?}",
-                audit.comparisons
-            )
-        },
-    )?;
+        logit_probe_equal: reference.logit_probe_sha256 == recovered.logit_probe_sha256,
+    }
+}
+
+/// The audit summarises the evidence faithfully, and the evidence shows a SIGKILL at the
+/// target barrier followed by a continuation to the selected step + 1.
+fn check_audit_summary(
+    evidence: &RecoveryEvidenceRecord,
+    audit: &AuditRecord,
+) -> Result<(), BundleError> {
     require(
         audit.candidate_installed == evidence.kill.candidate_installed
             && audit.selected_generation == evidence.recovery.selected_generation
@@ -454,11 +558,15 @@ fn check_claims(
             && evidence.kill.unacknowledged_event == evidence.kill.target_barrier,
         || "the publisher was not killed with SIGKILL at the target barrier and reaped".into(),
     )?;
-    require(target == evidence.recovery.selected_step + 1, || {
-        "target step is not the selected step + 1".into()
-    })?;
-    let expected = records::expected_outcome(barrier);
-    let matches_table = expected
+    require(
+        evidence.target_step == evidence.recovery.selected_step + 1,
+        || "target step is not the selected step + 1".into(),
+    )
+}
+
+/// The status follows from the outcome table and the derived comparisons.
+fn check_status(audit: &AuditRecord, derived: &Comparisons) -> Result<(), BundleError> {
+    let matches_table = records::expected_outcome(&audit.barrier)
         == Some((
             audit.candidate_installed,
             audit.selected_generation,
@@ -468,18 +576,17 @@ fn check_claims(
             audit.final_checkpoint.step,
         ));
     let passed = matches_table
-        && roots_equal
-        && ledgers_equal
-        && probe_equal
+        && derived.logical_state_roots_equal
+        && derived.ledger_digests_equal
+        && derived.logit_probe_equal
         && audit.final_checkpoint.workers == 3;
     require(
-        audit.status == if passed { "passed" } else { "failed" },
+        RunStatus::from_name(&audit.status) == Some(RunStatus::from_passed(passed)),
         || {
             format!(
                 "status {:?} does not follow from the recorded outcome",
                 audit.status
             )
         },
-    )?;
-    Ok(())
+    )
 }

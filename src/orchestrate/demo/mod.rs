@@ -24,6 +24,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::core::canonical::{self, CanonicalRecord};
 use crate::core::digest::Digest;
 use crate::core::logical::{Hyperparameters, LogicalState};
 use crate::core::pins::{LIBTORCH_VERSION, TCH_VERSION};
@@ -32,9 +33,11 @@ use crate::core::step::SplitView;
 use crate::core::topology::Topology;
 use crate::dataset::{self, FashionMnist, Resource, FASHION_MNIST};
 use crate::engine::{evaluate, Evaluation};
-use crate::evidence::bundle::{self, records::*};
-use crate::store::{self, Barrier, StoreError};
-use crate::supervise::process::{ExitOutcome, ExitRecord};
+use crate::evidence::bundle::{self, records::*, EvaluationRole, RunStatus};
+use crate::evidence::source::SourceBinding;
+use crate::lab::KillReport;
+use crate::store::{self, Barrier, RecoveryReport, SelectedGeneration, StoreError};
+use crate::supervise::process::{ExitOutcome, ExitRecord, Role};
 use crate::trainer::{CoordinatorSession, SessionOptions};
 
 /// The two barriers the demo is defined for.
@@ -102,7 +105,7 @@ fn invariant(condition: bool, message: impl FnOnce() -> String) -> Result<(), De
 /// The record printed on stdout when a run completes.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct DemoRecord {
-    pub status: String,
+    pub status: RunStatus,
     #[serde(flatten)]
     pub outcome: RunOutcome,
     pub bundle_directory: String,
@@ -112,9 +115,7 @@ pub struct DemoRecord {
 
 /// Checks everything that can be checked before any work: the barrier, the run
 /// directory (must not exist), the cache directory (owner, mode), the source checkout.
-pub fn preflight(
-    options: &DemoOptions,
-) -> Result<Option<crate::evidence::source::SourceBinding>, DemoError> {
+pub fn preflight(options: &DemoOptions) -> Result<Option<SourceBinding>, DemoError> {
     if !DEMO_BARRIERS.contains(&options.barrier) {
         return Err(DemoError::UnsupportedBarrier(
             options.barrier.name().to_owned(),
@@ -133,6 +134,7 @@ pub fn preflight(
     }
 }
 
+/// The sessions run and the children they reaped, in order: the log every phase adds to.
 struct Run<'a> {
     options: &'a DemoOptions,
     data: &'a FashionMnist,
@@ -151,6 +153,10 @@ fn digests_of(state: &LogicalState, workers: u32) -> StateDigests {
         logical_state_root: state.logical_state_root(),
         ledger_digest: state.ledger_digest,
     }
+}
+
+fn topology(workers: u32) -> Result<Topology, DemoError> {
+    Topology::new(workers).map_err(|e| DemoError::Invariant(e.to_string()))
 }
 
 impl Run<'_> {
@@ -204,20 +210,36 @@ impl Run<'_> {
         state: &LogicalState,
         workers: u32,
     ) -> Result<store::CommitSummary, DemoError> {
-        let topology = Topology::new(workers).map_err(|e| DemoError::Invariant(e.to_string()))?;
-        let summary =
-            crate::lab::publish_in_child(&self.options.shardlift_exe, store_dir, state, topology)
-                .map_err(store_error("publishing a checkpoint"))?;
+        let summary = crate::lab::publish_in_child(
+            &self.options.shardlift_exe,
+            store_dir,
+            state,
+            topology(workers)?,
+        )
+        .map_err(store_error("publishing a checkpoint"))?;
         invariant(
             summary.logical_state_root == state.logical_state_root(),
             || "the publisher committed another state than it was given".into(),
         )?;
         Ok(summary)
     }
+
+    /// The worker exits of every session, as recorded in the evidence.
+    fn worker_exits(&self) -> Vec<WorkerExitEntry> {
+        self.exits
+            .iter()
+            .filter(|exit| exit.role == Role::Worker)
+            .map(|exit| WorkerExitEntry {
+                session: exit.session.clone(),
+                rank: exit.rank.unwrap_or(u32::MAX),
+                outcome: outcome_text(exit.outcome),
+            })
+            .collect()
+    }
 }
 
 fn evaluation_record(
-    role: &str,
+    role: EvaluationRole,
     barrier: Barrier,
     generation: Option<u64>,
     state: &LogicalState,
@@ -227,7 +249,7 @@ fn evaluation_record(
     EvaluationRecord {
         schema: EVALUATION_SCHEMA.to_owned(),
         version: BUNDLE_VERSION,
-        role: role.to_owned(),
+        role: role.name().to_owned(),
         barrier: barrier.name().to_owned(),
         generation,
         step: state.step,
@@ -251,13 +273,14 @@ fn outcome_text(outcome: ExitOutcome) -> String {
     }
 }
 
-/// Runs the whole demo for one barrier. `preflight` must have passed.
-pub fn run(
-    options: &DemoOptions,
-    source: Option<crate::evidence::source::SourceBinding>,
-) -> Result<DemoRecord, DemoError> {
-    let started = Instant::now();
-    let barrier = options.barrier;
+/// The two checkpoint stores of a run.
+struct Stores {
+    reference: PathBuf,
+    crash: PathBuf,
+}
+
+/// Creates the run directory, which must not exist yet, and names its stores.
+fn create_run_directory(options: &DemoOptions) -> Result<Stores, DemoError> {
     std::fs::create_dir_all(options.run_directory.parent().unwrap_or(Path::new("/"))).map_err(
         |source| DemoError::RunDirectory {
             path: options.run_directory.clone(),
@@ -274,9 +297,504 @@ pub fn run(
             source,
         },
     })?;
-    let reference_store = options.run_directory.join("reference-store");
-    let crash_store = options.run_directory.join("crash-store");
+    Ok(Stores {
+        reference: options.run_directory.join("reference-store"),
+        crash: options.run_directory.join("crash-store"),
+    })
+}
 
+/// Phase 1: step 1 trained from the seeded initial state (W4), committed as generation 0
+/// to both stores.
+struct Genesis {
+    step1: LogicalState,
+}
+
+fn genesis_phase(run: &mut Run, stores: &Stores) -> Result<Genesis, DemoError> {
+    let initial = LogicalState::genesis(Hyperparameters::with_seed(run.options.seed));
+    let (step1, _) = run.session("genesis", 4, initial, 1)?;
+    let reference_genesis = run.publish(&stores.reference, &step1, 4)?;
+    let crash_genesis = run.publish(&stores.crash, &step1, 4)?;
+    invariant(
+        reference_genesis.generation == 0 && crash_genesis.generation == 0,
+        || "genesis must be generation 0 in both stores".into(),
+    )?;
+    progress(
+        run.options.barrier,
+        "genesis (step 1) committed as generation 0 to the reference and crash stores",
+    );
+    Ok(Genesis { step1 })
+}
+
+/// Phase 2: the uninterrupted reference, every step from genesis on (steps 1 to 3).
+struct Reference {
+    trail: Vec<LogicalState>,
+}
+
+fn reference_phase(
+    run: &mut Run,
+    stores: &Stores,
+    genesis: &Genesis,
+) -> Result<Reference, DemoError> {
+    let (from_store, _) = store::load_generation(&stores.reference, 0)
+        .map_err(store_error("loading the reference genesis"))?;
+    let (_, after_genesis) = run.session("reference", 4, from_store, 2)?;
+    let trail = std::iter::once(genesis.step1.clone())
+        .chain(after_genesis)
+        .collect();
+    Ok(Reference { trail })
+}
+
+/// Phase 3: step 2 trained on the crash store, its publisher killed at the barrier.
+struct Crash {
+    step2: LogicalState,
+    kill: KillReport,
+}
+
+fn crash_phase(run: &mut Run, stores: &Stores) -> Result<Crash, DemoError> {
+    let barrier = run.options.barrier;
+    let (from_store, _) = store::load_generation(&stores.crash, 0)
+        .map_err(store_error("loading the crash genesis"))?;
+    let (step2, _) = run.session("crash", 4, from_store, 1)?;
+    let w4 = topology(4)?;
+    progress(
+        barrier,
+        &format!(
+            "publishing step 2 in a child and killing it with SIGKILL at {}",
+            barrier.name()
+        ),
+    );
+    let kill = crate::lab::kill_publisher_at(
+        &run.options.shardlift_exe,
+        &stores.crash,
+        &step2,
+        w4,
+        barrier,
+    )
+    .map_err(store_error("killing the publisher"))?;
+    invariant(kill.signal == Some(9) && kill.reaped, || {
+        format!("the publisher ended with {}", kill.exit.outcome)
+    })?;
+    invariant(kill.unacknowledged.barrier == barrier, || {
+        "the kill happened at another barrier".into()
+    })?;
+    progress(
+        barrier,
+        &format!(
+            "publisher killed ({}), candidate installed: {}",
+            kill.exit.outcome, kill.candidate_visible
+        ),
+    );
+    Ok(Crash { step2, kill })
+}
+
+/// Phase 4: what a fresh recovery process selects in the crash store.
+struct Recovery {
+    report: RecoveryReport,
+    selected: SelectedGeneration,
+    /// The step the continuations train to: the selected step + 1.
+    target_step: u64,
+    /// Batches trained before the crash that the continuation trains again.
+    replayed_batches: u64,
+}
+
+fn recovery_phase(run: &Run, stores: &Stores, crash: &Crash) -> Result<Recovery, DemoError> {
+    let report = crate::lab::recover_in_child(&run.options.shardlift_exe, &stores.crash)
+        .map_err(store_error("recovering in a child"))?;
+    let selected = report
+        .selected
+        .clone()
+        .ok_or_else(|| DemoError::Invariant("recovery selected nothing".into()))?;
+    progress(
+        run.options.barrier,
+        &format!(
+            "recovery selected generation {} (step {}); LATEST is {:?}",
+            selected.generation, selected.step, report.latest.status
+        ),
+    );
+    Ok(Recovery {
+        target_step: selected.step + 1,
+        replayed_batches: crash.step2.step - selected.step,
+        report,
+        selected,
+    })
+}
+
+/// Phase 5: the recovered W4 continuation, one step from the selected generation.
+struct Continuation {
+    recovered_w4: LogicalState,
+}
+
+fn continuation_phase(
+    run: &mut Run,
+    stores: &Stores,
+    recovery: &Recovery,
+) -> Result<Continuation, DemoError> {
+    let (selected_state, _) = store::load_generation(&stores.crash, recovery.selected.generation)
+        .map_err(store_error("loading the selected generation"))?;
+    let (recovered_w4, _) = run.session("recovered", 4, selected_state, 1)?;
+    Ok(Continuation { recovered_w4 })
+}
+
+/// Phases 6 and 7: the selected generation resharded offline to W3, one W3 step from it
+/// committed, and that final checkpoint selected by a fresh recovery and loaded back.
+struct Reshard {
+    reshard: store::CommitSummary,
+    final_commit: store::CommitSummary,
+    final_state: LogicalState,
+}
+
+fn reshard_phase(
+    run: &mut Run,
+    stores: &Stores,
+    recovery: &Recovery,
+) -> Result<Reshard, DemoError> {
+    let barrier = run.options.barrier;
+    let selected = &recovery.selected;
+    let w3 = topology(3)?;
+    let reshard = store::reshard(&stores.crash, selected.generation, w3)
+        .map_err(store_error("resharding"))?;
+    invariant(
+        reshard.logical_state_root == selected.logical_state_root,
+        || "reshard changed the logical state".into(),
+    )?;
+    progress(
+        barrier,
+        &format!(
+            "resharded generation {} to W3 as generation {}",
+            selected.generation, reshard.generation
+        ),
+    );
+    let (resharded_state, placement) = store::load_generation(&stores.crash, reshard.generation)
+        .map_err(store_error("loading the resharded generation"))?;
+    invariant(placement == w3, || {
+        "the resharded generation is not placed on three workers".into()
+    })?;
+    let (resharded_w3, _) = run.session("resharded", 3, resharded_state, 1)?;
+    let final_commit = run.publish(&stores.crash, &resharded_w3, 3)?;
+    let final_recovery = crate::lab::recover_in_child(&run.options.shardlift_exe, &stores.crash)
+        .map_err(store_error("recovering the final checkpoint"))?;
+    invariant(
+        final_recovery.selected.as_ref().map(|s| s.generation) == Some(final_commit.generation),
+        || "a fresh recovery does not select the final checkpoint".into(),
+    )?;
+    let (final_state, _) = store::load_generation(&stores.crash, final_commit.generation)
+        .map_err(store_error("loading the final checkpoint"))?;
+    progress(
+        barrier,
+        &format!(
+            "final W3 checkpoint: generation {} step {}",
+            final_commit.generation, final_state.step
+        ),
+    );
+    Ok(Reshard {
+        reshard,
+        final_commit,
+        final_state,
+    })
+}
+
+/// Phase 8: the reference at the target step and the final checkpoint, each evaluated on
+/// the whole test split.
+struct Evaluations {
+    reference_at_target: LogicalState,
+    reference: Evaluation,
+    recovered: Evaluation,
+}
+
+fn evaluation_phase(
+    run: &Run,
+    reference: &Reference,
+    recovery: &Recovery,
+    reshard: &Reshard,
+) -> Result<Evaluations, DemoError> {
+    let target_step = recovery.target_step;
+    let reference_at_target = reference
+        .trail
+        .iter()
+        .find(|state| state.step == target_step)
+        .cloned()
+        .ok_or_else(|| {
+            DemoError::Invariant(format!("the reference never reached step {target_step}"))
+        })?;
+    progress(
+        run.options.barrier,
+        "evaluating the reference and the recovered final checkpoint on all 10,000 test images",
+    );
+    let reference_evaluation = evaluate(
+        &reference_at_target.flat_parameters(),
+        SplitView::from(&run.data.test),
+    )?;
+    let recovered_evaluation = evaluate(
+        &reshard.final_state.flat_parameters(),
+        SplitView::from(&run.data.test),
+    )?;
+    Ok(Evaluations {
+        reference_at_target,
+        reference: reference_evaluation,
+        recovered: recovered_evaluation,
+    })
+}
+
+/// Every phase's result: what the records are built from.
+struct Phases {
+    crash: Crash,
+    recovery: Recovery,
+    reference: Reference,
+    continuation: Continuation,
+    reshard: Reshard,
+    evaluations: Evaluations,
+}
+
+impl Phases {
+    /// The byte comparisons against the reference at the target step.
+    fn comparisons(&self) -> Comparisons {
+        let target = &self.evaluations.reference_at_target;
+        let recovered_w4 = &self.continuation.recovered_w4;
+        let final_state = &self.reshard.final_state;
+        Comparisons {
+            logical_state_roots_equal: recovered_w4.logical_state_root()
+                == target.logical_state_root()
+                && final_state.logical_state_root() == target.logical_state_root()
+                && self.reshard.reshard.logical_state_root
+                    == self.recovery.selected.logical_state_root,
+            ledger_digests_equal: recovered_w4.ledger_digest == target.ledger_digest
+                && final_state.ledger_digest == target.ledger_digest,
+            logit_probe_equal: self.evaluations.reference.logit_probe_sha256
+                == self.evaluations.recovered.logit_probe_sha256,
+        }
+    }
+
+    fn final_checkpoint(&self) -> CheckpointEntry {
+        CheckpointEntry {
+            generation: self.reshard.final_commit.generation,
+            step: self.reshard.final_state.step,
+            workers: 3,
+        }
+    }
+
+    /// Passed when the run matches its row of the outcome table and every comparison holds.
+    fn status(&self, barrier: Barrier) -> RunStatus {
+        let final_checkpoint = self.final_checkpoint();
+        let observed = (
+            self.crash.kill.candidate_visible,
+            self.recovery.selected.generation,
+            self.recovery.selected.step,
+            self.recovery.replayed_batches,
+            final_checkpoint.generation,
+            final_checkpoint.step,
+        );
+        let comparisons = self.comparisons();
+        RunStatus::from_passed(
+            expected_outcome(barrier.name()) == Some(observed)
+                && comparisons.logical_state_roots_equal
+                && comparisons.ledger_digests_equal
+                && comparisons.logit_probe_equal,
+        )
+    }
+
+    fn evaluation_records(&self, barrier: Barrier) -> (EvaluationRecord, EvaluationRecord) {
+        let reference = evaluation_record(
+            EvaluationRole::Reference,
+            barrier,
+            None,
+            &self.evaluations.reference_at_target,
+            4,
+            &self.evaluations.reference,
+        );
+        let recovered = evaluation_record(
+            EvaluationRole::Recovered,
+            barrier,
+            Some(self.reshard.final_commit.generation),
+            &self.reshard.final_state,
+            3,
+            &self.evaluations.recovered,
+        );
+        (reference, recovered)
+    }
+
+    fn kill_entry(&self, barrier: Barrier) -> KillEntry {
+        let kill = &self.crash.kill;
+        KillEntry {
+            target_barrier: barrier.name().to_owned(),
+            acknowledged_events: kill
+                .acknowledged
+                .iter()
+                .map(|e| e.barrier.name().to_owned())
+                .collect(),
+            unacknowledged_event: kill.unacknowledged.barrier.name().to_owned(),
+            signal: kill.signal.unwrap_or(0),
+            reaped: kill.reaped,
+            candidate_generation: kill.candidate_generation,
+            candidate_installed: kill.candidate_visible,
+        }
+    }
+
+    fn recovery_entry(&self) -> RecoveryEntry {
+        let Recovery {
+            report, selected, ..
+        } = &self.recovery;
+        RecoveryEntry {
+            selected_generation: selected.generation,
+            selected_step: selected.step,
+            selected_commit_sha256: selected.commit_digest,
+            valid_generations: report.valid_generations.clone(),
+            latest_status: serde_json::to_value(report.latest.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            rejected: report
+                .rejected
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}:{}",
+                        r.generation.map_or("?".into(), |g| g.to_string()),
+                        r.kind
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn reshard_entry(&self) -> ReshardEntry {
+        let selected = &self.recovery.selected;
+        let reshard = &self.reshard.reshard;
+        ReshardEntry {
+            source_generation: selected.generation,
+            generation: reshard.generation,
+            workers_before: selected.workers,
+            workers_after: reshard.workers,
+            logical_state_root_before: selected.logical_state_root,
+            logical_state_root_after: reshard.logical_state_root,
+            chunk_objects_written: reshard.objects_written,
+        }
+    }
+}
+
+/// The four records of the bundle, complete: every binding digest is computed from the
+/// canonical bytes of the record it binds.
+struct Records {
+    status: RunStatus,
+    reference: EvaluationRecord,
+    recovered: EvaluationRecord,
+    evidence: RecoveryEvidenceRecord,
+    audit: AuditRecord,
+}
+
+fn encoded<R: CanonicalRecord>(record: &R) -> Result<Vec<u8>, DemoError> {
+    canonical::encode(record).map_err(|e| DemoError::Bundle(bundle::BundleError::Encode(e)))
+}
+
+fn bound_file(name: &str, bytes: &[u8]) -> BoundFile {
+    BoundFile {
+        name: name.to_owned(),
+        bytes: bytes.len() as u64,
+        sha256: Digest::of(bytes),
+    }
+}
+
+fn evidence_record(
+    run: &Run,
+    phases: &Phases,
+    evaluation_bytes: (&[u8], &[u8]),
+) -> RecoveryEvidenceRecord {
+    let barrier = run.options.barrier;
+    RecoveryEvidenceRecord {
+        schema: RECOVERY_EVIDENCE_SCHEMA.to_owned(),
+        version: BUNDLE_VERSION,
+        barrier: barrier.name().to_owned(),
+        seed: run.options.seed,
+        sessions: run.sessions.clone(),
+        worker_exits: run.worker_exits(),
+        kill: phases.kill_entry(barrier),
+        recovery: phases.recovery_entry(),
+        replayed_batches: phases.recovery.replayed_batches,
+        target_step: phases.recovery.target_step,
+        reference: phases
+            .reference
+            .trail
+            .iter()
+            .map(|s| digests_of(s, 4))
+            .collect(),
+        recovered_w4: digests_of(&phases.continuation.recovered_w4, 4),
+        reshard: phases.reshard_entry(),
+        resharded_w3: digests_of(&phases.reshard.final_state, 3),
+        final_checkpoint: phases.final_checkpoint(),
+        comparisons: phases.comparisons(),
+        reference_evaluation_sha256: Digest::of(evaluation_bytes.0),
+        recovered_evaluation_sha256: Digest::of(evaluation_bytes.1),
+    }
+}
+
+fn build_entry(source: Option<SourceBinding>) -> BuildEntry {
+    BuildEntry {
+        shardlift_version: env!("CARGO_PKG_VERSION").to_owned(),
+        tch_version: TCH_VERSION.to_owned(),
+        libtorch_version: LIBTORCH_VERSION.to_owned(),
+        source_revision: source.map(|s| s.commit),
+        dataset_payload_sha256: FASHION_MNIST
+            .resources
+            .iter()
+            .map(|r| r.payload.sha256)
+            .collect(),
+    }
+}
+
+/// Builds the four records once, from the phases' results.
+fn build_records(
+    run: &Run,
+    phases: &Phases,
+    source: Option<SourceBinding>,
+    wall_time_ms: u64,
+) -> Result<Records, DemoError> {
+    let barrier = run.options.barrier;
+    let status = phases.status(barrier);
+    let (reference, recovered) = phases.evaluation_records(barrier);
+    let reference_bytes = encoded(&reference)?;
+    let recovered_bytes = encoded(&recovered)?;
+    let evidence = evidence_record(run, phases, (&reference_bytes, &recovered_bytes));
+    let evidence_bytes = encoded(&evidence)?;
+    let unsealed = AuditRecord {
+        schema: AUDIT_SCHEMA.to_owned(),
+        version: BUNDLE_VERSION,
+        barrier: barrier.name().to_owned(),
+        status: status.name().to_owned(),
+        candidate_installed: phases.crash.kill.candidate_visible,
+        selected_generation: phases.recovery.selected.generation,
+        selected_step: phases.recovery.selected.step,
+        replayed_batches: phases.recovery.replayed_batches,
+        final_checkpoint: phases.final_checkpoint(),
+        comparisons: phases.comparisons(),
+        worker_exits: evidence.worker_exits.len() as u64,
+        files: vec![
+            bound_file(REFERENCE_EVALUATION, &reference_bytes),
+            bound_file(RECOVERED_EVALUATION, &recovered_bytes),
+            bound_file(RECOVERY_EVIDENCE, &evidence_bytes),
+        ],
+        build: build_entry(source),
+        nonclaims: NONCLAIMS.iter().map(|s| (*s).to_owned()).collect(),
+        context: ContextEntry { wall_time_ms },
+        // The self digest is defined over the body with this field zeroed.
+        self_sha256: Digest([0; 32]),
+    };
+    let audit = AuditRecord {
+        self_sha256: bundle::audit_self_digest(&unsealed)?,
+        ..unsealed
+    };
+    Ok(Records {
+        status,
+        reference,
+        recovered,
+        evidence,
+        audit,
+    })
+}
+
+/// Runs the whole demo for one barrier. `preflight` must have passed.
+pub fn run(options: &DemoOptions, source: Option<SourceBinding>) -> Result<DemoRecord, DemoError> {
+    let started = Instant::now();
+    let barrier = options.barrier;
+    let stores = create_run_directory(options)?;
     progress(
         barrier,
         "acquiring and checking the pinned Fashion-MNIST payloads",
@@ -291,306 +809,50 @@ pub fn run(
         exits: Vec::new(),
         sessions: Vec::new(),
     };
-    let genesis = LogicalState::genesis(Hyperparameters::with_seed(options.seed));
-
-    // 1. Genesis, committed to both stores.
-    let (step1, _) = run.session("genesis", 4, genesis, 1)?;
-    let reference_genesis = run.publish(&reference_store, &step1, 4)?;
-    let crash_genesis = run.publish(&crash_store, &step1, 4)?;
-    invariant(
-        reference_genesis.generation == 0 && crash_genesis.generation == 0,
-        || "genesis must be generation 0 in both stores".into(),
-    )?;
-    progress(
-        barrier,
-        "genesis (step 1) committed as generation 0 to the reference and crash stores",
-    );
-
-    // 2. Uninterrupted reference from the committed genesis.
-    let (from_reference_store, _) = store::load_generation(&reference_store, 0)
-        .map_err(store_error("loading the reference genesis"))?;
-    let (_, mut reference_trail) = run.session("reference", 4, from_reference_store, 2)?;
-    reference_trail.insert(0, step1.clone());
-
-    // 3. The crash: train step 2, kill its publisher at the barrier.
-    let (from_crash_store, _) = store::load_generation(&crash_store, 0)
-        .map_err(store_error("loading the crash genesis"))?;
-    let (step2, _) = run.session("crash", 4, from_crash_store, 1)?;
-    let w4 = Topology::new(4).map_err(|e| DemoError::Invariant(e.to_string()))?;
-    progress(
-        barrier,
-        &format!(
-            "publishing step 2 in a child and killing it with SIGKILL at {}",
-            barrier.name()
-        ),
-    );
-    let kill =
-        crate::lab::kill_publisher_at(&options.shardlift_exe, &crash_store, &step2, w4, barrier)
-            .map_err(store_error("killing the publisher"))?;
-    invariant(kill.signal == Some(9) && kill.reaped, || {
-        format!("the publisher ended with {}", kill.exit.outcome)
-    })?;
-    invariant(kill.unacknowledged.barrier == barrier, || {
-        "the kill happened at another barrier".into()
-    })?;
-    let publisher_exit = kill.exit.clone();
-    progress(
-        barrier,
-        &format!(
-            "publisher killed ({}), candidate installed: {}",
-            publisher_exit.outcome, kill.candidate_visible
-        ),
-    );
-
-    // 4. Fresh-process recovery.
-    let recovery = crate::lab::recover_in_child(&options.shardlift_exe, &crash_store)
-        .map_err(store_error("recovering in a child"))?;
-    let selected = recovery
-        .selected
-        .clone()
-        .ok_or_else(|| DemoError::Invariant("recovery selected nothing".into()))?;
-    progress(
-        barrier,
-        &format!(
-            "recovery selected generation {} (step {}); LATEST is {:?}",
-            selected.generation, selected.step, recovery.latest.status
-        ),
-    );
-    let target_step = selected.step + 1;
-    let replayed_batches = step2.step - selected.step;
-
-    // 5. Recovered W4 continuation.
-    let (selected_state, _) = store::load_generation(&crash_store, selected.generation)
-        .map_err(store_error("loading the selected generation"))?;
-    let (recovered_w4, _) = run.session("recovered", 4, selected_state, 1)?;
-
-    // 6. Offline reshard W4 → W3.
-    let w3 = Topology::new(3).map_err(|e| DemoError::Invariant(e.to_string()))?;
-    let reshard =
-        store::reshard(&crash_store, selected.generation, w3).map_err(store_error("resharding"))?;
-    invariant(
-        reshard.logical_state_root == selected.logical_state_root,
-        || "reshard changed the logical state".into(),
-    )?;
-    progress(
-        barrier,
-        &format!(
-            "resharded generation {} to W3 as generation {}",
-            selected.generation, reshard.generation
-        ),
-    );
-
-    // 7. Resharded W3 continuation, committed, then recovered by a fresh child.
-    let (resharded_state, placement) = store::load_generation(&crash_store, reshard.generation)
-        .map_err(store_error("loading the resharded generation"))?;
-    invariant(placement == w3, || {
-        "the resharded generation is not placed on three workers".into()
-    })?;
-    let (resharded_w3, _) = run.session("resharded", 3, resharded_state, 1)?;
-    let final_commit = run.publish(&crash_store, &resharded_w3, 3)?;
-    let final_recovery = crate::lab::recover_in_child(&options.shardlift_exe, &crash_store)
-        .map_err(store_error("recovering the final checkpoint"))?;
-    invariant(
-        final_recovery.selected.as_ref().map(|s| s.generation) == Some(final_commit.generation),
-        || "a fresh recovery does not select the final checkpoint".into(),
-    )?;
-    let (final_state, _) = store::load_generation(&crash_store, final_commit.generation)
-        .map_err(store_error("loading the final checkpoint"))?;
-    progress(
-        barrier,
-        &format!(
-            "final W3 checkpoint: generation {} step {}",
-            final_commit.generation, final_state.step
-        ),
-    );
-
-    // 8. Evaluation and evidence.
-    let reference_at_target = reference_trail
-        .iter()
-        .find(|state| state.step == target_step)
-        .cloned()
-        .ok_or_else(|| {
-            DemoError::Invariant(format!("the reference never reached step {target_step}"))
-        })?;
-    progress(
-        barrier,
-        "evaluating the reference and the recovered final checkpoint on all 10,000 test images",
-    );
-    let reference_evaluation = evaluate(
-        &reference_at_target.flat_parameters(),
-        SplitView::from(&data.test),
-    )?;
-    let recovered_evaluation =
-        evaluate(&final_state.flat_parameters(), SplitView::from(&data.test))?;
-
-    let mut exits = run.exits.clone();
-    exits.retain(|e| e.role == crate::supervise::process::Role::Worker);
-    let worker_exits: Vec<WorkerExitEntry> = exits
-        .iter()
-        .map(|e| WorkerExitEntry {
-            session: e.session.clone(),
-            rank: e.rank.unwrap_or(u32::MAX),
-            outcome: outcome_text(e.outcome),
-        })
-        .collect();
-    let reference_digests: Vec<StateDigests> =
-        reference_trail.iter().map(|s| digests_of(s, 4)).collect();
-    let target_reference = digests_of(&reference_at_target, 4);
-    let recovered_w4_digests = digests_of(&recovered_w4, 4);
-    let resharded_w3_digests = digests_of(&final_state, 3);
-    let roots_equal = recovered_w4_digests.logical_state_root
-        == target_reference.logical_state_root
-        && resharded_w3_digests.logical_state_root == target_reference.logical_state_root
-        && reshard.logical_state_root == selected.logical_state_root;
-    let ledgers_equal = recovered_w4_digests.ledger_digest == target_reference.ledger_digest
-        && resharded_w3_digests.ledger_digest == target_reference.ledger_digest;
-    let probe_equal =
-        reference_evaluation.logit_probe_sha256 == recovered_evaluation.logit_probe_sha256;
-    let comparisons = Comparisons {
-        logical_state_roots_equal: roots_equal,
-        ledger_digests_equal: ledgers_equal,
-        logit_probe_equal: probe_equal,
-    };
-    let final_checkpoint = CheckpointEntry {
-        generation: final_commit.generation,
-        step: final_state.step,
-        workers: 3,
-    };
-    let expected = expected_outcome(barrier.name());
-    let observed = (
-        kill.candidate_visible,
-        selected.generation,
-        selected.step,
-        replayed_batches,
-        final_checkpoint.generation,
-        final_checkpoint.step,
-    );
-    let passed = expected == Some(observed) && roots_equal && ledgers_equal && probe_equal;
-
-    let reference_record = evaluation_record(
-        "reference",
-        barrier,
-        None,
-        &reference_at_target,
-        4,
-        &reference_evaluation,
-    );
-    let recovered_record = evaluation_record(
-        "recovered",
-        barrier,
-        Some(final_commit.generation),
-        &final_state,
-        3,
-        &recovered_evaluation,
-    );
-    let evidence = RecoveryEvidenceRecord {
-        schema: RECOVERY_EVIDENCE_SCHEMA.to_owned(),
-        version: BUNDLE_VERSION,
-        barrier: barrier.name().to_owned(),
-        seed: options.seed,
-        sessions: run.sessions.clone(),
-        worker_exits,
-        kill: KillEntry {
-            target_barrier: barrier.name().to_owned(),
-            acknowledged_events: kill
-                .acknowledged
-                .iter()
-                .map(|e| e.barrier.name().to_owned())
-                .collect(),
-            unacknowledged_event: kill.unacknowledged.barrier.name().to_owned(),
-            signal: kill.signal.unwrap_or(0),
-            reaped: kill.reaped,
-            candidate_generation: kill.candidate_generation,
-            candidate_installed: kill.candidate_visible,
-        },
-        recovery: RecoveryEntry {
-            selected_generation: selected.generation,
-            selected_step: selected.step,
-            selected_commit_sha256: selected.commit_digest,
-            valid_generations: recovery.valid_generations.clone(),
-            latest_status: serde_json::to_value(recovery.latest.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
-            rejected: recovery
-                .rejected
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{}:{}",
-                        r.generation.map_or("?".into(), |g| g.to_string()),
-                        r.kind
-                    )
-                })
-                .collect(),
-        },
-        replayed_batches,
-        target_step,
-        reference: reference_digests,
-        recovered_w4: recovered_w4_digests,
-        reshard: ReshardEntry {
-            source_generation: selected.generation,
-            generation: reshard.generation,
-            workers_before: selected.workers,
-            workers_after: reshard.workers,
-            logical_state_root_before: selected.logical_state_root,
-            logical_state_root_after: reshard.logical_state_root,
-            chunk_objects_written: reshard.objects_written,
-        },
-        resharded_w3: resharded_w3_digests,
-        final_checkpoint: final_checkpoint.clone(),
-        comparisons,
-        reference_evaluation_sha256: Digest([0; 32]),
-        recovered_evaluation_sha256: Digest([0; 32]),
+    let genesis = genesis_phase(&mut run, &stores)?;
+    let reference = reference_phase(&mut run, &stores, &genesis)?;
+    let crash = crash_phase(&mut run, &stores)?;
+    let recovery = recovery_phase(&run, &stores, &crash)?;
+    let continuation = continuation_phase(&mut run, &stores, &recovery)?;
+    let reshard = reshard_phase(&mut run, &stores, &recovery)?;
+    let evaluations = evaluation_phase(&run, &reference, &recovery, &reshard)?;
+    let phases = Phases {
+        crash,
+        recovery,
+        reference,
+        continuation,
+        reshard,
+        evaluations,
     };
     let wall_time_ms = started.elapsed().as_millis() as u64;
-    let audit = AuditRecord {
-        schema: AUDIT_SCHEMA.to_owned(),
-        version: BUNDLE_VERSION,
-        barrier: barrier.name().to_owned(),
-        status: if passed { "passed" } else { "failed" }.to_owned(),
-        candidate_installed: kill.candidate_visible,
-        selected_generation: selected.generation,
-        selected_step: selected.step,
-        replayed_batches,
-        final_checkpoint: final_checkpoint.clone(),
-        comparisons,
-        worker_exits: evidence.worker_exits.len() as u64,
-        files: Vec::new(),
-        build: BuildEntry {
-            shardlift_version: env!("CARGO_PKG_VERSION").to_owned(),
-            tch_version: TCH_VERSION.to_owned(),
-            libtorch_version: LIBTORCH_VERSION.to_owned(),
-            source_revision: source.map(|s| s.commit),
-            dataset_payload_sha256: FASHION_MNIST
-                .resources
-                .iter()
-                .map(|r| r.payload.sha256)
-                .collect(),
-        },
-        nonclaims: NONCLAIMS.iter().map(|s| (*s).to_owned()).collect(),
-        context: ContextEntry { wall_time_ms },
-        self_sha256: Digest([0; 32]),
-    };
-    let status = audit.status.clone();
-    let outcome = RunOutcome::of(&audit);
+    let records = build_records(&run, &phases, source, wall_time_ms)?;
+    bundle_phase(options, records, wall_time_ms)
+}
+
+/// The bundle installed (`audit.json` last) and the run's stdout record.
+fn bundle_phase(
+    options: &DemoOptions,
+    records: Records,
+    wall_time_ms: u64,
+) -> Result<DemoRecord, DemoError> {
+    let outcome = RunOutcome::of(&records.audit);
     let bundle_directory = options.run_directory.join("bundle");
     let installed = bundle::install(
         &bundle_directory,
-        &reference_record,
-        &recovered_record,
-        evidence,
-        audit,
+        &records.reference,
+        &records.recovered,
+        records.evidence,
+        records.audit,
     )?;
     progress(
-        barrier,
+        options.barrier,
         &format!(
             "bundle installed at {} (audit.json last)",
             bundle_directory.display()
         ),
     );
     Ok(DemoRecord {
-        status,
+        status: records.status,
         outcome,
         bundle_directory: installed.directory.display().to_string(),
         audit_sha256: installed.audit_sha256,

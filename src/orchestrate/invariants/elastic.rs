@@ -182,69 +182,130 @@ pub struct WorkerOptions {
 pub fn run_worker(options: &WorkerOptions) -> Result<i32, ElasticError> {
     // If the launcher dies, so do we (the launcher starts workers in their own sessions).
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
-    let rank = env_u32("RANK")?;
-    let world_size = env_u32("WORLD_SIZE")?;
-    let restart_count = env_u32("TORCHELASTIC_RESTART_COUNT")?;
-    let max_restarts = env_u32("TORCHELASTIC_MAX_RESTARTS")?;
-    if world_size != WORLD_SIZE || rank >= world_size {
-        return Err(ElasticError::Topology { rank, world_size });
+    let identity = WorkerIdentity::from_environment()?;
+    match (identity.restart_count, identity.rank) {
+        (0, 1) => fail_first_attempt(options, &identity),
+        (0, _) => watch_first_attempt(options, &identity),
+        _ => resume(options, &identity),
     }
-    let mut report = WorkerReport {
-        schema: REPORT_SCHEMA.to_owned(),
-        version: 1,
-        rank,
-        world_size,
-        restart_count,
-        max_restarts,
-        saw_marker: false,
-        loaded_generation: None,
-        parameters_sha256: None,
-        optimizer_sha256: None,
-        cursor: None,
-        loaded_root: None,
-        next_root: None,
-        next_ledger_digest: None,
-        publish_attempted: false,
-    };
-    let marker_path = options.marker_dir.join(MARKER_FILE);
-    if restart_count == 0 {
-        if rank == 1 {
-            let marker = MarkerRecord {
-                schema: MARKER_SCHEMA.to_owned(),
-                version: 1,
-                rank,
-                restart_count,
-                exit_code: FAILURE_EXIT_CODE,
-            };
-            write_durable(
-                &options.marker_dir,
-                MARKER_FILE,
-                &canonical::encode(&marker)?,
-            )?;
-            eprintln!("elastic-worker: rank 1 attempt 0 wrote its marker; waiting for rank 0");
-            // Bounded: exit with the registered code either way.
-            wait_for_file(&options.marker_dir.join(RANK0_ACK_FILE), WORKER_WAIT_MS);
-            eprintln!("elastic-worker: rank 1 attempt 0 exits with code {FAILURE_EXIT_CODE}");
-            return Ok(FAILURE_EXIT_CODE);
+}
+
+/// Who the launcher says this worker is.
+struct WorkerIdentity {
+    rank: u32,
+    world_size: u32,
+    restart_count: u32,
+    max_restarts: u32,
+}
+
+/// What a restarted worker loaded and trained from it.
+struct Resumption<'a> {
+    generation: u64,
+    loaded: &'a LogicalState,
+    next: &'a LogicalState,
+}
+
+impl WorkerIdentity {
+    fn from_environment() -> Result<Self, ElasticError> {
+        let rank = env_u32("RANK")?;
+        let world_size = env_u32("WORLD_SIZE")?;
+        let restart_count = env_u32("TORCHELASTIC_RESTART_COUNT")?;
+        let max_restarts = env_u32("TORCHELASTIC_MAX_RESTARTS")?;
+        if world_size != WORLD_SIZE || rank >= world_size {
+            return Err(ElasticError::Topology { rank, world_size });
         }
-        if !wait_for_file(&marker_path, WORKER_WAIT_MS) {
-            return Err(ElasticError::MarkerTimeout(WORKER_WAIT_MS));
-        }
-        let bytes = std::fs::read(&marker_path).map_err(io_error("reading the marker"))?;
-        let marker: MarkerRecord = canonical::decode(&bytes)?;
-        report.saw_marker = marker.rank == 1 && marker.restart_count == 0;
-        write_durable(
-            &options.out,
-            &report_file(rank, restart_count),
-            &canonical::encode(&report)?,
-        )?;
-        write_durable(&options.marker_dir, RANK0_ACK_FILE, b"")?;
-        eprintln!("elastic-worker: rank 0 attempt 0 saw the marker; waiting to be torn down");
-        std::thread::sleep(Duration::from_millis(WORKER_WAIT_MS));
-        // Not torn down within the bound: fail loudly rather than hang.
-        return Ok(3);
+        Ok(WorkerIdentity {
+            rank,
+            world_size,
+            restart_count,
+            max_restarts,
+        })
     }
 
+    fn report(&self, saw_marker: bool, resumed: Option<Resumption>) -> WorkerReport {
+        WorkerReport {
+            schema: REPORT_SCHEMA.to_owned(),
+            version: 1,
+            rank: self.rank,
+            world_size: self.world_size,
+            restart_count: self.restart_count,
+            max_restarts: self.max_restarts,
+            saw_marker,
+            loaded_generation: resumed.as_ref().map(|r| r.generation),
+            parameters_sha256: resumed
+                .as_ref()
+                .map(|r| slot_sha256(r.loaded, |c| &c.parameters)),
+            optimizer_sha256: resumed.as_ref().map(|r| optimizer_sha256(r.loaded)),
+            cursor: resumed.as_ref().map(|r| r.loaded.cursor),
+            loaded_root: resumed.as_ref().map(|r| r.loaded.logical_state_root()),
+            next_root: resumed.as_ref().map(|r| r.next.logical_state_root()),
+            next_ledger_digest: resumed.as_ref().map(|r| r.next.ledger_digest),
+            publish_attempted: false,
+        }
+    }
+
+    fn write_report(
+        &self,
+        options: &WorkerOptions,
+        report: &WorkerReport,
+    ) -> Result<(), ElasticError> {
+        write_durable(
+            &options.out,
+            &report_file(self.rank, self.restart_count),
+            &canonical::encode(report)?,
+        )
+    }
+}
+
+/// Attempt 0, rank 1: write the marker, wait (bounded) for rank 0 to see it, then fail
+/// with the registered exit code.
+fn fail_first_attempt(
+    options: &WorkerOptions,
+    identity: &WorkerIdentity,
+) -> Result<i32, ElasticError> {
+    let marker = MarkerRecord {
+        schema: MARKER_SCHEMA.to_owned(),
+        version: 1,
+        rank: identity.rank,
+        restart_count: identity.restart_count,
+        exit_code: FAILURE_EXIT_CODE,
+    };
+    write_durable(
+        &options.marker_dir,
+        MARKER_FILE,
+        &canonical::encode(&marker)?,
+    )?;
+    eprintln!("elastic-worker: rank 1 attempt 0 wrote its marker; waiting for rank 0");
+    // Bounded: exit with the registered code either way.
+    wait_for_file(&options.marker_dir.join(RANK0_ACK_FILE), WORKER_WAIT_MS);
+    eprintln!("elastic-worker: rank 1 attempt 0 exits with code {FAILURE_EXIT_CODE}");
+    Ok(FAILURE_EXIT_CODE)
+}
+
+/// Attempt 0, rank 0: see rank 1's marker, report and acknowledge it, then wait to be
+/// torn down with the failed attempt.
+fn watch_first_attempt(
+    options: &WorkerOptions,
+    identity: &WorkerIdentity,
+) -> Result<i32, ElasticError> {
+    let marker_path = options.marker_dir.join(MARKER_FILE);
+    if !wait_for_file(&marker_path, WORKER_WAIT_MS) {
+        return Err(ElasticError::MarkerTimeout(WORKER_WAIT_MS));
+    }
+    let bytes = std::fs::read(&marker_path).map_err(io_error("reading the marker"))?;
+    let marker: MarkerRecord = canonical::decode(&bytes)?;
+    let saw_marker = marker.rank == 1 && marker.restart_count == 0;
+    identity.write_report(options, &identity.report(saw_marker, None))?;
+    write_durable(&options.marker_dir, RANK0_ACK_FILE, b"")?;
+    eprintln!("elastic-worker: rank 0 attempt 0 saw the marker; waiting to be torn down");
+    std::thread::sleep(Duration::from_millis(WORKER_WAIT_MS));
+    // Not torn down within the bound: fail loudly rather than hang.
+    Ok(3)
+}
+
+/// A restarted attempt: recover the store read-only, load the selected generation, train
+/// the next step in memory and report the digests (nothing is published).
+fn resume(options: &WorkerOptions, identity: &WorkerIdentity) -> Result<i32, ElasticError> {
     crate::engine::pin_single_thread();
     let data = crate::dataset::ensure_and_load(
         &options.cache_directory,
@@ -254,25 +315,22 @@ pub fn run_worker(options: &WorkerOptions) -> Result<i32, ElasticError> {
     let recovery = crate::store::recover(&options.store)?;
     let selected = recovery.selected.ok_or(ElasticError::NothingToResume)?;
     let (mut state, _) = crate::store::load_generation(&options.store, selected.generation)?;
-    if options.inject && rank == 1 {
+    if options.inject && identity.rank == 1 {
         let value = state.chunks[0].parameters[0];
         state.chunks[0].parameters[0] = f32::from_bits(value.to_bits() ^ 1);
     }
     let (next, _) = next_step(&state, &data)?;
-    report.saw_marker = marker_path.exists();
-    report.loaded_generation = Some(selected.generation);
-    report.parameters_sha256 = Some(slot_sha256(&state, |c| &c.parameters));
-    report.optimizer_sha256 = Some(optimizer_sha256(&state));
-    report.cursor = Some(state.cursor);
-    report.loaded_root = Some(state.logical_state_root());
-    report.next_root = Some(next.logical_state_root());
-    report.next_ledger_digest = Some(next.ledger_digest);
-    write_durable(
-        &options.out,
-        &report_file(rank, restart_count),
-        &canonical::encode(&report)?,
-    )?;
-    eprintln!("elastic-worker: rank {rank} attempt {restart_count} resumed and reported");
+    let saw_marker = options.marker_dir.join(MARKER_FILE).exists();
+    let resumed = Resumption {
+        generation: selected.generation,
+        loaded: &state,
+        next: &next,
+    };
+    identity.write_report(options, &identity.report(saw_marker, Some(resumed)))?;
+    eprintln!(
+        "elastic-worker: rank {} attempt {} resumed and reported",
+        identity.rank, identity.restart_count
+    );
     Ok(0)
 }
 
@@ -320,6 +378,30 @@ pub fn elastic_observation(run: &ElasticRun, expected: &ElasticExpectation) -> O
     obs.fact("injected_failure", "rank 1, attempt 0, exit code 91");
     obs.fact("launcher_timeout_s", LAUNCHER_TIMEOUT_S);
     obs.fact("launch_attempts", run.launch_attempts);
+    observe_launcher(&mut obs, run);
+    observe_failed_attempt(&mut obs, run);
+    observe_restarted_attempt(&mut obs, run, expected);
+    observe_store_unchanged(&mut obs, run);
+    for statement in ELASTIC_NOT_OBSERVED {
+        obs.not_observed(statement);
+    }
+    obs
+}
+
+/// What the suite takes from the launcher and the workers without observing it itself.
+const ELASTIC_NOT_OBSERVED: [&str; 4] = [
+    "the failing worker's exit code 91 is read from the launcher's own failure log line \
+     (torch.distributed.elastic: 'failed (exitcode: 91) local_rank: 1'); the suite does not reap that worker itself",
+    "restart count and maximum restarts are the values the launcher put into the workers' environment \
+     (TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS), as reported by the workers",
+    "that rank 0 saw the marker before the failed attempt was torn down is rank 0's own report; \
+     rank 1 waits (bounded) for rank 0's acknowledgement before exiting",
+    "that no promotion was attempted is shown by unchanged commit records, LATEST and staging entries, \
+     and by the workers' reports; the elastic worker has no publish path",
+];
+
+/// The launcher exited cleanly, in time, after logging rank 1's injected failure.
+fn observe_launcher(obs: &mut Observation, run: &ElasticRun) {
     obs.check(
         "launcher_exit",
         "code:0",
@@ -335,6 +417,10 @@ pub fn elastic_observation(run: &ElasticRun, expected: &ElasticExpectation) -> O
         FAILURE_EXIT_CODE,
         opt(&run.launcher_logged_failure_code),
     );
+}
+
+/// Attempt 0: rank 1 wrote the failure marker and rank 0 saw it before the teardown.
+fn observe_failed_attempt(obs: &mut Observation, run: &ElasticRun) {
     let marker_ok = run
         .marker
         .as_ref()
@@ -345,6 +431,15 @@ pub fn elastic_observation(run: &ElasticRun, expected: &ElasticExpectation) -> O
         .as_ref()
         .is_some_and(|r| r.rank == 0 && r.restart_count == 0 && r.saw_marker);
     obs.check("rank0_saw_marker_before_teardown", true, rank0_saw);
+}
+
+/// The restarted attempt: every rank loaded the expected generation and reproduced the
+/// expected next step.
+fn observe_restarted_attempt(
+    obs: &mut Observation,
+    run: &ElasticRun,
+    expected: &ElasticExpectation,
+) {
     obs.check("final_reports", WORLD_SIZE, run.finals.len());
     let next_root = expected.next.logical_state_root();
     for rank in 0..WORLD_SIZE {
@@ -352,59 +447,67 @@ pub fn elastic_observation(run: &ElasticRun, expected: &ElasticExpectation) -> O
             .finals
             .iter()
             .find(|r| r.rank == rank && r.restart_count >= 1);
-        let field = |f: &dyn Fn(&WorkerReport) -> String| report.map_or("absent".to_owned(), f);
-        let p = format!("rank{rank}_");
+        observe_restarted_rank(obs, rank, report, expected, next_root);
+    }
+}
+
+fn observe_restarted_rank(
+    obs: &mut Observation,
+    rank: u32,
+    report: Option<&WorkerReport>,
+    expected: &ElasticExpectation,
+    next_root: Digest,
+) {
+    type Field = fn(&WorkerReport) -> String;
+    let checks: [(&str, String, Field); 10] = [
+        ("restart_count", 1.to_string(), |r| {
+            r.restart_count.to_string()
+        }),
+        ("max_restarts", MAX_RESTARTS.to_string(), |r| {
+            r.max_restarts.to_string()
+        }),
+        ("world_size", WORLD_SIZE.to_string(), |r| {
+            r.world_size.to_string()
+        }),
+        ("loaded_generation", expected.generation.to_string(), |r| {
+            opt(&r.loaded_generation)
+        }),
+        (
+            "parameters_sha256",
+            slot_sha256(&expected.state, |c| &c.parameters).to_string(),
+            |r| opt(&r.parameters_sha256),
+        ),
+        (
+            "optimizer_sha256",
+            optimizer_sha256(&expected.state).to_string(),
+            |r| opt(&r.optimizer_sha256),
+        ),
+        ("cursor", expected.state.cursor.to_string(), |r| {
+            opt(&r.cursor)
+        }),
+        (
+            "loaded_root",
+            expected.state.logical_state_root().to_string(),
+            |r| opt(&r.loaded_root),
+        ),
+        ("next_root", next_root.to_string(), |r| opt(&r.next_root)),
+        (
+            "next_ledger_digest",
+            expected.next.ledger_digest.to_string(),
+            |r| opt(&r.next_ledger_digest),
+        ),
+    ];
+    for (name, expected_value, field) in checks {
         obs.check(
-            &format!("{p}restart_count"),
-            1,
-            field(&|r| r.restart_count.to_string()),
-        );
-        obs.check(
-            &format!("{p}max_restarts"),
-            MAX_RESTARTS,
-            field(&|r| r.max_restarts.to_string()),
-        );
-        obs.check(
-            &format!("{p}world_size"),
-            WORLD_SIZE,
-            field(&|r| r.world_size.to_string()),
-        );
-        obs.check(
-            &format!("{p}loaded_generation"),
-            expected.generation,
-            field(&|r| opt(&r.loaded_generation)),
-        );
-        obs.check(
-            &format!("{p}parameters_sha256"),
-            slot_sha256(&expected.state, |c| &c.parameters),
-            field(&|r| opt(&r.parameters_sha256)),
-        );
-        obs.check(
-            &format!("{p}optimizer_sha256"),
-            optimizer_sha256(&expected.state),
-            field(&|r| opt(&r.optimizer_sha256)),
-        );
-        obs.check(
-            &format!("{p}cursor"),
-            expected.state.cursor,
-            field(&|r| opt(&r.cursor)),
-        );
-        obs.check(
-            &format!("{p}loaded_root"),
-            expected.state.logical_state_root(),
-            field(&|r| opt(&r.loaded_root)),
-        );
-        obs.check(
-            &format!("{p}next_root"),
-            next_root,
-            field(&|r| opt(&r.next_root)),
-        );
-        obs.check(
-            &format!("{p}next_ledger_digest"),
-            expected.next.ledger_digest,
-            field(&|r| opt(&r.next_ledger_digest)),
+            &format!("rank{rank}_{name}"),
+            expected_value,
+            report.map_or("absent".to_owned(), field),
         );
     }
+}
+
+/// No promotion: commit records, LATEST and staging are as before, and no worker tried.
+fn observe_store_unchanged(obs: &mut Observation, run: &ElasticRun) {
     let receipts = |r: &Option<(Digest, Option<Digest>)>| r.map(|(c, _)| c.to_hex());
     let latest = |r: &Option<(Digest, Option<Digest>)>| r.map(|(_, l)| opt(&l));
     obs.check(
@@ -420,28 +523,7 @@ pub fn elastic_observation(run: &ElasticRun, expected: &ElasticExpectation) -> O
     obs.check("staging_entries", run.staging_before, run.staging_after);
     let attempted = run.finals.iter().any(|r| r.publish_attempted) || run.finals.is_empty();
     obs.check("publish_attempted", false, attempted);
-    if run.launcher_exit.is_some() {
-        obs.check("completed", true, true);
-    } else {
-        obs.check("completed", true, false);
-    }
-    obs.not_observed(
-        "the failing worker's exit code 91 is read from the launcher's own failure log line \
-         (torch.distributed.elastic: 'failed (exitcode: 91) local_rank: 1'); the suite does not reap that worker itself",
-    );
-    obs.not_observed(
-        "restart count and maximum restarts are the values the launcher put into the workers' environment \
-         (TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS), as reported by the workers",
-    );
-    obs.not_observed(
-        "that rank 0 saw the marker before the failed attempt was torn down is rank 0's own report; \
-         rank 1 waits (bounded) for rank 0's acknowledgement before exiting",
-    );
-    obs.not_observed(
-        "that no promotion was attempted is shown by unchanged commit records, LATEST and staging entries, \
-         and by the workers' reports; the elastic worker has no publish path",
-    );
-    obs
+    obs.check("completed", true, run.launcher_exit.is_some());
 }
 
 /// Finds "failed (exitcode: N) local_rank: 1" in the launcher's log.
