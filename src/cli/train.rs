@@ -131,6 +131,8 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<()> {
             workers,
         }
     };
+    // Refuse an engine this build lacks before touching the dataset.
+    args.engine.instantiate()?;
     let data = load_dataset(
         args.cache_directory.as_deref(),
         args.source_directory.as_deref(),

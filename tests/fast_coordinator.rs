@@ -193,3 +193,25 @@ fn the_tch_engine_in_a_torch_free_build_is_a_clear_error() {
         "stderr: {stderr}"
     );
 }
+
+#[cfg(not(feature = "torch"))]
+#[test]
+fn train_with_the_tch_engine_in_a_torch_free_build_fails_before_loading_data() {
+    let cache = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(shardlift_exe())
+        .args(["train", "--in-process", "--steps", "1", "--engine", "tch"])
+        .arg("--cache-directory")
+        .arg(cache.path().join("never-created"))
+        .output()
+        .expect("run shardlift train");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("built without the `torch` feature"),
+        "stderr: {stderr}"
+    );
+    assert!(
+        !cache.path().join("never-created").exists(),
+        "no dataset work before the refusal"
+    );
+}
