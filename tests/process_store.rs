@@ -4,9 +4,9 @@ use std::process::Command;
 
 use shardlift::core::topology::Topology;
 use shardlift::lab::powerloss::tree_digest;
-use shardlift::lab::{kill_publisher_at, kill_publisher_at_occurrence, recover_in_child};
+use shardlift::lab::{kill_publisher_at, kill_publisher_at_occurrence, recover_in_child, LabError};
 use shardlift::store::layout::synthetic_state;
-use shardlift::store::{self, Barrier, NoHooks, StoreError};
+use shardlift::store::{self, Barrier, NoHooks};
 
 const EXE: &str = env!("CARGO_BIN_EXE_shardlift");
 
@@ -79,7 +79,7 @@ fn target_not_reached() {
     )
     .expect_err("only one commit per publish");
     assert!(
-        matches!(error, StoreError::TargetNotReached { .. }),
+        matches!(error, LabError::TargetNotReached { .. }),
         "{error}"
     );
 }
@@ -90,11 +90,11 @@ fn child_failed_and_process_and_protocol_errors() {
     let missing = dir.path().join("missing");
     assert!(matches!(
         recover_in_child(Path::new(EXE), &missing),
-        Err(StoreError::ChildFailed(_))
+        Err(LabError::ChildFailed(_))
     ));
     assert!(matches!(
         recover_in_child(&dir.path().join("no-such-exe"), &missing),
-        Err(StoreError::Process(_))
+        Err(LabError::Process(_))
     ));
     let error = kill_publisher_at(
         Path::new("/bin/echo"),
@@ -104,7 +104,7 @@ fn child_failed_and_process_and_protocol_errors() {
         Barrier::CommitAfterRename,
     )
     .expect_err("echo is no publisher");
-    assert!(matches!(error, StoreError::ChildProtocol(_)), "{error}");
+    assert!(matches!(error, LabError::ChildProtocol(_)), "{error}");
 }
 
 fn run(args: &[&str]) -> std::process::Output {

@@ -9,6 +9,17 @@ use shardlift::core::topology::Topology;
 use shardlift::store::barrier::NoHooks;
 use shardlift::store::layout::synthetic_state;
 
+/// `store bench` arguments.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Total chunk-payload bytes to publish (whole synthetic states of ~1.2 MB each).
+    #[arg(long, default_value_t = 1 << 30)]
+    pub bytes: u64,
+    /// Directory for the scratch store (default: the system temp dir).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+}
+
 #[derive(clap::Subcommand, Debug)]
 pub enum StoreCommand {
     /// Scan commit records, verify everything, select the newest valid generation and
@@ -59,7 +70,7 @@ pub enum StoreCommand {
         json: bool,
     },
     /// Measure publish, reshard and recovery against plain writes, copies and SHA-256.
-    Bench(shardlift::lab::bench::BenchArgs),
+    Bench(BenchArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -131,7 +142,11 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             let state = synthetic_state(seed, step, chunk_elements);
             publish_synthetic(&store, &state, workers, json)
         }
-        StoreCommand::Bench(args) => shardlift::lab::bench::run(args),
+        StoreCommand::Bench(args) => {
+            let report = shardlift::lab::bench::run(args.bytes, args.dir.as_deref())?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
     }
 }
 

@@ -9,18 +9,9 @@ use serde::Serialize;
 use crate::core::digest::Digest;
 use crate::core::topology::Topology;
 
+use crate::lab::error::LabError;
 use crate::store::barrier::NoHooks;
 use crate::store::layout::{chunk_payloads, synthetic_state};
-
-#[derive(clap::Args, Debug)]
-pub struct BenchArgs {
-    /// Total chunk-payload bytes to publish (whole synthetic states of ~1.2 MB each).
-    #[arg(long, default_value_t = 1 << 30)]
-    pub bytes: u64,
-    /// Directory for the scratch store (default: the system temp dir).
-    #[arg(long)]
-    pub dir: Option<std::path::PathBuf>,
-}
 
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
@@ -45,8 +36,10 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let work = match &args.dir {
+/// Publishes about `bytes` of chunk payloads (whole synthetic states) in a scratch store
+/// under `dir` (default: the system temp dir) and measures the figures of [`BenchReport`].
+pub fn run(bytes: u64, dir: Option<&Path>) -> Result<BenchReport, LabError> {
+    let work = match dir {
         Some(dir) => tempfile::tempdir_in(dir)?,
         None => tempfile::tempdir()?,
     };
@@ -58,7 +51,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .iter()
         .map(|c| c.parameters.len() as u64 * 12)
         .sum::<u64>();
-    let states = args.bytes.div_ceil(per_state).max(1);
+    let states = bytes.div_ceil(per_state).max(1);
     let publish = time_publishes(&store, &plain, states)?;
     let last = states - 1;
     let reshard = time_reshard_and_copy(&store, &plain, &work.path().join("copy"), last)?;
@@ -78,8 +71,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         raw_sha256_bytes_per_s: recovery.sha256_bytes_per_s,
         recovery_over_sha256: ratio(recovery.sha256_bytes_per_s, recovery.recovery_bytes_per_s),
     };
-    println!("{}", serde_json::to_string_pretty(&out)?);
-    Ok(())
+    Ok(out)
 }
 
 /// One measured operation and the plain baseline it is compared with, in seconds.
@@ -90,7 +82,7 @@ struct Timed {
 
 /// Publishes `states` synthetic states, each timed against writing and fsyncing the same
 /// chunk payloads as plain files.
-fn time_publishes(store: &Path, plain: &Path, states: u64) -> anyhow::Result<Timed> {
+fn time_publishes(store: &Path, plain: &Path, states: u64) -> Result<Timed, LabError> {
     let topology = Topology::new(4)?;
     let (mut publish_s, mut plain_s) = (0.0, 0.0);
     for step in 0..states {
@@ -122,7 +114,7 @@ fn time_reshard_and_copy(
     plain: &Path,
     copy_dir: &Path,
     last: u64,
-) -> anyhow::Result<Timed> {
+) -> Result<Timed, LabError> {
     let started = Instant::now();
     crate::store::reshard(store, last, Topology::new(3)?)?;
     let reshard_s = started.elapsed().as_secs_f64();
@@ -150,11 +142,13 @@ struct Rates {
     sha256_bytes_per_s: f64,
 }
 
-fn time_recovery_and_sha256(store: &Path, verified_bytes: u64) -> anyhow::Result<Rates> {
+fn time_recovery_and_sha256(store: &Path, verified_bytes: u64) -> Result<Rates, LabError> {
     let started = Instant::now();
     let report = crate::store::recover(store)?;
     let recover_s = started.elapsed().as_secs_f64();
-    anyhow::ensure!(report.rejected.is_empty(), "bench store did not verify");
+    if !report.rejected.is_empty() {
+        return Err(LabError::Model("the bench store did not verify".to_owned()));
+    }
     let buffer = vec![0x5au8; 8 << 20];
     let started = Instant::now();
     let mut hashed = 0u64;

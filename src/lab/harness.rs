@@ -21,6 +21,7 @@ use crate::supervise::process::{
 };
 
 use crate::durable::fs::{FileSystem, RealFs};
+use crate::lab::error::LabError;
 use crate::lab::handoff::{decode_handoff, encode_handoff, HANDOFF_MAGIC};
 use crate::store::barrier::{Barrier, BarrierEvent, FnHook};
 use crate::store::codec::{commit_rel_path, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES};
@@ -80,11 +81,11 @@ impl<R: Read + AsFd> LineReader<R> {
         }
     }
 
-    fn wait_readable(&self, deadline: Instant) -> Result<(), StoreError> {
+    fn wait_readable(&self, deadline: Instant) -> Result<(), LabError> {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                return Err(StoreError::ChildProtocol(
+                return Err(LabError::ChildProtocol(
                     "timed out waiting for the child".into(),
                 ));
             }
@@ -97,18 +98,18 @@ impl<R: Read + AsFd> LineReader<R> {
                 Ok(0) => continue,
                 Ok(_) => return Ok(()),
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(StoreError::ChildProtocol(format!("poll: {e}"))),
+                Err(e) => return Err(LabError::ChildProtocol(format!("poll: {e}"))),
             }
         }
     }
 
-    fn fill(&mut self, deadline: Instant) -> Result<(), StoreError> {
+    fn fill(&mut self, deadline: Instant) -> Result<(), LabError> {
         self.wait_readable(deadline)?;
         let mut chunk = [0u8; 8192];
         let n = self
             .source
             .read(&mut chunk)
-            .map_err(|e| StoreError::ChildProtocol(format!("read: {e}")))?;
+            .map_err(|e| LabError::ChildProtocol(format!("read: {e}")))?;
         if n == 0 {
             self.eof = true;
         }
@@ -117,16 +118,16 @@ impl<R: Read + AsFd> LineReader<R> {
     }
 
     /// The next line (without the newline), or `None` at EOF.
-    fn next_line(&mut self, deadline: Instant) -> Result<Option<String>, StoreError> {
+    fn next_line(&mut self, deadline: Instant) -> Result<Option<String>, LabError> {
         loop {
             if let Some(pos) = self.buffer.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = self.buffer.drain(..=pos).collect();
                 let text = String::from_utf8(line[..pos].to_vec())
-                    .map_err(|_| StoreError::ChildProtocol("non-UTF-8 line".into()))?;
+                    .map_err(|_| LabError::ChildProtocol("non-UTF-8 line".into()))?;
                 return Ok(Some(text));
             }
             if self.buffer.len() > MAX_LINE_BYTES {
-                return Err(StoreError::ChildProtocol("line exceeds the cap".into()));
+                return Err(LabError::ChildProtocol("line exceeds the cap".into()));
             }
             if self.eof {
                 return Ok(None);
@@ -136,10 +137,10 @@ impl<R: Read + AsFd> LineReader<R> {
     }
 
     /// Everything until EOF (capped).
-    fn read_to_end(&mut self, deadline: Instant, cap: usize) -> Result<Vec<u8>, StoreError> {
+    fn read_to_end(&mut self, deadline: Instant, cap: usize) -> Result<Vec<u8>, LabError> {
         while !self.eof {
             if self.buffer.len() > cap {
-                return Err(StoreError::ChildProtocol("output exceeds the cap".into()));
+                return Err(LabError::ChildProtocol("output exceeds the cap".into()));
             }
             self.fill(deadline)?;
         }
@@ -159,7 +160,7 @@ pub fn kill_publisher_at(
     state: &LogicalState,
     topology: Topology,
     target: Barrier,
-) -> Result<KillReport, StoreError> {
+) -> Result<KillReport, LabError> {
     kill_publisher_at_occurrence(shardlift_exe, store_dir, state, topology, target, 1)
 }
 
@@ -171,7 +172,7 @@ pub fn kill_publisher_at_occurrence(
     topology: Topology,
     target: Barrier,
     occurrence: u32,
-) -> Result<KillReport, StoreError> {
+) -> Result<KillReport, LabError> {
     match drive_publisher(
         shardlift_exe,
         store_dir,
@@ -180,7 +181,7 @@ pub fn kill_publisher_at_occurrence(
         Some((target, occurrence)),
     )? {
         PublisherEnd::Killed(report) => Ok(report),
-        PublisherEnd::Completed(_) => Err(StoreError::TargetNotReached {
+        PublisherEnd::Completed(_) => Err(LabError::TargetNotReached {
             barrier: target.name(),
             occurrence,
         }),
@@ -194,10 +195,10 @@ pub fn publish_in_child(
     store_dir: &Path,
     state: &LogicalState,
     topology: Topology,
-) -> Result<CommitSummary, StoreError> {
+) -> Result<CommitSummary, LabError> {
     match drive_publisher(shardlift_exe, store_dir, state, topology, None)? {
         PublisherEnd::Completed(summary) => Ok(summary),
-        PublisherEnd::Killed(_) => Err(StoreError::ChildProtocol(
+        PublisherEnd::Killed(_) => Err(LabError::ChildProtocol(
             "publisher was killed without a target".into(),
         )),
     }
@@ -217,7 +218,7 @@ fn drive_publisher(
     state: &LogicalState,
     topology: Topology,
     stop: Option<(Barrier, u32)>,
-) -> Result<PublisherEnd, StoreError> {
+) -> Result<PublisherEnd, LabError> {
     let handoff = write_handoff(state, topology)?;
     let candidate_generation = next_generation(&RealFs, store_dir)?;
     let mut publisher = Publisher::spawn(shardlift_exe, store_dir, handoff.path())?;
@@ -260,7 +261,7 @@ fn drive_publisher(
 fn write_handoff(
     state: &LogicalState,
     topology: Topology,
-) -> Result<tempfile::NamedTempFile, StoreError> {
+) -> Result<tempfile::NamedTempFile, LabError> {
     let handoff_bytes = encode_handoff(state, topology)?;
     let mut handoff =
         tempfile::NamedTempFile::new().map_err(|e| StoreError::io(std::env::temp_dir(), e))?;
@@ -280,7 +281,7 @@ struct Publisher {
 }
 
 impl Publisher {
-    fn spawn(shardlift_exe: &Path, store: &Path, handoff: &Path) -> Result<Self, StoreError> {
+    fn spawn(shardlift_exe: &Path, store: &Path, handoff: &Path) -> Result<Self, LabError> {
         let spec = ChildSpec::shardlift(
             shardlift_exe,
             HARNESS_SESSION,
@@ -289,10 +290,10 @@ impl Publisher {
         let mut child = SupervisedChild::spawn(spec)?;
         let stdin = child
             .take_stdin()
-            .ok_or_else(|| StoreError::ChildProtocol("no stdin pipe".into()))?;
+            .ok_or_else(|| LabError::ChildProtocol("no stdin pipe".into()))?;
         let stdout = child
             .take_stdout()
-            .ok_or_else(|| StoreError::ChildProtocol("no stdout pipe".into()))?;
+            .ok_or_else(|| LabError::ChildProtocol("no stdout pipe".into()))?;
         Ok(Publisher {
             child,
             stdin,
@@ -301,17 +302,17 @@ impl Publisher {
     }
 
     /// Kills and reaps the child, then returns `error`.
-    fn abandon(&mut self, error: StoreError) -> StoreError {
+    fn abandon(&mut self, error: LabError) -> LabError {
         let _ = self.child.kill_and_reap();
         error
     }
 
-    fn next_message(&mut self) -> Result<ChildMessage, StoreError> {
+    fn next_message(&mut self) -> Result<ChildMessage, LabError> {
         let line = match self.reader.next_line(deadline()) {
             Ok(Some(line)) => line,
             Ok(None) => {
                 let exit = self.child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
-                return Err(StoreError::ChildFailed(format!(
+                return Err(LabError::ChildFailed(format!(
                     "publisher closed its output before finishing ({})",
                     exit.outcome
                 )));
@@ -319,7 +320,7 @@ impl Publisher {
             Err(e) => return Err(self.abandon(e)),
         };
         serde_json::from_str(&line)
-            .map_err(|e| self.abandon(StoreError::ChildProtocol(format!("bad line {line:?}: {e}"))))
+            .map_err(|e| self.abandon(LabError::ChildProtocol(format!("bad line {line:?}: {e}"))))
     }
 
     /// Events arrive numbered from 0, one after each acknowledgement.
@@ -327,33 +328,33 @@ impl Publisher {
         &mut self,
         event: &BarrierEvent,
         acknowledged: usize,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), LabError> {
         if event.seq == acknowledged as u64 {
             return Ok(());
         }
-        Err(self.abandon(StoreError::ChildProtocol(format!(
+        Err(self.abandon(LabError::ChildProtocol(format!(
             "event seq {} after {acknowledged} acknowledged events",
             event.seq
         ))))
     }
 
-    fn acknowledge(&mut self) -> Result<(), StoreError> {
+    fn acknowledge(&mut self) -> Result<(), LabError> {
         let sent = self
             .stdin
             .write_all(&[ACK])
             .and_then(|()| self.stdin.flush());
-        sent.map_err(|e| self.abandon(StoreError::ChildProtocol(format!("ack: {e}"))))
+        sent.map_err(|e| self.abandon(LabError::ChildProtocol(format!("ack: {e}"))))
     }
 
     /// After `done`: closes stdin and requires a clean exit.
-    fn finish(self, summary: CommitSummary) -> Result<PublisherEnd, StoreError> {
+    fn finish(self, summary: CommitSummary) -> Result<PublisherEnd, LabError> {
         let Publisher {
             mut child, stdin, ..
         } = self;
         drop(stdin);
         let exit = child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
         if !exit.outcome.success() {
-            return Err(StoreError::ChildFailed(format!(
+            return Err(LabError::ChildFailed(format!(
                 "publisher reported done but ended with {}",
                 exit.outcome
             )));
@@ -366,7 +367,7 @@ impl Publisher {
 pub fn recover_in_child(
     shardlift_exe: &Path,
     store_dir: &Path,
-) -> Result<RecoveryReport, StoreError> {
+) -> Result<RecoveryReport, LabError> {
     let spec = ChildSpec::shardlift(
         shardlift_exe,
         HARNESS_SESSION,
@@ -375,24 +376,24 @@ pub fn recover_in_child(
     let mut child = SupervisedChild::spawn(spec)?;
     let stdout = child
         .take_stdout()
-        .ok_or_else(|| StoreError::ChildProtocol("no stdout pipe".into()))?;
+        .ok_or_else(|| LabError::ChildProtocol("no stdout pipe".into()))?;
     let mut reader = LineReader::new(stdout);
     let output = reader.read_to_end(deadline(), 64 << 20);
     let exit = child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
     let output = output?;
     if !exit.outcome.success() {
-        return Err(StoreError::ChildFailed(format!(
+        return Err(LabError::ChildFailed(format!(
             "recovery child ended with {}",
             exit.outcome
         )));
     }
     serde_json::from_slice(&output)
-        .map_err(|e| StoreError::ChildProtocol(format!("recovery report: {e}")))
+        .map_err(|e| LabError::ChildProtocol(format!("recovery report: {e}")))
 }
 
 /// Child side of `store-child publish`: reads the handoff, publishes, and streams one
 /// event per barrier, waiting for an acknowledgement byte after each.
-pub fn child_publish(store_dir: &Path, handoff: &Path) -> Result<CommitSummary, StoreError> {
+pub fn child_publish(store_dir: &Path, handoff: &Path) -> Result<CommitSummary, LabError> {
     enter_supervised_child()?;
     let cap = (MAX_CHUNK_OBJECT_BYTES * 3)
         .saturating_add(MAX_MANIFEST_BYTES)
@@ -401,10 +402,10 @@ pub fn child_publish(store_dir: &Path, handoff: &Path) -> Result<CommitSummary, 
         .read_file(handoff, cap)
         .map_err(|e| StoreError::io(handoff, e))?;
     if bytes.len() as u64 > cap {
-        return Err(StoreError::TooLarge {
+        return Err(LabError::Store(StoreError::TooLarge {
             path: handoff.to_owned(),
             cap,
-        });
+        }));
     }
     let (state, topology) = decode_handoff(handoff, &bytes)?;
     let stdout = std::io::stdout();
@@ -435,10 +436,10 @@ pub fn child_publish(store_dir: &Path, handoff: &Path) -> Result<CommitSummary, 
         WriterFaults::default(),
     )?;
     let line = serde_json::to_string(&ChildMessage::Done(summary.clone()))
-        .map_err(|e| StoreError::ChildProtocol(e.to_string()))?;
+        .map_err(|e| LabError::ChildProtocol(e.to_string()))?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")
         .and_then(|()| out.flush())
-        .map_err(|e| StoreError::ChildProtocol(e.to_string()))?;
+        .map_err(|e| LabError::ChildProtocol(e.to_string()))?;
     Ok(summary)
 }

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-use anyhow::Context;
 use serde::Serialize;
 
 use crate::core::digest::Digest;
@@ -13,6 +12,7 @@ use crate::core::topology::Topology;
 
 use crate::durable::fs::RealFs;
 use crate::lab::corruption::{copy_tree, list_files, Damage, FileOffset};
+use crate::lab::error::LabError;
 use crate::lab::harness::{kill_publisher_at_occurrence, recover_in_child, KillReport};
 use crate::lab::powerloss::{
     tree_digest, CrashState, EnumerationLimits, MarkingHooks, Recording, RecordingFs,
@@ -285,7 +285,7 @@ pub fn power_loss_scenario(
     limits: EnumerationLimits,
     max_states: usize,
     threads: usize,
-) -> anyhow::Result<ScenarioOutcome> {
+) -> Result<ScenarioOutcome, LabError> {
     let work = scratch_dir()?;
     let root = work.path().join("store");
     std::fs::create_dir(&root)?;
@@ -316,7 +316,7 @@ pub fn power_loss_scenario(
 fn seed_from_base(
     base: &Path,
     root: &Path,
-) -> anyhow::Result<(Option<GenerationExpectation>, BTreeMap<u64, Digest>)> {
+) -> Result<(Option<GenerationExpectation>, BTreeMap<u64, Digest>), LabError> {
     copy_tree(base, root)?;
     let report = crate::store::recover(root)?;
     let mut roots = BTreeMap::new();
@@ -337,7 +337,7 @@ fn record_action(
     root: &Path,
     action: &Action,
     faults: WriterFaults,
-) -> anyhow::Result<(GenerationExpectation, Recording)> {
+) -> Result<(GenerationExpectation, Recording), LabError> {
     let fs = RecordingFs::new(root)?;
     let summary = {
         let mut hooks = MarkingHooks(&fs);
@@ -406,7 +406,7 @@ pub fn matrix_states(seed: u64) -> (LogicalState, LogicalState) {
     )
 }
 
-fn topology(workers: u32) -> anyhow::Result<Topology> {
+fn topology(workers: u32) -> Result<Topology, LabError> {
     Ok(Topology::new(workers)?)
 }
 
@@ -418,7 +418,7 @@ pub fn process_kill_case(
     state: &LogicalState,
     barrier: Barrier,
     occurrence: u32,
-) -> anyhow::Result<Vec<String>> {
+) -> Result<Vec<String>, LabError> {
     let work = scratch_dir()?;
     let root = work.path().join("store");
     let (previous, mut roots) = match base {
@@ -431,7 +431,7 @@ pub fn process_kill_case(
     roots.insert(previous.map_or(0, |p| p + 1), state.logical_state_root());
     let context = format!("kill at {barrier}#{occurrence}");
     let report = kill_publisher_at_occurrence(exe, &root, state, topology(4)?, barrier, occurrence)
-        .with_context(|| context.clone())?;
+        .map_err(LabError::during(context.clone()))?;
     let mut violations = kill_transcript_violations(&report, barrier, occurrence, &context);
     if !root.exists() {
         // Killed before the layout existed: nothing to recover.
@@ -450,7 +450,7 @@ pub fn process_kill_case(
 
 /// Copies `base` into `root`: the generation recovery selects there and the logical state
 /// root of every valid generation.
-fn kill_base(base: &Path, root: &Path) -> anyhow::Result<(Option<u64>, BTreeMap<u64, Digest>)> {
+fn kill_base(base: &Path, root: &Path) -> Result<(Option<u64>, BTreeMap<u64, Digest>), LabError> {
     copy_tree(base, root)?;
     let report = crate::store::recover(root)?;
     let mut roots = BTreeMap::new();
@@ -506,10 +506,10 @@ fn child_recovery_violations(
     roots: &BTreeMap<u64, Digest>,
     expected: Option<u64>,
     context: &str,
-) -> anyhow::Result<Vec<String>> {
+) -> Result<Vec<String>, LabError> {
     let mut violations = Vec::new();
     let before = tree_digest(root)?;
-    let first = recover_in_child(exe, root).with_context(|| context.to_owned())?;
+    let first = recover_in_child(exe, root).map_err(LabError::during(context))?;
     if tree_digest(root)? != before {
         violations.push(format!("{context}: recovery modified the store"));
     }
@@ -535,7 +535,7 @@ fn child_recovery_violations(
 
 /// The healthy store the corruption cases damage: generation 0 = A on 4 workers,
 /// 1 = B on 4 workers, 2 = B resharded to 3 workers; LATEST names 2.
-pub fn build_corruption_base(root: &Path, seed: u64) -> anyhow::Result<()> {
+pub fn build_corruption_base(root: &Path, seed: u64) -> Result<(), LabError> {
     let (a, b) = matrix_states(seed);
     publish_with(
         &RealFs,
@@ -558,7 +558,7 @@ pub fn build_corruption_base(root: &Path, seed: u64) -> anyhow::Result<()> {
 }
 
 /// Every corruption case for a healthy store.
-pub fn corruption_cases(base: &Path) -> anyhow::Result<Vec<Damage>> {
+pub fn corruption_cases(base: &Path) -> Result<Vec<Damage>, LabError> {
     let mut cases = per_file_damage(&list_files(base)?);
     let g2 = generation_expectation(base, 2)?;
     let g1 = generation_expectation(base, 1)?;
@@ -621,7 +621,7 @@ fn misdirected_writes(
 }
 
 /// LATEST rewritten: stale (generation 0), ahead (generation 7), and not a record.
-fn latest_rewrites(g0: &GenerationExpectation) -> anyhow::Result<[Damage; 3]> {
+fn latest_rewrites(g0: &GenerationExpectation) -> Result<[Damage; 3], LabError> {
     let latest = |generation: u64, commit: Digest| {
         crate::store::codec::encode(&crate::store::codec::LatestRecord {
             schema: crate::store::codec::LATEST_SCHEMA.into(),
@@ -670,7 +670,7 @@ pub fn corruption_case(
     base: &Path,
     damage: &Damage,
     expectations: &[GenerationExpectation],
-) -> anyhow::Result<Vec<String>> {
+) -> Result<Vec<String>, LabError> {
     let work = scratch_dir()?;
     let root = work.path().join("store");
     std::fs::create_dir(&root)?;
@@ -717,7 +717,7 @@ pub fn corruption_case(
 }
 
 /// Runs everything and returns the summary (violations listed, not raised).
-pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> anyhow::Result<MatrixSummary> {
+pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> Result<MatrixSummary, LabError> {
     let started = std::time::Instant::now();
     let (a, b) = matrix_states(config.seed);
     let work = scratch_dir()?;
@@ -766,8 +766,13 @@ fn process_kill_phase(
     base: &Path,
     a: &LogicalState,
     b: &LogicalState,
-) -> anyhow::Result<PhaseTally> {
-    let objects_per_state = u32::try_from(b.chunks.len() * 3)?;
+) -> Result<PhaseTally, LabError> {
+    let objects_per_state = u32::try_from(b.chunks.len() * 3).map_err(|_| {
+        LabError::Model(format!(
+            "{} chunks do not fit the barrier count",
+            b.chunks.len()
+        ))
+    })?;
     let mut kills: Vec<(Option<&Path>, Barrier, u32)> = Barrier::ALL
         .iter()
         .map(|&barrier| (Some(base), barrier, 1))
@@ -801,7 +806,7 @@ fn power_loss_phase(
     a: &LogicalState,
     b: &LogicalState,
     config: &MatrixConfig,
-) -> anyhow::Result<PhaseTally> {
+) -> Result<PhaseTally, LabError> {
     let limits = EnumerationLimits {
         seed: config.seed,
         ..EnumerationLimits::default()
@@ -866,7 +871,7 @@ fn power_loss_phase(
 }
 
 /// Corruption: every case applied to a copy of a healthy three-generation store.
-fn corruption_phase(corrupt_base: &Path, config: &MatrixConfig) -> anyhow::Result<PhaseTally> {
+fn corruption_phase(corrupt_base: &Path, config: &MatrixConfig) -> Result<PhaseTally, LabError> {
     build_corruption_base(corrupt_base, config.seed)?;
     let expectations = (0..3)
         .map(|g| generation_expectation(corrupt_base, g))

@@ -2,11 +2,13 @@
 //! that test the store. The lab depends on the store; the store never depends on the lab.
 pub mod bench;
 pub mod corruption;
+pub mod error;
 pub mod handoff;
 pub mod harness;
 pub mod matrix;
 pub mod powerloss;
 
+pub use error::LabError;
 pub use harness::{
     kill_publisher_at, kill_publisher_at_occurrence, publish_in_child, recover_in_child, KillReport,
 };

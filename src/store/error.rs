@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalStateError;
 use crate::core::topology::TopologyError;
-use crate::supervise::process::ProcessError;
 
 /// Why a store operation failed. Each variant names the file it concerns where there is one.
 #[derive(Debug, thiserror::Error)]
@@ -102,17 +101,6 @@ pub enum StoreError {
     },
     #[error("{}: not a valid state handoff file: {reason}", path.display())]
     BadHandoff { path: PathBuf, reason: String },
-    #[error("child protocol violation: {0}")]
-    ChildProtocol(String),
-    #[error("child process failed: {0}")]
-    ChildFailed(String),
-    #[error(transparent)]
-    Process(#[from] ProcessError),
-    #[error("the publisher finished without reaching barrier {barrier} (occurrence {occurrence})")]
-    TargetNotReached {
-        barrier: &'static str,
-        occurrence: u32,
-    },
     #[error("cannot encode a {schema} record: {message}")]
     Encode {
         schema: &'static str,
@@ -148,10 +136,6 @@ impl StoreError {
             StoreError::GenerationOverflow => "generation-overflow",
             StoreError::Stopped { .. } => "stopped",
             StoreError::BadHandoff { .. } => "bad-handoff",
-            StoreError::ChildProtocol(_) => "child-protocol",
-            StoreError::ChildFailed(_) => "child-failed",
-            StoreError::Process(_) => "process",
-            StoreError::TargetNotReached { .. } => "target-not-reached",
             StoreError::Encode { .. } => "encode",
         }
     }

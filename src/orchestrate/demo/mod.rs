@@ -82,6 +82,11 @@ pub enum DemoError {
         context: &'static str,
         source: StoreError,
     },
+    #[error("{context}: {source}")]
+    Lab {
+        context: &'static str,
+        source: crate::lab::LabError,
+    },
     #[error("evaluation: {0}")]
     Evaluation(#[from] crate::engine::EngineError),
     #[error(transparent)]
@@ -92,6 +97,10 @@ pub enum DemoError {
 
 fn store_error(context: &'static str) -> impl FnOnce(StoreError) -> DemoError {
     move |source| DemoError::Store { context, source }
+}
+
+fn lab_error(context: &'static str) -> impl FnOnce(crate::lab::LabError) -> DemoError {
+    move |source| DemoError::Lab { context, source }
 }
 
 fn invariant(condition: bool, message: impl FnOnce() -> String) -> Result<(), DemoError> {
@@ -216,7 +225,7 @@ impl Run<'_> {
             state,
             topology(workers)?,
         )
-        .map_err(store_error("publishing a checkpoint"))?;
+        .map_err(lab_error("publishing a checkpoint"))?;
         invariant(
             summary.logical_state_root == state.logical_state_root(),
             || "the publisher committed another state than it was given".into(),
@@ -370,7 +379,7 @@ fn crash_phase(run: &mut Run, stores: &Stores) -> Result<Crash, DemoError> {
         w4,
         barrier,
     )
-    .map_err(store_error("killing the publisher"))?;
+    .map_err(lab_error("killing the publisher"))?;
     invariant(kill.signal == Some(9) && kill.reaped, || {
         format!("the publisher ended with {}", kill.exit.outcome)
     })?;
@@ -399,7 +408,7 @@ struct Recovery {
 
 fn recovery_phase(run: &Run, stores: &Stores, crash: &Crash) -> Result<Recovery, DemoError> {
     let report = crate::lab::recover_in_child(&run.options.shardlift_exe, &stores.crash)
-        .map_err(store_error("recovering in a child"))?;
+        .map_err(lab_error("recovering in a child"))?;
     let selected = report
         .selected
         .clone()
@@ -472,7 +481,7 @@ fn reshard_phase(
     let (resharded_w3, _) = run.session("resharded", 3, resharded_state, 1)?;
     let final_commit = run.publish(&stores.crash, &resharded_w3, 3)?;
     let final_recovery = crate::lab::recover_in_child(&run.options.shardlift_exe, &stores.crash)
-        .map_err(store_error("recovering the final checkpoint"))?;
+        .map_err(lab_error("recovering the final checkpoint"))?;
     invariant(
         final_recovery.selected.as_ref().map(|s| s.generation) == Some(final_commit.generation),
         || "a fresh recovery does not select the final checkpoint".into(),

@@ -24,6 +24,8 @@ use crate::orchestrate::invariants::registry::ScenarioSpec;
 pub enum ScenarioError {
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    #[error("crash lab: {0}")]
+    Lab(#[from] crate::lab::LabError),
     #[error("training: {0}")]
     Engine(#[from] crate::engine::EngineError),
     #[error("session: {0}")]
@@ -44,6 +46,7 @@ impl ScenarioError {
     pub fn kind(&self) -> &'static str {
         match self {
             ScenarioError::Store(e) => e.kind(),
+            ScenarioError::Lab(e) => e.kind(),
             ScenarioError::Engine(_) => "engine",
             ScenarioError::Session(_) => "session",
             ScenarioError::Topology(_) => "topology",
