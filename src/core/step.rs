@@ -36,8 +36,18 @@ pub enum StepError {
     },
     #[error("sample id {0} is outside the split")]
     SampleOutOfRange(u32),
+    #[error("parameter vector holds {0} values, expected {PARAMETER_COUNT}")]
+    ParameterLength(usize),
     #[error("gradient engine: {0}")]
     Engine(String),
+}
+
+/// Refuses a flat parameter vector of the wrong length (every engine's first check).
+pub fn check_parameter_count(flat_parameters: &[f32]) -> Result<(), StepError> {
+    if flat_parameters.len() != PARAMETER_COUNT {
+        return Err(StepError::ParameterLength(flat_parameters.len()));
+    }
+    Ok(())
 }
 
 /// Computes the gradient of one logical micro-batch. Implementations must be pure: the

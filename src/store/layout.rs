@@ -105,6 +105,26 @@ pub fn check_manifest(path: &Path, manifest: &ManifestRecord) -> Result<Topology
     Ok(topology)
 }
 
+/// One chunk payload of exactly `expected` bytes from `fetch`, or `ChunkSize`.
+fn fetch_payload(
+    path: &Path,
+    chunk_id: u32,
+    digest: Digest,
+    expected: u64,
+    fetch: &mut dyn FnMut(Digest, u64) -> Result<Vec<u8>, StoreError>,
+) -> Result<Vec<u8>, StoreError> {
+    let bytes = fetch(digest, expected)?;
+    if bytes.len() as u64 != expected {
+        return Err(StoreError::ChunkSize {
+            path: path.to_owned(),
+            id: chunk_id,
+            expected,
+            found: bytes.len() as u64,
+        });
+    }
+    Ok(bytes)
+}
+
 /// Rebuilds the state a (checked) manifest describes. `fetch(digest, expected_len)` must
 /// return bytes whose SHA-256 is `digest` (or an error naming the file). The rebuilt state
 /// is validated and its root must equal the manifest's.
@@ -123,15 +143,7 @@ pub fn assemble_state(
         })?;
         let mut slots = Vec::with_capacity(3);
         for (_, digest) in entry.digests() {
-            let bytes = fetch(digest, expected)?;
-            if bytes.len() as u64 != expected {
-                return Err(StoreError::ChunkSize {
-                    path: path.to_owned(),
-                    id: entry.id,
-                    expected,
-                    found: bytes.len() as u64,
-                });
-            }
+            let bytes = fetch_payload(path, entry.id, digest, expected, fetch)?;
             let values = f32_from_le_bytes(&bytes).map_err(|_| StoreError::ChunkSize {
                 path: path.to_owned(),
                 id: entry.id,
@@ -211,19 +223,11 @@ pub fn verify_payloads(
     for entry in &manifest.chunks {
         let expected = u64::from(entry.elements).saturating_mul(4);
         let [(_, p), (_, m), (_, v)] = entry.digests();
-        let mut slot = |digest| -> Result<Vec<u8>, StoreError> {
-            let bytes = fetch(digest, expected)?;
-            if bytes.len() as u64 != expected {
-                return Err(StoreError::ChunkSize {
-                    path: path.to_owned(),
-                    id: entry.id,
-                    expected,
-                    found: bytes.len() as u64,
-                });
-            }
-            Ok(bytes)
-        };
-        payloads.push([slot(p)?, slot(m)?, slot(v)?]);
+        payloads.push([
+            fetch_payload(path, entry.id, p, expected, fetch)?,
+            fetch_payload(path, entry.id, m, expected, fetch)?,
+            fetch_payload(path, entry.id, v, expected, fetch)?,
+        ]);
     }
     let hyper = manifest.hyperparameters.to_hyperparameters();
     let actual = crate::core::logical::logical_state_root_of_payloads(

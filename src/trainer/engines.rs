@@ -4,8 +4,9 @@
 //! deterministic scalar FP32 arithmetic over the same micro-batch bytes, so the
 //! coordinator, the protocol and topology independence are tested without libtorch. Its
 //! numbers are not a model's gradient and never enter evidence.
-use crate::core::logical::PARAMETER_COUNT;
-use crate::core::step::{GradientEngine, MicroBatch, MicroBatchGradient, StepError};
+use crate::core::step::{
+    check_parameter_count, GradientEngine, MicroBatch, MicroBatchGradient, StepError,
+};
 
 /// A gradient engine, by name (the worker's `--engine` value).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,12 +68,7 @@ impl GradientEngine for FakeEngine {
         batch: &MicroBatch,
         global_batch_size: u64,
     ) -> Result<MicroBatchGradient, StepError> {
-        if flat_parameters.len() != PARAMETER_COUNT {
-            return Err(StepError::Engine(format!(
-                "parameter vector holds {} values, expected {PARAMETER_COUNT}",
-                flat_parameters.len()
-            )));
-        }
+        check_parameter_count(flat_parameters)?;
         let pixel_sum: f32 = batch.pixels.iter().map(|&p| f32::from(p)).sum();
         let label_sum: f32 = batch.labels.iter().map(|&l| f32::from(l)).sum();
         let signal = pixel_sum / 255.0 + label_sum;
