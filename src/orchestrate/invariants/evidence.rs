@@ -400,6 +400,8 @@ pub enum EvidenceError {
     Exists(String),
     #[error("{file}: {source}")]
     Durable { file: String, source: DurableError },
+    #[error("junit.xml: cannot serialise the report: {0}")]
+    Junit(String),
 }
 
 fn inconsistent(file: &str, reason: impl Into<String>) -> EvidenceError {
@@ -424,53 +426,23 @@ fn encode_record<R: CanonicalRecord>(file: &str, record: &R) -> Result<Vec<u8>, 
     })
 }
 
-fn xml_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The JUnit report: one test case per scenario, generated from the results only.
-pub fn junit_xml(results: &[ScenarioResult]) -> String {
-    let failures = results
-        .iter()
-        .filter(|r| r.verdict == Verdict::Fail)
-        .count();
-    let skipped = results
-        .iter()
-        .filter(|r| r.verdict == Verdict::Skipped)
-        .count();
-    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    xml.push_str(&format!(
-        "<testsuites name=\"shardlift.invariants\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">\n",
-        results.len()
-    ));
-    xml.push_str(&format!(
-        "  <testsuite name=\"shardlift.invariants\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">\n",
-        results.len()
-    ));
+/// The JUnit report: one test case per scenario, generated from the results only and
+/// serialised by `quick-junit` (escaping included), so it is a function of the results.
+pub fn junit_xml(results: &[ScenarioResult]) -> Result<String, EvidenceError> {
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let mut suite = TestSuite::new("shardlift.invariants");
     for result in results {
-        let name = xml_escape(&format!("{:02}-{}", result.ordinal, result.scenario));
-        match result.verdict {
-            Verdict::Pass => xml.push_str(&format!(
-                "    <testcase classname=\"shardlift.invariants\" name=\"{name}\"/>\n"
-            )),
-            Verdict::Skipped => xml.push_str(&format!(
-                "    <testcase classname=\"shardlift.invariants\" name=\"{name}\">\n      <skipped/>\n    </testcase>\n"
-            )),
+        let name = format!("{:02}-{}", result.ordinal, result.scenario);
+        let status = match result.verdict {
+            Verdict::Pass => TestCaseStatus::success(),
+            Verdict::Skipped => TestCaseStatus::skipped(),
             Verdict::Fail => {
                 let mut message = Vec::new();
                 if !result.failed_checks.is_empty() {
-                    message.push(format!("failed checks: {}", result.failed_checks.join(", ")));
+                    message.push(format!(
+                        "failed checks: {}",
+                        result.failed_checks.join(", ")
+                    ));
                 }
                 if !result.missing_checks.is_empty() {
                     message.push(format!(
@@ -478,15 +450,20 @@ pub fn junit_xml(results: &[ScenarioResult]) -> String {
                         result.missing_checks.join(", ")
                     ));
                 }
-                xml.push_str(&format!(
-                    "    <testcase classname=\"shardlift.invariants\" name=\"{name}\">\n      <failure message=\"{}\"/>\n    </testcase>\n",
-                    xml_escape(&message.join("; "))
-                ));
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                status.set_message(message.join("; "));
+                status
             }
-        }
+        };
+        let mut case = TestCase::new(name, status);
+        case.set_classname("shardlift.invariants");
+        suite.add_test_case(case);
     }
-    xml.push_str("  </testsuite>\n</testsuites>\n");
-    xml
+    let mut report = Report::new("shardlift.invariants");
+    report.add_test_suite(suite);
+    report
+        .to_string()
+        .map_err(|error| EvidenceError::Junit(error.to_string()))
 }
 
 /// Counts and status of a set of results.
@@ -550,7 +527,7 @@ pub fn write_artifact(
     ));
     files.push((
         JUNIT_FILE.to_owned(),
-        junit_xml(&scenarios.results).into_bytes(),
+        junit_xml(&scenarios.results)?.into_bytes(),
     ));
     files.sort_by(|a, b| a.0.cmp(&b.0));
     let manifest_bytes = encode_record(MANIFEST_FILE, &manifest_of(&files))?;
@@ -910,7 +887,7 @@ fn check_totals(
             "counts or status do not follow from the results",
         ));
     }
-    if contents.get(JUNIT_FILE)? != junit_xml(results).as_bytes() {
+    if contents.get(JUNIT_FILE)? != junit_xml(results)?.as_bytes() {
         return Err(inconsistent(
             JUNIT_FILE,
             "does not match the report generated from the results",
@@ -934,4 +911,46 @@ fn check_no_extra_files(listed: &BTreeSet<String>) -> Result<(), EvidenceError> 
         return Err(inconsistent(extra, "is not part of this schema's artifact"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(ordinal: u32, verdict: Verdict, failed: &[&str]) -> ScenarioResult {
+        ScenarioResult {
+            schema: RESULT_SCHEMA.to_owned(),
+            version: EVIDENCE_VERSION,
+            ordinal,
+            scenario: format!("scenario-{ordinal}"),
+            observation_sha256: Digest([0; 32]),
+            verdict,
+            checks_total: 2,
+            failed_checks: failed.iter().map(|s| s.to_string()).collect(),
+            missing_checks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn junit_counts_and_escapes_follow_the_results() {
+        let results = [
+            result(1, Verdict::Pass, &[]),
+            result(2, Verdict::Fail, &["a<b&\"c\""]),
+            result(3, Verdict::Skipped, &[]),
+        ];
+        let xml = junit_xml(&results).expect("serialise");
+        assert!(xml.contains("tests=\"3\""), "{xml}");
+        assert!(xml.contains("failures=\"1\""), "{xml}");
+        assert!(xml.contains("02-scenario-2"), "{xml}");
+        assert!(xml.contains("a&lt;b&amp;"), "{xml}");
+        assert!(!xml.contains("a<b"), "{xml}");
+        assert!(xml.contains("<skipped"), "{xml}");
+        // A different verdict is a different report: the verifier's byte comparison sees it.
+        let forged = [
+            result(1, Verdict::Pass, &[]),
+            result(2, Verdict::Pass, &[]),
+            result(3, Verdict::Skipped, &[]),
+        ];
+        assert_ne!(junit_xml(&forged).expect("serialise"), xml);
+    }
 }
