@@ -49,7 +49,7 @@ impl Barrier {
     ];
 
     /// The kebab-case name used in the RFC, events and the CLI.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Barrier::ObjectAfterWrite => "object-after-write",
             Barrier::ObjectAfterFileFsync => "object-after-file-fsync",
@@ -107,6 +107,10 @@ impl<'de> Deserialize<'de> for Barrier {
             .ok_or_else(|| serde::de::Error::custom(format!("unknown barrier {text:?}")))
     }
 }
+
+/// The two barriers the killer demo and every release run, in this order: killed just
+/// before the commit record is renamed into `commits/`, and just after.
+pub const DEMO_BARRIERS: [Barrier; 2] = [Barrier::CommitAfterFileFsync, Barrier::CommitAfterRename];
 
 #[cfg(test)]
 mod tests {

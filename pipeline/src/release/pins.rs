@@ -6,10 +6,8 @@
 //! ones `ci/libtorch.lock` holds, and `release-evidence` refuses a checkout whose
 //! `ci/libtorch.lock` (read from the HEAD tree) names other hashes.
 
-/// tch crate version the runtime is built with (Cargo.toml pins `=0.26.0`).
-pub const TCH_VERSION: &str = "0.26.0";
-/// libtorch version tch 0.26.0 requires.
-pub const LIBTORCH_VERSION: &str = "2.13.0";
+use shardlift::core::barrier::DEMO_BARRIERS;
+pub use shardlift::core::pins::{LIBTORCH_VERSION, TCH_VERSION};
 
 /// One hash-locked wheel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,7 +74,7 @@ pub fn rule_selects(rule: &[String], path: &str) -> bool {
 }
 
 /// The two barriers every release runs, in order.
-pub const BARRIERS: [&str; 2] = ["commit-after-file-fsync", "commit-after-rename"];
+pub const BARRIERS: [&str; 2] = [DEMO_BARRIERS[0].name(), DEMO_BARRIERS[1].name()];
 
 /// The SSHSIG namespace of release-evidence signatures (never shared with other uses).
 pub const SIGNATURE_NAMESPACE: &str = "shardlift-release-evidence-v1";

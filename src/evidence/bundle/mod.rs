@@ -566,7 +566,8 @@ fn check_audit_summary(
 
 /// The status follows from the outcome table and the derived comparisons.
 fn check_status(audit: &AuditRecord, derived: &Comparisons) -> Result<(), BundleError> {
-    let matches_table = records::expected_outcome(&audit.barrier)
+    let matches_table = crate::core::barrier::Barrier::from_name(&audit.barrier)
+        .and_then(records::expected_outcome)
         == Some((
             audit.candidate_installed,
             audit.selected_generation,

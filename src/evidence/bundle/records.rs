@@ -6,6 +6,7 @@
 //! only wall-clock figure (`context.wall_time_ms`) is context, never compared.
 use serde::{Deserialize, Serialize};
 
+use crate::core::barrier::Barrier;
 use crate::core::canonical::CanonicalRecord;
 use crate::core::digest::Digest;
 
@@ -287,10 +288,10 @@ impl RunOutcome {
 
 /// The expected row of the outcome table for a barrier: (candidate installed, selected
 /// generation, selected step, replayed batches, final generation, final step).
-pub fn expected_outcome(barrier: &str) -> Option<(bool, u64, u64, u64, u64, u64)> {
+pub fn expected_outcome(barrier: Barrier) -> Option<(bool, u64, u64, u64, u64, u64)> {
     match barrier {
-        "commit-after-file-fsync" => Some((false, 0, 1, 1, 2, 2)),
-        "commit-after-rename" => Some((true, 1, 2, 0, 3, 3)),
+        Barrier::CommitAfterFileFsync => Some((false, 0, 1, 1, 2, 2)),
+        Barrier::CommitAfterRename => Some((true, 1, 2, 0, 3, 3)),
         _ => None,
     }
 }

@@ -40,8 +40,7 @@ use crate::store::{self, Barrier, RecoveryReport, SelectedGeneration, StoreError
 use crate::supervise::process::{ExitOutcome, ExitRecord, Role};
 use crate::trainer::{CoordinatorSession, SessionOptions};
 
-/// The two barriers the demo is defined for.
-pub const DEMO_BARRIERS: [Barrier; 2] = [Barrier::CommitAfterFileFsync, Barrier::CommitAfterRename];
+pub use crate::core::barrier::DEMO_BARRIERS;
 
 /// Everything one run needs.
 #[derive(Clone, Debug)]
@@ -594,7 +593,7 @@ impl Phases {
         );
         let comparisons = self.comparisons();
         RunStatus::from_passed(
-            expected_outcome(barrier.name()) == Some(observed)
+            expected_outcome(barrier) == Some(observed)
                 && comparisons.logical_state_roots_equal
                 && comparisons.ledger_digests_equal
                 && comparisons.logit_probe_equal,
