@@ -1,5 +1,5 @@
 //! The crash matrix: process kills at every barrier, power-loss states and corruption
-//! cases on a synthetic multi-chunk state, with every DESIGN.md invariant checked.
+//! cases on a synthetic multi-chunk state, with the recovery invariants of RFC 0001 §5 checked.
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
