@@ -206,3 +206,32 @@ fn crash_matrix_passes() {
     assert!(summary["power_loss_states"].as_u64().expect("n") >= 1000);
     assert!(summary["corruption_cases"].as_u64().expect("n") >= 50);
 }
+
+/// The kill section's in-process recovery checks count: a generation whose published root
+/// the checker was told differently (as if recovery loaded other bytes) is reported. The
+/// old matrix passed these checks a throwaway list and reported nothing.
+#[test]
+fn kill_section_recovery_checks_are_counted() {
+    use shardlift::core::digest::Digest;
+    use shardlift::lab::matrix::child_recovery_violations;
+    let (_dir, root) = base();
+    let report = store::recover(&root).expect("recover");
+    let selected = report.selected.expect("a generation").generation;
+    let mut roots = std::collections::BTreeMap::new();
+    let true_root = store::load_generation(&root, selected)
+        .expect("load")
+        .0
+        .logical_state_root();
+    roots.insert(selected, true_root);
+    let clean = child_recovery_violations(EXE.as_ref(), &root, &roots, Some(selected), "clean")
+        .expect("checks run");
+    assert!(clean.is_empty(), "{clean:?}");
+    roots.insert(selected, Digest([7; 32]));
+    let injected =
+        child_recovery_violations(EXE.as_ref(), &root, &roots, Some(selected), "injected")
+            .expect("checks run");
+    assert!(
+        injected.iter().any(|v| v.contains("not the published one")),
+        "{injected:?}"
+    );
+}
