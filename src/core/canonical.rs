@@ -14,6 +14,18 @@ pub trait CanonicalRecord: Serialize + DeserializeOwned {
     const CAP: u64;
 }
 
+/// Declares a type a [`CanonicalRecord`]: `canonical_record!(Type, SCHEMA, VERSION, CAP);`.
+#[macro_export]
+macro_rules! canonical_record {
+    ($record:ty, $schema:expr, $version:expr, $cap:expr) => {
+        impl $crate::core::canonical::CanonicalRecord for $record {
+            const SCHEMA: &'static str = $schema;
+            const VERSION: u32 = $version;
+            const CAP: u64 = $cap;
+        }
+    };
+}
+
 /// Why bytes are not a valid canonical record.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CanonicalError {
@@ -109,11 +121,7 @@ mod tests {
         version: u32,
         value: u64,
     }
-    impl CanonicalRecord for Probe {
-        const SCHEMA: &'static str = "test.probe";
-        const VERSION: u32 = 2;
-        const CAP: u64 = 100;
-    }
+    crate::canonical_record!(Probe, "test.probe", 2, 100);
 
     #[test]
     fn each_check_has_its_own_error() {

@@ -211,21 +211,24 @@ pub struct LatestRecord {
     pub commit: Digest,
 }
 
-impl CanonicalRecord for ManifestRecord {
-    const SCHEMA: &'static str = MANIFEST_SCHEMA;
-    const VERSION: u32 = SCHEMA_VERSION;
-    const CAP: u64 = MAX_MANIFEST_BYTES;
-}
-impl CanonicalRecord for CommitRecord {
-    const SCHEMA: &'static str = COMMIT_SCHEMA;
-    const VERSION: u32 = SCHEMA_VERSION;
-    const CAP: u64 = MAX_COMMIT_BYTES;
-}
-impl CanonicalRecord for LatestRecord {
-    const SCHEMA: &'static str = LATEST_SCHEMA;
-    const VERSION: u32 = SCHEMA_VERSION;
-    const CAP: u64 = MAX_LATEST_BYTES;
-}
+crate::canonical_record!(
+    ManifestRecord,
+    MANIFEST_SCHEMA,
+    SCHEMA_VERSION,
+    MAX_MANIFEST_BYTES
+);
+crate::canonical_record!(
+    CommitRecord,
+    COMMIT_SCHEMA,
+    SCHEMA_VERSION,
+    MAX_COMMIT_BYTES
+);
+crate::canonical_record!(
+    LatestRecord,
+    LATEST_SCHEMA,
+    SCHEMA_VERSION,
+    MAX_LATEST_BYTES
+);
 
 /// Canonical (RFC 8785) bytes of a record.
 pub fn encode<R: CanonicalRecord>(record: &R) -> Result<Vec<u8>, StoreError> {

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use shardlift::core::canonical::{self, CanonicalError, CanonicalRecord};
+use shardlift::core::canonical::{self, CanonicalError};
 use shardlift::core::digest::{Digest, FramedHasher};
 
 use crate::intoto::ResourceDescriptor;
@@ -41,11 +41,7 @@ pub struct Receipt {
     pub shardlift: Extension,
 }
 
-impl CanonicalRecord for Receipt {
-    const SCHEMA: &'static str = SCHEMA;
-    const VERSION: u32 = VERSION;
-    const CAP: u64 = 64 << 20;
-}
+shardlift::canonical_record!(Receipt, SCHEMA, VERSION, 64 << 20);
 
 /// The in-toto test-result predicate (v0.1).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,5 @@
 //! `summary.json`: a path-free summary of both runs, closed schema, canonical JSON.
 use serde::{Deserialize, Serialize};
-use shardlift::core::canonical::CanonicalRecord;
 use shardlift::core::digest::Digest;
 use shardlift::evidence::bundle::{BundleSummary, CheckpointEntry};
 
@@ -17,11 +16,7 @@ pub struct ReleaseSummary {
     pub nonclaims: Vec<String>,
 }
 
-impl CanonicalRecord for ReleaseSummary {
-    const SCHEMA: &'static str = SUMMARY_SCHEMA;
-    const VERSION: u32 = SUMMARY_VERSION;
-    const CAP: u64 = 1 << 20;
-}
+shardlift::canonical_record!(ReleaseSummary, SUMMARY_SCHEMA, SUMMARY_VERSION, 1 << 20);
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -7,7 +7,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::core::barrier::Barrier;
-use crate::core::canonical::CanonicalRecord;
 use crate::core::digest::Digest;
 
 pub const REFERENCE_EVALUATION: &str = "reference-evaluation.json";
@@ -64,11 +63,7 @@ pub struct EvaluationRecord {
     pub logit_probe_sha256: Digest,
 }
 
-impl CanonicalRecord for EvaluationRecord {
-    const SCHEMA: &'static str = EVALUATION_SCHEMA;
-    const VERSION: u32 = BUNDLE_VERSION;
-    const CAP: u64 = 1 << 20;
-}
+crate::canonical_record!(EvaluationRecord, EVALUATION_SCHEMA, BUNDLE_VERSION, 1 << 20);
 
 /// A coordinator session of the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,11 +183,12 @@ pub struct RecoveryEvidenceRecord {
     pub recovered_evaluation_sha256: Digest,
 }
 
-impl CanonicalRecord for RecoveryEvidenceRecord {
-    const SCHEMA: &'static str = RECOVERY_EVIDENCE_SCHEMA;
-    const VERSION: u32 = BUNDLE_VERSION;
-    const CAP: u64 = 1 << 20;
-}
+crate::canonical_record!(
+    RecoveryEvidenceRecord,
+    RECOVERY_EVIDENCE_SCHEMA,
+    BUNDLE_VERSION,
+    1 << 20
+);
 
 /// A bound file of the bundle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -247,11 +243,7 @@ pub struct AuditRecord {
     pub self_sha256: Digest,
 }
 
-impl CanonicalRecord for AuditRecord {
-    const SCHEMA: &'static str = AUDIT_SCHEMA;
-    const VERSION: u32 = BUNDLE_VERSION;
-    const CAP: u64 = 1 << 20;
-}
+crate::canonical_record!(AuditRecord, AUDIT_SCHEMA, BUNDLE_VERSION, 1 << 20);
 
 /// What a run showed, stated the same way by every report of it (killer-demo's stdout
 /// record and verify-bundle's summary): read from the audit, its one source.

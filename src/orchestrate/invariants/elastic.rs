@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::canonical::{self, CanonicalRecord};
+use crate::core::canonical;
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
 use crate::durable::{self, DurableError, WriteOptions};
@@ -55,11 +55,7 @@ pub struct MarkerRecord {
     pub exit_code: i32,
 }
 
-impl CanonicalRecord for MarkerRecord {
-    const SCHEMA: &'static str = MARKER_SCHEMA;
-    const VERSION: u32 = 1;
-    const CAP: u64 = 4096;
-}
+crate::canonical_record!(MarkerRecord, MARKER_SCHEMA, 1, 4096);
 
 /// A worker's report for one attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,11 +79,7 @@ pub struct WorkerReport {
     pub publish_attempted: bool,
 }
 
-impl CanonicalRecord for WorkerReport {
-    const SCHEMA: &'static str = REPORT_SCHEMA;
-    const VERSION: u32 = 1;
-    const CAP: u64 = 16 << 10;
-}
+crate::canonical_record!(WorkerReport, REPORT_SCHEMA, 1, 16 << 10);
 
 fn report_file(rank: u32, restart_count: u32) -> String {
     format!("rank{rank}-attempt{restart_count}.json")

@@ -81,11 +81,12 @@ pub struct Observation {
     pub not_independently_observed: Vec<String>,
 }
 
-impl CanonicalRecord for Observation {
-    const SCHEMA: &'static str = OBSERVATION_SCHEMA;
-    const VERSION: u32 = EVIDENCE_VERSION;
-    const CAP: u64 = RECORD_CAP;
-}
+crate::canonical_record!(
+    Observation,
+    OBSERVATION_SCHEMA,
+    EVIDENCE_VERSION,
+    RECORD_CAP
+);
 
 impl Observation {
     /// An empty observation for `spec`.
@@ -167,11 +168,7 @@ pub struct ScenarioResult {
     pub missing_checks: Vec<String>,
 }
 
-impl CanonicalRecord for ScenarioResult {
-    const SCHEMA: &'static str = RESULT_SCHEMA;
-    const VERSION: u32 = EVIDENCE_VERSION;
-    const CAP: u64 = RECORD_CAP;
-}
+crate::canonical_record!(ScenarioResult, RESULT_SCHEMA, EVIDENCE_VERSION, RECORD_CAP);
 
 /// Derives the result: a scenario passes only if it was observed, contains every
 /// registered check, and every check's observed value equals the expected one.
@@ -296,11 +293,7 @@ pub struct Summary {
     pub entries: Vec<SummaryEntry>,
 }
 
-impl CanonicalRecord for Summary {
-    const SCHEMA: &'static str = SUMMARY_SCHEMA;
-    const VERSION: u32 = EVIDENCE_VERSION;
-    const CAP: u64 = RECORD_CAP;
-}
+crate::canonical_record!(Summary, SUMMARY_SCHEMA, EVIDENCE_VERSION, RECORD_CAP);
 
 /// The start-up check of the loaded libtorch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,11 +333,7 @@ pub struct Provenance {
     pub launcher: Option<LauncherProvenance>,
 }
 
-impl CanonicalRecord for Provenance {
-    const SCHEMA: &'static str = PROVENANCE_SCHEMA;
-    const VERSION: u32 = EVIDENCE_VERSION;
-    const CAP: u64 = RECORD_CAP;
-}
+crate::canonical_record!(Provenance, PROVENANCE_SCHEMA, EVIDENCE_VERSION, RECORD_CAP);
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -363,11 +352,7 @@ pub struct Manifest {
     pub files: Vec<ManifestEntry>,
 }
 
-impl CanonicalRecord for Manifest {
-    const SCHEMA: &'static str = MANIFEST_SCHEMA;
-    const VERSION: u32 = EVIDENCE_VERSION;
-    const CAP: u64 = RECORD_CAP;
-}
+crate::canonical_record!(Manifest, MANIFEST_SCHEMA, EVIDENCE_VERSION, RECORD_CAP);
 
 /// Why writing or verifying an artifact failed. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
