@@ -9,6 +9,11 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use serde_json::Value;
+use shardlift::core::canonical;
+use shardlift::core::digest::Digest;
+use shardlift::evidence::bundle::{
+    audit_self_digest, AuditRecord, BoundFile, RecoveryEvidenceRecord, WorkerExitEntry,
+};
 
 struct Runs {
     _root: tempfile::TempDir,
@@ -302,6 +307,89 @@ fn equivalent_but_non_canonical_json_is_rejected() {
         std::fs::write(&path, serde_json::to_vec_pretty(&value).expect("encode")).expect("write");
     });
     assert_eq!(kind, "non-canonical");
+}
+
+/// Edits the decoded evidence and audit, then re-encodes both canonically and recomputes
+/// every binding (the evidence's digest in the audit, the audit's self digest): the
+/// result is internally consistent, so only a check of the claims themselves can refuse it.
+fn forge_consistently(
+    bundle: &Path,
+    edit: impl FnOnce(&mut RecoveryEvidenceRecord, &mut AuditRecord),
+) {
+    let evidence_path = bundle.join("recovery-evidence.json");
+    let audit_path = bundle.join("audit.json");
+    let mut evidence: RecoveryEvidenceRecord =
+        canonical::decode(&std::fs::read(&evidence_path).expect("read")).expect("evidence");
+    let mut audit: AuditRecord =
+        canonical::decode(&std::fs::read(&audit_path).expect("read")).expect("audit");
+    edit(&mut evidence, &mut audit);
+    let evidence_bytes = canonical::encode(&evidence).expect("encode");
+    for file in &mut audit.files {
+        if file.name == "recovery-evidence.json" {
+            *file = BoundFile {
+                name: file.name.clone(),
+                bytes: evidence_bytes.len() as u64,
+                sha256: Digest::of(&evidence_bytes),
+            };
+        }
+    }
+    audit.self_sha256 = audit_self_digest(&audit).expect("self digest");
+    std::fs::write(&evidence_path, evidence_bytes).expect("write");
+    std::fs::write(&audit_path, canonical::encode(&audit).expect("encode")).expect("write");
+}
+
+#[test]
+fn a_consistent_forgery_that_only_rebinds_verifies() {
+    // The forging itself breaks nothing: with no edit, the re-bound bundle verifies.
+    let runs = runs();
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let bundle = scratch.path().join("bundle");
+    copy_bundle(&runs.bundles["commit-after-rename"], &bundle);
+    forge_consistently(&bundle, |_, _| {});
+    assert!(verify(&bundle).status.success());
+}
+
+#[test]
+fn a_consistent_forgery_with_an_unclean_worker_exit_is_inconsistent() {
+    let kind = rejected_kind(|b| {
+        forge_consistently(b, |evidence, _| {
+            evidence.worker_exits[5].outcome = "signal:9".to_owned();
+        })
+    });
+    assert_eq!(kind, "inconsistent");
+}
+
+#[test]
+fn a_consistent_forgery_with_a_missing_worker_exit_is_inconsistent() {
+    let kind = rejected_kind(|b| {
+        forge_consistently(b, |evidence, audit| {
+            evidence.worker_exits.pop();
+            audit.worker_exits -= 1;
+        })
+    });
+    assert_eq!(kind, "inconsistent");
+}
+
+#[test]
+fn a_consistent_forgery_of_the_final_placement_is_inconsistent() {
+    // Final checkpoint and last session both claim 4 workers: no constant says 3, the
+    // recorded session table does.
+    let kind = rejected_kind(|b| {
+        forge_consistently(b, |evidence, audit| {
+            if let Some(last) = evidence.sessions.last_mut() {
+                last.workers = 4;
+            }
+            evidence.worker_exits.push(WorkerExitEntry {
+                session: "resharded".to_owned(),
+                rank: 3,
+                outcome: "code:0".to_owned(),
+            });
+            evidence.final_checkpoint.workers = 4;
+            audit.final_checkpoint.workers = 4;
+            audit.worker_exits += 1;
+        })
+    });
+    assert_eq!(kind, "inconsistent");
 }
 
 fn killer_demo(args: &[&str]) -> Output {

@@ -430,7 +430,60 @@ fn check_claims(
         },
     )?;
     check_audit_summary(evidence, audit)?;
-    check_status(audit, &derived)
+    check_sessions_and_exits(evidence)?;
+    check_status(audit, evidence, &derived)
+}
+
+/// The sessions are the demo's, in order, and every worker of every session was reaped
+/// exactly once with a clean exit: derived from the recorded exits, never assumed.
+fn check_sessions_and_exits(evidence: &RecoveryEvidenceRecord) -> Result<(), BundleError> {
+    let recorded: Vec<(&str, u32)> = evidence
+        .sessions
+        .iter()
+        .map(|s| (s.name.as_str(), s.workers))
+        .collect();
+    require(recorded == records::DEMO_SESSIONS, || {
+        format!(
+            "sessions {recorded:?} are not the demo's {:?}",
+            records::DEMO_SESSIONS
+        )
+    })?;
+    let expected_exits: usize = evidence.sessions.iter().map(|s| s.workers as usize).sum();
+    require(evidence.worker_exits.len() == expected_exits, || {
+        format!(
+            "{} worker exits recorded, the sessions ran {expected_exits} workers",
+            evidence.worker_exits.len()
+        )
+    })?;
+    for session in &evidence.sessions {
+        let mut ranks: Vec<u32> = evidence
+            .worker_exits
+            .iter()
+            .filter(|e| e.session == session.name)
+            .map(|e| e.rank)
+            .collect();
+        ranks.sort_unstable();
+        require(ranks == (0..session.workers).collect::<Vec<_>>(), || {
+            format!(
+                "session {:?} recorded exits of ranks {ranks:?}, not 0..{} once each",
+                session.name, session.workers
+            )
+        })?;
+    }
+    match evidence
+        .worker_exits
+        .iter()
+        .find(|e| e.outcome != records::CLEAN_WORKER_EXIT)
+    {
+        Some(unclean) => Err(BundleError::Inconsistent(format!(
+            "worker rank {} of session {:?} ended with {}, not a clean {}",
+            unclean.rank,
+            unclean.session,
+            unclean.outcome,
+            records::CLEAN_WORKER_EXIT
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// All records name one barrier, and each evaluation has its own role.
@@ -565,7 +618,14 @@ fn check_audit_summary(
 }
 
 /// The status follows from the outcome table and the derived comparisons.
-fn check_status(audit: &AuditRecord, derived: &Comparisons) -> Result<(), BundleError> {
+fn check_status(
+    audit: &AuditRecord,
+    evidence: &RecoveryEvidenceRecord,
+    derived: &Comparisons,
+) -> Result<(), BundleError> {
+    // The final checkpoint was committed by the last session: its placement is that
+    // session's worker count, as recorded.
+    let final_workers = evidence.sessions.last().map(|s| s.workers);
     let matches_table = crate::core::barrier::Barrier::from_name(&audit.barrier)
         .and_then(records::expected_outcome)
         == Some((
@@ -580,7 +640,7 @@ fn check_status(audit: &AuditRecord, derived: &Comparisons) -> Result<(), Bundle
         && derived.logical_state_roots_equal
         && derived.ledger_digests_equal
         && derived.logit_probe_equal
-        && audit.final_checkpoint.workers == 3;
+        && Some(audit.final_checkpoint.workers) == final_workers;
     require(
         RunStatus::from_name(&audit.status) == Some(RunStatus::from_passed(passed)),
         || {

@@ -75,6 +75,20 @@ pub struct SessionEntry {
     pub end_step: u64,
 }
 
+/// The coordinator sessions of a killer-demo run, in order, with their worker counts:
+/// genesis, the uninterrupted reference, the crashed run, the recovered W4 continuation
+/// and the resharded continuation (4 + 4 + 4 + 4 + 3 = 19 worker exits).
+pub const DEMO_SESSIONS: [(&str, u32); 5] = [
+    ("genesis", 4),
+    ("reference", 4),
+    ("crash", 4),
+    ("recovered", 4),
+    ("resharded", 3),
+];
+
+/// The recorded outcome of a worker that ended cleanly.
+pub const CLEAN_WORKER_EXIT: &str = "code:0";
+
 /// One reaped worker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
