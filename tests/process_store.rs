@@ -205,6 +205,50 @@ fn crash_matrix_passes() {
     );
     assert!(summary["power_loss_states"].as_u64().expect("n") >= 1000);
     assert!(summary["corruption_cases"].as_u64().expect("n") >= 50);
+    let mutants = &summary["mutants"];
+    assert!(mutants["total"].as_u64().expect("n") >= 14);
+    assert_eq!(mutants["killed"], mutants["total"]);
+    assert_eq!(mutants["survived"], serde_json::json!([]));
+}
+
+/// Each mutant run alone exits 1 and names the invariant it broke; an unknown name is a
+/// clear error. (The costly mutants run in the slow lane's full crash-matrix.)
+#[test]
+fn single_mutants_exit_one_naming_the_broken_invariant() {
+    let names = run(&["crash-matrix", "--list-mutants"]);
+    assert!(names.status.success());
+    let listed = String::from_utf8_lossy(&names.stdout).lines().count();
+    assert!(listed >= 14, "{listed} mutants");
+    for (mutant, invariant) in [
+        (
+            "commit-written-in-place",
+            "is visible with incomplete bytes",
+        ),
+        (
+            "skip-commits-directory-fsync",
+            "was lost after its commits/ fsync",
+        ),
+        ("latest-before-commit", "LATEST is Ahead"),
+        (
+            "reuse-non-durable-directory",
+            "was lost after its commits/ fsync",
+        ),
+    ] {
+        let out = run(&["crash-matrix", "--mutant", mutant, "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{mutant} survived");
+        let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(outcome["killed"], true);
+        let violations = outcome["violations"].as_array().expect("list");
+        assert!(
+            violations
+                .iter()
+                .any(|v| v.as_str().is_some_and(|s| s.contains(invariant))),
+            "{mutant}: {violations:?}"
+        );
+    }
+    let unknown = run(&["crash-matrix", "--mutant", "no-such-mutant"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("the mutants are"));
 }
 
 /// The kill section's in-process recovery checks count: a generation whose published root

@@ -84,6 +84,13 @@ pub struct CrashMatrixArgs {
     /// Upper bound on power-loss states checked per scenario.
     #[arg(long, default_value_t = 300)]
     pub max_states_per_scenario: usize,
+    /// Print the names of the writer mutants (deliberately broken writers) and exit.
+    #[arg(long, conflicts_with = "mutant")]
+    pub list_mutants: bool,
+    /// Run the power-loss model against one writer mutant only; exits 1 listing the
+    /// violations that kill it (0 would mean the model cannot see that bug).
+    #[arg(long, value_name = "NAME")]
+    pub mutant: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -230,9 +237,22 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
         max_states_per_scenario: args.max_states_per_scenario,
         ..shardlift::lab::matrix::MatrixConfig::default()
     };
+    if args.list_mutants {
+        for mutant in &shardlift::lab::mutants::MUTANTS {
+            println!("{}", mutant.name);
+        }
+        return Ok(());
+    }
+    if let Some(name) = &args.mutant {
+        return run_one_mutant(name, &config, args.json);
+    }
     let summary = shardlift::lab::matrix::run_matrix(&exe, &config)?;
+    let mutants = shardlift::lab::mutants::run_all(&config)?;
     if args.json {
-        print_json(&summary)?;
+        print_json(&CrashMatrixReport {
+            summary: &summary,
+            mutants: &mutants,
+        })?;
     } else {
         println!(
             "{} barriers, {} process kills, {} power-loss states, {} corruption cases, {} violations",
@@ -245,10 +265,70 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
         for v in &summary.violation_list {
             println!("VIOLATION: {v}");
         }
+        println!(
+            "{} of {} writer mutants killed; survived: {:?}",
+            mutants.killed, mutants.total, mutants.survived
+        );
     }
     if summary.violations > 0 {
         anyhow::bail!("{} invariant violations", summary.violations);
     }
+    if !mutants.survived.is_empty() {
+        anyhow::bail!(
+            "writer mutants survived the model (holes in it): {}",
+            mutants.survived.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `crash-matrix --json`: the matrix's summary and the mutants' fate, one record.
+#[derive(serde::Serialize)]
+struct CrashMatrixReport<'a> {
+    #[serde(flatten)]
+    summary: &'a shardlift::lab::matrix::MatrixSummary,
+    mutants: &'a shardlift::lab::mutants::MutantTally,
+}
+
+/// `crash-matrix --mutant NAME`: the model against one broken writer.
+fn run_one_mutant(
+    name: &str,
+    config: &shardlift::lab::matrix::MatrixConfig,
+    json: bool,
+) -> anyhow::Result<()> {
+    let Some(mutant) = shardlift::lab::mutants::find(name) else {
+        let names: Vec<&str> = shardlift::lab::mutants::MUTANTS
+            .iter()
+            .map(|m| m.name)
+            .collect();
+        anyhow::bail!("no mutant {name:?}; the mutants are: {}", names.join(", "));
+    };
+    eprintln!("crash-matrix: mutant {}: {}", mutant.name, mutant.breaks);
+    let outcome = shardlift::lab::mutants::run_mutant(mutant, config)?;
+    if json {
+        print_json(&outcome)?;
+    } else {
+        println!(
+            "mutant {}: {} crash states, {} violations",
+            outcome.name,
+            outcome.crash_states,
+            outcome.violations.len()
+        );
+        for v in &outcome.violations {
+            println!("VIOLATION: {v}");
+        }
+    }
+    if outcome.killed {
+        anyhow::bail!(
+            "mutant {} broke the model's invariants ({} violations): caught",
+            outcome.name,
+            outcome.violations.len()
+        );
+    }
+    eprintln!(
+        "crash-matrix: mutant {} SURVIVED: the model cannot see this bug",
+        outcome.name
+    );
     Ok(())
 }
 

@@ -21,7 +21,9 @@ use crate::store::barrier::{Barrier, NoHooks};
 use crate::store::codec::{commit_rel_path, object_rel_path};
 use crate::store::layout::synthetic_state;
 use crate::store::recovery::{verify_generation_with, LatestStatus, RecoveryReport};
-use crate::store::writer::{publish_with, reshard_with, WriterFaults, LATEST_REL_PATH};
+use crate::store::writer::{
+    publish_with, reshard_with, WriterFaults, LATEST_REL_PATH, LAYOUT_DIRS,
+};
 use crate::store::StoreError;
 
 /// A fresh scratch directory: under `$SHARDLIFT_SCRATCH` if set, else `/dev/shm` (tmpfs:
@@ -111,6 +113,9 @@ pub fn generation_expectation(
 pub enum Action {
     Publish(Box<LogicalState>, Topology),
     Reshard(u64, Topology),
+    /// Publish into a store whose layout directories a killed writer created and never
+    /// made durable (they exist, empty, but a power cut may still remove them).
+    PublishOverKilledLayout(Box<LogicalState>, Topology),
 }
 
 /// The result of one power-loss scenario.
@@ -187,6 +192,34 @@ fn check_recovery_common(
     Some(first)
 }
 
+/// Rename is the only way a name appears in `objects/` or `commits/` (RFC 0001 §4), so
+/// a crash image may show such a name only with its complete bytes: an object whose bytes
+/// are its address, a commit record that decodes. A writer that renames before the data is
+/// durable, or writes in place, exposes torn bytes here even when recovery rejects them.
+fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) -> Vec<String> {
+    let mut violations = Vec::new();
+    for path in state.image.keys() {
+        let Some(bytes) = recording.file_bytes(&state.image, path) else {
+            continue;
+        };
+        let torn = if let Some(address) = path.strip_prefix("objects/") {
+            Digest::of(bytes).to_hex() != address.replace('/', "")
+        } else if path.starts_with("commits/") && path.ends_with(".json") {
+            crate::store::codec::decode::<crate::store::codec::CommitRecord>(Path::new(path), bytes)
+                .is_err()
+        } else {
+            false
+        };
+        if torn {
+            violations.push(format!(
+                "{context}: {path} is visible with incomplete bytes ({} bytes)",
+                bytes.len()
+            ));
+        }
+    }
+    violations
+}
+
 fn intact(recording: &Recording, state: &CrashState, expectation: &GenerationExpectation) -> bool {
     expectation.files.iter().all(|(path, digest)| {
         recording
@@ -217,6 +250,7 @@ fn check_crash_state(
         violations.push(format!("{context}: cannot materialize: {e}"));
         return;
     }
+    violations.extend(torn_visible_files(checks.recording, state, &context));
     let Some(report) = check_recovery_common(
         dir.path(),
         &checks.roots,
@@ -338,11 +372,19 @@ fn record_action(
     action: &Action,
     faults: WriterFaults,
 ) -> Result<(GenerationExpectation, Recording), LabError> {
-    let fs = RecordingFs::new(root)?;
+    let fs = match action {
+        Action::PublishOverKilledLayout(..) => {
+            for dir in LAYOUT_DIRS {
+                std::fs::create_dir(root.join(dir))?;
+            }
+            RecordingFs::with_non_durable_dirs(root, &LAYOUT_DIRS)?
+        }
+        _ => RecordingFs::new(root)?,
+    };
     let summary = {
         let mut hooks = MarkingHooks(&fs);
         match action {
-            Action::Publish(state, topology) => {
+            Action::Publish(state, topology) | Action::PublishOverKilledLayout(state, topology) => {
                 publish_with(&fs, root, state, *topology, &mut hooks, faults)?
             }
             Action::Reshard(generation, topology) => {

@@ -6,6 +6,7 @@ pub mod error;
 pub mod handoff;
 pub mod harness;
 pub mod matrix;
+pub mod mutants;
 pub mod powerloss;
 
 pub use error::LabError;

@@ -31,6 +31,48 @@ pub struct WriterFaults {
     /// The pre-RFC-0001-§4 writer: fsync a directory into its parent only when this
     /// writer created it, trusting directories a killed writer may have left non-durable.
     pub trust_existing_directories: bool,
+    /// Skip the fsync of each chunk object's temp file.
+    pub skip_object_file_fsync: bool,
+    /// Skip the fsync of the fan-out directory after a chunk object's rename.
+    pub skip_object_directory_fsync: bool,
+    /// Skip the fsync of `objects/` that makes a fan-out directory durable.
+    pub skip_objects_directory_fsync: bool,
+    /// Skip the fsync of the manifest's temp file.
+    pub skip_manifest_file_fsync: bool,
+    /// Skip the fsync of the fan-out directory after the manifest's rename.
+    pub skip_manifest_directory_fsync: bool,
+    /// Skip the fsync of the commit record's temp file.
+    pub skip_commit_file_fsync: bool,
+    /// Skip the fsyncs of the store root (and its parent) that make the layout durable.
+    pub skip_layout_fsync: bool,
+    /// Skip the fsync of LATEST's temp file.
+    pub skip_latest_file_fsync: bool,
+    /// Rename the commit record into `commits/` first and fsync it there afterwards.
+    pub commit_rename_before_fsync: bool,
+    /// Write the commit record in place in `commits/` (no temp file, no rename).
+    pub commit_written_in_place: bool,
+    /// Fsync chunk objects (file and fan-out directory) only after the commit is durable.
+    pub objects_durable_after_commit: bool,
+}
+
+impl WriterFaults {
+    /// The correct writer (no fault), usable in constants.
+    pub const NONE: WriterFaults = WriterFaults {
+        skip_commit_directory_fsync: false,
+        latest_before_commit_rename: false,
+        trust_existing_directories: false,
+        skip_object_file_fsync: false,
+        skip_object_directory_fsync: false,
+        skip_objects_directory_fsync: false,
+        skip_manifest_file_fsync: false,
+        skip_manifest_directory_fsync: false,
+        skip_commit_file_fsync: false,
+        skip_layout_fsync: false,
+        skip_latest_file_fsync: false,
+        commit_rename_before_fsync: false,
+        commit_written_in_place: false,
+        objects_durable_after_commit: false,
+    };
 }
 
 /// What a publish or reshard committed.
@@ -73,7 +115,7 @@ fn ensure_layout_with(
             })
     };
     let root_created = create_dir_if_missing(fs, root)?;
-    if root_created || !faults.trust_existing_directories {
+    if (root_created || !faults.trust_existing_directories) && !faults.skip_layout_fsync {
         if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
             fsync(parent)?;
         }
@@ -82,7 +124,7 @@ fn ensure_layout_with(
     for dir in LAYOUT_DIRS {
         created |= create_dir_if_missing(fs, &root.join(dir))?;
     }
-    if created || !faults.trust_existing_directories {
+    if (created || !faults.trust_existing_directories) && !faults.skip_layout_fsync {
         fsync(root)?;
     }
     Ok(())
@@ -130,6 +172,8 @@ pub struct Writer<'a> {
     objects_reused: u64,
     /// Fan-out directories this run has already made durable in `objects/`.
     durable_fan_dirs: std::collections::BTreeSet<PathBuf>,
+    /// Objects (file, fan-out directory) whose fsyncs a mutant defers past the commit.
+    deferred_objects: Vec<(PathBuf, PathBuf)>,
 }
 
 impl<'a> Writer<'a> {
@@ -155,6 +199,7 @@ impl<'a> Writer<'a> {
             objects_written: 0,
             objects_reused: 0,
             durable_fan_dirs: std::collections::BTreeSet::new(),
+            deferred_objects: Vec::new(),
         })
     }
 
@@ -216,7 +261,9 @@ impl<'a> Writer<'a> {
             return Ok(());
         }
         let created = create_dir_if_missing(self.fs, fan_dir)?;
-        if created || !self.faults.trust_existing_directories {
+        if (created || !self.faults.trust_existing_directories)
+            && !self.faults.skip_objects_directory_fsync
+        {
             self.fsync_dir(&self.root.join("objects"))?;
         }
         self.durable_fan_dirs.insert(fan_dir.to_owned());
@@ -253,7 +300,21 @@ impl<'a> Writer<'a> {
             .write_new_file(&temp, bytes, true)
             .map_err(|e| StoreError::io(&temp, e))?;
         self.emit(after_write, &rel)?;
-        self.fsync_file(&temp)?;
+        let (skip_file_fsync, skip_directory_fsync) = if manifest {
+            (
+                self.faults.skip_manifest_file_fsync,
+                self.faults.skip_manifest_directory_fsync,
+            )
+        } else {
+            let deferred = self.faults.objects_durable_after_commit;
+            (
+                self.faults.skip_object_file_fsync || deferred,
+                self.faults.skip_object_directory_fsync || deferred,
+            )
+        };
+        if !skip_file_fsync {
+            self.fsync_file(&temp)?;
+        }
         self.emit(after_fsync, &rel)?;
         match self.fs.rename_noreplace(&temp, &target) {
             Ok(()) => {
@@ -284,12 +345,20 @@ impl<'a> Writer<'a> {
             Err(e) => return Err(StoreError::io(&target, e)),
         }
         self.emit(after_rename, &rel)?;
-        self.fsync_dir(&fan_dir)?;
+        if !skip_directory_fsync {
+            self.fsync_dir(&fan_dir)?;
+        }
+        if !manifest && self.faults.objects_durable_after_commit {
+            self.deferred_objects.push((target, fan_dir.clone()));
+        }
         self.emit(after_dir_fsync, &rel)?;
         Ok(digest)
     }
 
     fn install_commit(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        if self.faults.commit_written_in_place || self.faults.commit_rename_before_fsync {
+            return self.install_commit_mutated(bytes);
+        }
         let rel = commit_rel_path(self.generation);
         let target = self.root.join(&rel);
         let temp = self.temp_path("commit");
@@ -297,7 +366,9 @@ impl<'a> Writer<'a> {
             .write_new_file(&temp, bytes, true)
             .map_err(|e| StoreError::io(&temp, e))?;
         self.emit(Barrier::CommitAfterWrite, &rel)?;
-        self.fsync_file(&temp)?;
+        if !self.faults.skip_commit_file_fsync {
+            self.fsync_file(&temp)?;
+        }
         self.emit(Barrier::CommitAfterFileFsync, &rel)?;
         match self.fs.rename_noreplace(&temp, &target) {
             Ok(()) => {}
@@ -315,6 +386,42 @@ impl<'a> Writer<'a> {
             self.fsync_dir(&self.root.join("commits"))?;
         }
         self.emit(Barrier::CommitAfterDirectoryFsync, &rel)?;
+        self.fsync_deferred_objects()
+    }
+
+    /// The broken commit installs the crash lab's mutants use: the record written in place
+    /// in `commits/`, or renamed there before its data is fsynced. Never used otherwise.
+    fn install_commit_mutated(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        let rel = commit_rel_path(self.generation);
+        let target = self.root.join(&rel);
+        let written = if self.faults.commit_written_in_place {
+            target.clone()
+        } else {
+            self.temp_path("commit")
+        };
+        self.fs
+            .write_new_file(&written, bytes, true)
+            .map_err(|e| StoreError::io(&written, e))?;
+        self.emit(Barrier::CommitAfterWrite, &rel)?;
+        if written != target {
+            self.fs
+                .rename_noreplace(&written, &target)
+                .map_err(|e| StoreError::io(&target, e))?;
+        }
+        self.fsync_file(&target)?;
+        self.emit(Barrier::CommitAfterFileFsync, &rel)?;
+        self.emit(Barrier::CommitAfterRename, &rel)?;
+        self.fsync_dir(&self.root.join("commits"))?;
+        self.emit(Barrier::CommitAfterDirectoryFsync, &rel)?;
+        self.fsync_deferred_objects()
+    }
+
+    /// The fsyncs a mutant deferred past the commit (nothing for the correct writer).
+    fn fsync_deferred_objects(&mut self) -> Result<(), StoreError> {
+        for (file, directory) in std::mem::take(&mut self.deferred_objects) {
+            self.fsync_file(&file)?;
+            self.fsync_dir(&directory)?;
+        }
         Ok(())
     }
 
@@ -332,7 +439,9 @@ impl<'a> Writer<'a> {
             .write_new_file(&temp, &bytes, false)
             .map_err(|e| StoreError::io(&temp, e))?;
         self.emit(Barrier::LatestAfterWrite, LATEST_REL_PATH)?;
-        self.fsync_file(&temp)?;
+        if !self.faults.skip_latest_file_fsync {
+            self.fsync_file(&temp)?;
+        }
         self.emit(Barrier::LatestAfterFileFsync, LATEST_REL_PATH)?;
         self.fs
             .rename_replace(&temp, &target)
@@ -408,6 +517,7 @@ impl<'a> Writer<'a> {
             objects_written: 0,
             objects_reused: 0,
             durable_fan_dirs: std::collections::BTreeSet::new(),
+            deferred_objects: Vec::new(),
         };
         writer.advance_latest(commit_digest)
     }

@@ -1,0 +1,263 @@
+//! Writer mutants: deliberately broken writers that the crash model must catch. A model
+//! that lets a mutant through has a hole, so a surviving mutant fails the crash matrix.
+//!
+//! Each mutant breaks one rule of RFC 0001 §4 (an fsync dropped, a rename moved, a record
+//! written in place, an order swapped, a non-durable directory trusted). Each runs the
+//! power-loss model on the scenarios that exercise its step — a genesis publish, a publish
+//! over a committed generation, and (for the directory-reuse mutant) a publish into a
+//! layout a killed writer left non-durable — and is killed by at least one violation.
+use serde::Serialize;
+
+use crate::lab::error::LabError;
+use crate::lab::matrix::{matrix_states, power_loss_scenario, Action, MatrixConfig};
+use crate::lab::powerloss::EnumerationLimits;
+use crate::store::writer::WriterFaults;
+
+/// One deliberately broken writer.
+#[derive(Clone, Copy, Debug)]
+pub struct Mutant {
+    pub name: &'static str,
+    /// The rule of RFC 0001 it breaks.
+    pub breaks: &'static str,
+    pub faults: WriterFaults,
+    /// Whether it needs a starting image with non-durable directories.
+    pub needs_killed_layout: bool,
+}
+
+const fn mutant(name: &'static str, breaks: &'static str, faults: WriterFaults) -> Mutant {
+    Mutant {
+        name,
+        breaks,
+        faults,
+        needs_killed_layout: false,
+    }
+}
+
+const N: WriterFaults = WriterFaults::NONE;
+
+/// The registry, in protocol order.
+pub const MUTANTS: [Mutant; 14] = [
+    mutant(
+        "skip-layout-fsync",
+        "the store root and its parent are fsynced after the layout is created",
+        WriterFaults {
+            skip_layout_fsync: true,
+            ..N
+        },
+    ),
+    Mutant {
+        name: "reuse-non-durable-directory",
+        breaks: "every directory a publish relies on is made durable, whoever created it",
+        faults: WriterFaults {
+            trust_existing_directories: true,
+            ..N
+        },
+        needs_killed_layout: true,
+    },
+    mutant(
+        "skip-objects-directory-fsync",
+        "objects/ is fsynced before an object is renamed into a new fan-out directory",
+        WriterFaults {
+            skip_objects_directory_fsync: true,
+            ..N
+        },
+    ),
+    mutant(
+        "skip-object-file-fsync",
+        "an object's temp file is fsynced before its rename",
+        WriterFaults {
+            skip_object_file_fsync: true,
+            ..N
+        },
+    ),
+    mutant(
+        "skip-object-directory-fsync",
+        "the fan-out directory is fsynced after an object's rename",
+        WriterFaults {
+            skip_object_directory_fsync: true,
+            ..N
+        },
+    ),
+    mutant(
+        "skip-manifest-file-fsync",
+        "the manifest's temp file is fsynced before its rename",
+        WriterFaults {
+            skip_manifest_file_fsync: true,
+            ..N
+        },
+    ),
+    mutant(
+        "skip-manifest-directory-fsync",
+        "the fan-out directory is fsynced after the manifest's rename",
+        WriterFaults {
+            skip_manifest_directory_fsync: true,
+            ..N
+        },
+    ),
+    mutant(
+        "objects-durable-after-commit",
+        "every object is durable before the commit record is installed",
+        WriterFaults {
+            objects_durable_after_commit: true,
+            ..N
+        },
+    ),
+    mutant(
+        "skip-commit-file-fsync",
+        "the commit record's temp file is fsynced before its rename",
+        WriterFaults {
+            skip_commit_file_fsync: true,
+            ..N
+        },
+    ),
+    mutant(
+        "commit-rename-before-fsync",
+        "the commit record is renamed into commits/ only after its data is durable",
+        WriterFaults {
+            commit_rename_before_fsync: true,
+            ..N
+        },
+    ),
+    mutant(
+        "commit-written-in-place",
+        "the commit record appears in commits/ only by a rename of a complete temp file",
+        WriterFaults {
+            commit_written_in_place: true,
+            ..N
+        },
+    ),
+    mutant(
+        "skip-commits-directory-fsync",
+        "commits/ is fsynced after the commit record's rename",
+        WriterFaults {
+            skip_commit_directory_fsync: true,
+            ..N
+        },
+    ),
+    mutant(
+        "latest-before-commit",
+        "LATEST advances only after the commit record is durable",
+        WriterFaults {
+            latest_before_commit_rename: true,
+            ..N
+        },
+    ),
+    mutant(
+        "skip-latest-file-fsync",
+        "LATEST's temp file is fsynced before it replaces refs/LATEST",
+        WriterFaults {
+            skip_latest_file_fsync: true,
+            ..N
+        },
+    ),
+];
+
+/// The mutant called `name`.
+pub fn find(name: &str) -> Option<&'static Mutant> {
+    MUTANTS.iter().find(|m| m.name == name)
+}
+
+/// What the model found against one mutant.
+#[derive(Clone, Debug, Serialize)]
+pub struct MutantOutcome {
+    pub name: &'static str,
+    pub breaks: &'static str,
+    pub crash_states: u64,
+    pub killed: bool,
+    pub violations: Vec<String>,
+}
+
+/// Runs the power-loss model against `mutant` (at most `max_states_per_scenario` crash
+/// states per scenario, evenly sampled, as the matrix samples them).
+pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcome, LabError> {
+    let (a, b) = matrix_states(config.seed);
+    let limits = EnumerationLimits {
+        seed: config.seed,
+        ..EnumerationLimits::default()
+    };
+    let four = crate::core::topology::Topology::new(4)?;
+    let base = crate::lab::matrix::scratch_dir()?;
+    let base_root = base.path().join("store");
+    crate::store::publish(&base_root, &a, four, &mut crate::store::NoHooks)?;
+    let mut scenarios = vec![
+        (None, Action::Publish(Box::new(a.clone()), four)),
+        (
+            Some(base_root.as_path()),
+            Action::Publish(Box::new(b), four),
+        ),
+    ];
+    if mutant.needs_killed_layout {
+        scenarios.push((None, Action::PublishOverKilledLayout(Box::new(a), four)));
+    }
+    let mut outcome = MutantOutcome {
+        name: mutant.name,
+        breaks: mutant.breaks,
+        crash_states: 0,
+        killed: false,
+        violations: Vec::new(),
+    };
+    for (from, action) in &scenarios {
+        let scenario = power_loss_scenario(
+            *from,
+            action,
+            mutant.faults,
+            limits,
+            config.max_states_per_scenario,
+            config.threads,
+        )?;
+        outcome.crash_states += scenario.states;
+        outcome.violations.extend(scenario.violations);
+    }
+    outcome.killed = !outcome.violations.is_empty();
+    Ok(outcome)
+}
+
+/// Every mutant's fate: the crash matrix fails while any survives.
+#[derive(Clone, Debug, Serialize)]
+pub struct MutantTally {
+    pub total: u64,
+    pub killed: u64,
+    pub survived: Vec<&'static str>,
+    /// Per mutant: how many crash states were checked and the first violation found.
+    pub details: Vec<MutantDetail>,
+}
+
+/// One line of [`MutantTally`].
+#[derive(Clone, Debug, Serialize)]
+pub struct MutantDetail {
+    pub name: &'static str,
+    pub crash_states: u64,
+    pub violations: u64,
+    pub first_violation: Option<String>,
+}
+
+/// Runs every registered mutant, with progress on stderr.
+pub fn run_all(config: &MatrixConfig) -> Result<MutantTally, LabError> {
+    let mut tally = MutantTally {
+        total: MUTANTS.len() as u64,
+        killed: 0,
+        survived: Vec::new(),
+        details: Vec::new(),
+    };
+    for (index, mutant) in MUTANTS.iter().enumerate() {
+        eprintln!(
+            "crash-matrix: mutant {}/{}: {}",
+            index + 1,
+            MUTANTS.len(),
+            mutant.name
+        );
+        let outcome = run_mutant(mutant, config)?;
+        if outcome.killed {
+            tally.killed += 1;
+        } else {
+            tally.survived.push(mutant.name);
+        }
+        tally.details.push(MutantDetail {
+            name: mutant.name,
+            crash_states: outcome.crash_states,
+            violations: outcome.violations.len() as u64,
+            first_violation: outcome.violations.into_iter().next(),
+        });
+    }
+    Ok(tally)
+}
