@@ -117,6 +117,30 @@ fn lost_commits(
     lost
 }
 
+/// The correct writer, and the old one that trusted directories it found.
+const WRITERS: [WriterFaults; 2] = [
+    WriterFaults::NONE,
+    WriterFaults {
+        trust_existing_directories: true,
+        ..WriterFaults::NONE
+    },
+];
+
+/// The new writer loses nothing after its commit; the old writer loses the generation.
+fn assert_only_the_old_writer_loses(faults: WriterFaults, lost: &[usize]) {
+    if faults.trust_existing_directories {
+        assert!(
+            !lost.is_empty(),
+            "the old writer must lose the committed generation"
+        );
+    } else {
+        assert!(
+            lost.is_empty(),
+            "committed generation lost at crash points {lost:?}"
+        );
+    }
+}
+
 #[test]
 fn reused_fan_out_directories_are_made_durable() {
     let added = fan_dirs_added_by_second_publish();
@@ -124,13 +148,7 @@ fn reused_fan_out_directories_are_made_durable() {
         !added.is_empty(),
         "the second publish must need new fan-out directories"
     );
-    for faults in [
-        WriterFaults::default(),
-        WriterFaults {
-            trust_existing_directories: true,
-            ..WriterFaults::default()
-        },
-    ] {
+    for faults in WRITERS {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("store");
         store::publish(
@@ -146,29 +164,13 @@ fn reused_fan_out_directories_are_made_durable() {
         }
         let pending: Vec<&str> = added.iter().map(String::as_str).collect();
         let lost = lost_commits(&root, &pending, faults, 1);
-        if faults.trust_existing_directories {
-            assert!(
-                !lost.is_empty(),
-                "the old writer must lose the committed generation"
-            );
-        } else {
-            assert!(
-                lost.is_empty(),
-                "committed generation lost at crash points {lost:?}"
-            );
-        }
+        assert_only_the_old_writer_loses(faults, &lost);
     }
 }
 
 #[test]
 fn reused_store_layout_is_made_durable() {
-    for faults in [
-        WriterFaults::default(),
-        WriterFaults {
-            trust_existing_directories: true,
-            ..WriterFaults::default()
-        },
-    ] {
+    for faults in WRITERS {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("store");
         // The killed writer created the root's layout and nothing else.
@@ -177,17 +179,7 @@ fn reused_store_layout_is_made_durable() {
             std::fs::create_dir(root.join(sub)).expect("mkdir");
         }
         let lost = lost_commits(&root, &store::writer::LAYOUT_DIRS, faults, 0);
-        if faults.trust_existing_directories {
-            assert!(
-                !lost.is_empty(),
-                "the old writer must lose the committed generation"
-            );
-        } else {
-            assert!(
-                lost.is_empty(),
-                "committed generation lost at crash points {lost:?}"
-            );
-        }
+        assert_only_the_old_writer_loses(faults, &lost);
     }
 }
 
