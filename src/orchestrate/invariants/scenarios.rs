@@ -277,11 +277,27 @@ fn round_trip(
                 .map_or_else(|| "none".to_owned(), |s| s.logical_state_root.to_hex());
             let expected = saved.logical_state_root();
             obs.check("loaded_root", expected, loaded.logical_state_root());
-            obs.check("commit_record_root", expected, summary.logical_state_root);
+            // Observed from the commit record's bytes on disk, not from the publish's
+            // own summary (which is computed from the saved state itself).
+            obs.check(
+                "commit_record_root",
+                expected,
+                committed_root(&store_dir, summary.generation)?,
+            );
             obs.check("recovery_selected_root", expected, selected_root);
         }
     }
     Ok(())
+}
+
+/// The `logical_state_root` the commit record of `generation` holds on disk.
+fn committed_root(store_dir: &Path, generation: u64) -> Result<Digest, ScenarioError> {
+    use crate::store::codec::{self, CommitRecord, MAX_COMMIT_BYTES};
+    let path = store_dir.join(codec::commit_rel_path(generation));
+    let bytes = crate::durable::read_capped(&path, MAX_COMMIT_BYTES)
+        .map_err(|error| StoreError::io(&path, std::io::Error::other(error.to_string())))?;
+    let record: CommitRecord = codec::decode(&path, &bytes)?;
+    Ok(record.logical_state_root)
 }
 
 /// Scenario 5: uninterrupted vs saved-loaded-resumed next step.
