@@ -10,9 +10,7 @@ use shardlift::core::topology::Topology;
 use shardlift::lab::powerloss::{EnumerationLimits, RecordingFs};
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::writer::publish_with;
-use shardlift::store::{
-    self, Barrier, BarrierEvent, FnHook, NoHooks, RecordingHooks, WriterFaults,
-};
+use shardlift::store::{self, Barrier, BarrierEvent, FnHook, NoHooks, WriterFaults};
 
 const CHUNK_ELEMENTS: u32 = 30_000;
 
@@ -20,26 +18,25 @@ fn topology() -> Topology {
     Topology::new(4).expect("topology")
 }
 
+/// Publishes the synthetic state of `step` into `root` with the correct writer.
+fn publish_step(root: &Path, step: u64) {
+    store::publish(
+        root,
+        &synthetic_state(7, step, CHUNK_ELEMENTS),
+        topology(),
+        &mut NoHooks,
+    )
+    .expect("publish");
+}
+
 /// Fan-out directories under `objects/` that publishing the step-2 state adds to a store
 /// holding only the step-1 state.
 fn fan_dirs_added_by_second_publish() -> Vec<String> {
     let scratch = tempfile::tempdir().expect("tempdir");
     let root = scratch.path().join("store");
-    store::publish(
-        &root,
-        &synthetic_state(7, 1, CHUNK_ELEMENTS),
-        topology(),
-        &mut NoHooks,
-    )
-    .expect("g0");
+    publish_step(&root, 1);
     let before = fan_dirs(&root);
-    store::publish(
-        &root,
-        &synthetic_state(7, 2, CHUNK_ELEMENTS),
-        topology(),
-        &mut NoHooks,
-    )
-    .expect("g1");
+    publish_step(&root, 2);
     fan_dirs(&root)
         .into_iter()
         .filter(|d| !before.contains(d))
@@ -151,13 +148,7 @@ fn reused_fan_out_directories_are_made_durable() {
     for faults in WRITERS {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("store");
-        store::publish(
-            &root,
-            &synthetic_state(7, 1, CHUNK_ELEMENTS),
-            topology(),
-            &mut NoHooks,
-        )
-        .expect("g0");
+        publish_step(&root, 1);
         // The killed writer got as far as mkdir of every fan-out directory.
         for fan in &added {
             std::fs::create_dir(root.join(fan)).expect("mkdir");
@@ -187,13 +178,7 @@ fn reused_store_layout_is_made_durable() {
 fn recording_refuses_a_non_empty_or_missing_non_durable_directory() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("store");
-    store::publish(
-        &root,
-        &synthetic_state(7, 1, CHUNK_ELEMENTS),
-        topology(),
-        &mut RecordingHooks::default(),
-    )
-    .expect("g0");
+    publish_step(&root, 1);
     assert!(RecordingFs::with_non_durable_dirs(&root, &["commits"]).is_err());
     assert!(RecordingFs::with_non_durable_dirs(&root, &["no-such-dir"]).is_err());
 }
