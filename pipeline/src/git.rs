@@ -130,6 +130,16 @@ impl Repo {
         self.repo.graph_descendant_of(commit, ancestor).map_err(git)
     }
 
+    /// The tree id of `commit`, or `None` when the repository has no such commit.
+    pub fn find_commit_tree(&self, commit: &str) -> Result<Option<String>, GitError> {
+        let oid = parse_commit(commit)?;
+        match self.repo.find_commit(oid) {
+            Ok(found) => Ok(Some(found.tree_id().to_string())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(git(e)),
+        }
+    }
+
     /// The tree of `commit`.
     pub fn commit_tree(&self, commit: &str) -> Result<git2::Tree<'_>, GitError> {
         let oid = parse_commit(commit)?;

@@ -2,17 +2,11 @@
 //! with `ssh-keygen -Y verify`.
 mod receipt_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use receipt_support::*;
 use serde_json::json;
-
-fn policy(fx: &Fixture, name: &str, value: serde_json::Value) -> PathBuf {
-    let path = fx.out(name);
-    std::fs::write(&path, value.to_string()).expect("write policy");
-    path
-}
 
 fn verify(
     fx: &Fixture,
@@ -20,42 +14,7 @@ fn verify(
     policy: &Path,
     allowed: Option<&Path>,
 ) -> std::process::Output {
-    let mut args = vec![
-        "receipt".to_owned(),
-        "verify".to_owned(),
-        receipt.to_string_lossy().into_owned(),
-        "--policy".to_owned(),
-        policy.to_string_lossy().into_owned(),
-    ];
-    if let Some(allowed) = allowed {
-        args.push("--allowed-signers".to_owned());
-        args.push(allowed.to_string_lossy().into_owned());
-    }
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    fx.pipeline(&refs)
-}
-
-/// A merged receipt at HEAD with a fresh `other` and `core` carried from an older commit.
-fn with_carried(fx: &Fixture) -> PathBuf {
-    let core = fx.record("core", "core", "alpha", &["a:ok"]);
-    let old = fx.out("old.json");
-    std::fs::rename(&core, &old).expect("move");
-    fx.write("other/c.rs", "c2\n");
-    fx.commit("change other");
-    let fresh = fx.record("other", "other", "beta", &["b:ok"]);
-    let (out, output) = fx.merge(
-        &[&fresh],
-        "merged.json",
-        &[
-            "--carry-from",
-            &old.to_string_lossy(),
-            "--repo",
-            &fx.repo().to_string_lossy(),
-        ],
-    );
-    assert_success(&output);
-    assert!(shard(&read_json(&out), "core").is_some_and(|s| !s["carried"].is_null()));
-    out
+    verify_receipt(fx, receipt, policy, allowed, false)
 }
 
 #[test]
@@ -64,8 +23,12 @@ fn carried_shards_are_refused_unless_allowed() {
     let merged = with_carried(&fx);
     let strict = policy(&fx, "strict.json", json!({}));
     assert_refused(&verify(&fx, &merged, &strict, None), "carried forward");
+    assert_refused(
+        &verify_receipt(&fx, &merged, &strict, None, true),
+        "carried forward",
+    );
     let lenient = policy(&fx, "lenient.json", json!({"allow_carried": true}));
-    assert_success(&verify(&fx, &merged, &lenient, None));
+    assert_success(&verify_receipt(&fx, &merged, &lenient, None, true));
 }
 
 #[test]
@@ -77,7 +40,7 @@ fn carried_shards_older_than_the_limit_are_refused() {
         "limited.json",
         json!({"allow_carried": true, "carried_max_age_days": 7}),
     );
-    assert_success(&verify(&fx, &merged, &limited, None));
+    assert_success(&verify_receipt(&fx, &merged, &limited, None, true));
     rewrite(&merged, |v| {
         for shard in v["shardlift"]["shards"].as_array_mut().expect("shards") {
             if shard["name"] == "core" {
@@ -85,7 +48,10 @@ fn carried_shards_older_than_the_limit_are_refused() {
             }
         }
     });
-    assert_refused(&verify(&fx, &merged, &limited, None), "days ago");
+    assert_refused(
+        &verify_receipt(&fx, &merged, &limited, None, true),
+        "days ago",
+    );
 }
 
 #[test]

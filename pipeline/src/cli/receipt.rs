@@ -98,6 +98,11 @@ pub struct VerifyArgs {
     /// OpenSSH allowed_signers file; FILE.sig must then verify against it.
     #[arg(long)]
     allowed_signers: Option<PathBuf>,
+    /// The git repository holding the receipt's commit: checks that commit and its tree,
+    /// and the five carry-forward conditions of every carried shard. Without it, carried
+    /// shards are refused unless the policy sets `allow_unchecked_carry`.
+    #[arg(long, value_name = "DIR")]
+    repository: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -196,10 +201,26 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
 
 fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
     let policy = verify::read_policy(&args.policy)?;
-    let verified = verify::verify(&args.file, &policy, args.allowed_signers.as_deref())
-        .with_context(|| format!("receipt {} refused", args.file.display()))?;
+    let verified = verify::verify(
+        &args.file,
+        &policy,
+        args.allowed_signers.as_deref(),
+        args.repository.as_deref(),
+    )
+    .with_context(|| format!("receipt {} refused", args.file.display()))?;
+    let carried = match &verified.carry {
+        verify::CarryCheck::NoneCarried => String::new(),
+        verify::CarryCheck::Checked(shards) => format!(
+            "; carried shards {} meet the five carry-forward conditions at the receipt's commit",
+            shards.join(", ")
+        ),
+        verify::CarryCheck::Unchecked(shards) => format!(
+            "; carried shards {}: the carry-forward conditions were NOT checked (no --repository)",
+            shards.join(", ")
+        ),
+    };
     println!(
-        "receipt {} verified: {} shards, {} tests, {:?}{}",
+        "receipt {} verified: {} shards, {} tests, {:?}{}{carried}",
         args.file.display(),
         verified.receipt.shardlift.shards.len(),
         verified.tests,

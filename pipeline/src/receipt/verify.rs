@@ -1,47 +1,83 @@
-//! `receipt verify`: a receipt's own consistency, its signature, and a policy.
+//! `receipt verify`: a receipt's own consistency, its signature, a policy, and (with a
+//! repository) the carry-forward conditions of its carried shards.
 //!
 //! The policy is a closed JSON object:
 //! ```json
 //! {
 //!   "allow_carried": false,
+//!   "allow_unchecked_carry": false,
 //!   "carried_max_age_days": 7,
 //!   "allow_dirty": false,
+//!   "require_passed": false,
 //!   "require_signature": true,
 //!   "required_shard_fingerprints": {"fast": "<scope fingerprint hex>", ...}
 //! }
 //! ```
-//! `allow_carried` (default false) admits carried shards; `carried_max_age_days` (optional)
+//! `allow_carried` (default false) admits carried shards; with a repository each must then
+//! meet the five carry-forward conditions of [`super::merge::carry_conditions`] at the
+//! receipt's commit, and without one they are refused unless `allow_unchecked_carry` (default
+//! false) admits them unchecked (the result says so). `carried_max_age_days` (optional)
 //! bounds how long ago a carried shard finished; `allow_dirty` (default false) admits
-//! shards recorded from a dirty tree; `require_signature` (default false) demands
+//! shards recorded from a dirty tree; `require_passed` (default false) demands that every
+//! shard and test passed; `require_signature` (default false) demands
 //! `--allowed-signers` and so a valid `FILE.sig`; and
 //! `required_shard_fingerprints` (optional) pins the exact set of shard names and each
 //! shard's declared scope (the fingerprint of its paths, extra paths and excluded paths,
 //! recomputed here from the declared scope). With `--allowed-signers`, the signature is
 //! always checked.
+//!
+//! Consistency ([`check_consistency`]) is always checked, with or without a repository:
+//! the Statement is derived from the extension block, every shard's commit is the
+//! receipt's unless the shard is carried, each test belongs to exactly one shard, every
+//! shard's counts are those of its tests, and the outcomes and the dirty flag follow
+//! from the shards.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use shardlift::core::digest::Digest;
 
-use super::merge::{load, MergeError};
+use super::manifest::ManifestError;
+use super::merge::{carry_conditions, load, MergeError, StaleReason};
 use super::schema::{self, Counts, Outcome, Receipt, TestOutcome, PREDICATE_TYPE};
 use super::{read_file, SignatureError};
+use crate::git::{GitError, Repo};
 use crate::intoto::STATEMENT_TYPE;
 
-#[derive(Deserialize, Debug, Default)]
+/// The largest policy file read.
+const POLICY_CAP: usize = 1 << 20;
+/// How many test IDs an error lists before eliding the rest.
+const LISTED_IDS: usize = 5;
+
+#[derive(Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     #[serde(default)]
     pub allow_carried: bool,
     #[serde(default)]
+    pub allow_unchecked_carry: bool,
+    #[serde(default)]
     pub carried_max_age_days: Option<u64>,
     #[serde(default)]
     pub allow_dirty: bool,
     #[serde(default)]
+    pub require_passed: bool,
+    #[serde(default)]
     pub require_signature: bool,
     #[serde(default)]
     pub required_shard_fingerprints: Option<BTreeMap<String, Digest>>,
+}
+
+impl Policy {
+    /// The release policy: every test passed, nothing dirty, and carried shards only when
+    /// `allow_carried` (and then only checked against a repository).
+    pub fn release(allow_carried: bool) -> Policy {
+        Policy {
+            allow_carried,
+            require_passed: true,
+            ..Policy::default()
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,14 +88,70 @@ pub enum VerifyError {
     Policy { path: PathBuf, message: String },
     #[error("the receipt is not a test-result Statement (_type or predicateType)")]
     NotAStatement,
-    #[error("the receipt is inconsistent: {0}")]
-    Inconsistent(String),
+    #[error("the receipt's subject is not its commit {commit}")]
+    SubjectNotCommit { commit: String },
+    #[error("the receipt's test-result predicate does not match its test table and shards")]
+    PredicateMismatch,
+    #[error("shard name {shard:?} appears twice")]
+    DuplicateShard { shard: String },
     #[error("shard {shard}: its manifest digest does not match its manifest")]
     ManifestDigest { shard: String },
     #[error("shard {shard}: its scope fingerprint does not match its declared scope")]
     ScopeDigest { shard: String },
+    #[error("shard {shard} was recorded at commit {found}, but the receipt is of commit {expected} and the shard is not marked carried")]
+    ShardCommit {
+        shard: String,
+        expected: String,
+        found: String,
+    },
+    #[error("shard {shard} claims test {id}, which the test table {}", match owner { Some(o) => format!("gives to shard {o}"), None => "does not hold".to_owned() })]
+    TestNotOwned {
+        shard: String,
+        id: String,
+        owner: Option<String>,
+    },
+    #[error("shard {shard} claims test {id} more than once")]
+    TestClaimedTwice { shard: String, id: String },
+    #[error("shard {shard} records counts {recorded:?}, but its tests give {actual:?}")]
+    ShardCounts {
+        shard: String,
+        recorded: Counts,
+        actual: Counts,
+    },
+    #[error("tests in the test table belong to no shard's test list: {}", ids.join(", "))]
+    OrphanTests { ids: Vec<String> },
+    #[error("shard {shard} records PASSED, but {reason}")]
+    ShardOutcome { shard: String, reason: String },
+    #[error("the session records {recorded:?}, but {}", match failed_shard { Some(shard) => format!("shard {shard} failed"), None => "no shard failed".to_owned() })]
+    SessionOutcome {
+        recorded: Outcome,
+        failed_shard: Option<String>,
+    },
+    #[error("the receipt's dirty flag is {recorded}, but the OR of its shards' is {expected}")]
+    DirtyFlag { recorded: bool, expected: bool },
+    #[error("carried shard {shard}: dirty is {dirty}, but carried.original_dirty is {original}")]
+    CarriedDirtyFlag {
+        shard: String,
+        dirty: bool,
+        original: bool,
+    },
+    #[error("the receipt's commit {commit} is not in the repository")]
+    CommitNotInRepository { commit: String },
+    #[error("the receipt records tree {recorded} for commit {commit}, but the repository has tree {actual}")]
+    TreeMismatch {
+        commit: String,
+        recorded: String,
+        actual: String,
+    },
     #[error("shard {shard} was carried forward and the policy does not allow carried shards")]
     CarriedNotAllowed { shard: String },
+    #[error("carried shard {shard}: the carry-forward conditions were not checked (no --repository) and the policy does not allow unchecked carry")]
+    CarryUnchecked { shard: String },
+    #[error("carried shard {shard} fails the carry-forward conditions: {}", reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    CarryConditions {
+        shard: String,
+        reasons: Vec<StaleReason>,
+    },
     #[error("carried shard {shard} finished {age_days} days ago; the policy allows {max_days}")]
     CarriedTooOld {
         shard: String,
@@ -81,33 +173,59 @@ pub enum VerifyError {
     },
     #[error("shard {shard} was recorded from a dirty tree and the policy does not allow it")]
     DirtyShard { shard: String },
+    #[error("shard {shard} failed ({failed} failed tests{}) and the policy requires every test to pass", if ids.is_empty() { String::new() } else { format!(": {}", ids.join(", ")) })]
+    NotPassed {
+        shard: String,
+        failed: u64,
+        ids: Vec<String>,
+    },
     #[error("the policy requires a signature; pass --allowed-signers")]
     SignatureRequired,
     #[error(transparent)]
     Signature(#[from] SignatureError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+/// What was established about the carried shards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CarryCheck {
+    /// No shard is carried.
+    NoneCarried,
+    /// These carried shards met the five carry-forward conditions at the receipt's commit.
+    Checked(Vec<String>),
+    /// These carried shards were admitted without checking the conditions (no repository).
+    Unchecked(Vec<String>),
 }
 
 pub struct Verified {
     pub receipt: Receipt,
     pub signer: Option<String>,
     pub tests: u64,
+    pub carry: CarryCheck,
 }
 
 pub fn read_policy(path: &Path) -> Result<Policy, VerifyError> {
-    let bytes = read_file(path).map_err(|e| VerifyError::Policy {
+    let policy_error = |message: String| VerifyError::Policy {
         path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| VerifyError::Policy {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
+        message,
+    };
+    let bytes = read_file(path).map_err(|e| policy_error(e.to_string()))?;
+    if bytes.len() > POLICY_CAP {
+        return Err(policy_error(format!("larger than {POLICY_CAP} bytes")));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| policy_error(e.to_string()))
 }
 
+/// Verifies the receipt file at `path`: its signature (with `allowed_signers`), then
+/// [`check_receipt`], with the repository at `repository` when one is given.
 pub fn verify(
     path: &Path,
     policy: &Policy,
     allowed_signers: Option<&Path>,
+    repository: Option<&Path>,
 ) -> Result<Verified, VerifyError> {
     let (bytes, receipt) = load(path)?;
     let signer = match allowed_signers {
@@ -115,32 +233,128 @@ pub fn verify(
         None if policy.require_signature => return Err(VerifyError::SignatureRequired),
         None => None,
     };
-    check_consistency(&receipt)?;
+    let repo = repository.map(Repo::discover).transpose()?;
+    let carry = check_receipt(&receipt, policy, repo.as_ref())?;
+    let tests = receipt.counts().total();
+    Ok(Verified {
+        receipt,
+        signer,
+        tests,
+        carry,
+    })
+}
+
+/// Everything but the signature: consistency; with `repo`, that the receipt's commit and
+/// tree are in it; the carried shards (refused, checked against `repo`, or admitted
+/// unchecked, as the policy says); and the rest of the policy.
+pub fn check_receipt(
+    receipt: &Receipt,
+    policy: &Policy,
+    repo: Option<&Repo>,
+) -> Result<CarryCheck, VerifyError> {
+    check_consistency(receipt)?;
+    if let Some(repo) = repo {
+        check_commit_in(repo, receipt)?;
+    }
+    let carry = check_carried(receipt, policy, repo)?;
+    check_policy(receipt, policy)?;
+    Ok(carry)
+}
+
+/// The receipt's commit exists in `repo`, with the tree the receipt records.
+fn check_commit_in(repo: &Repo, receipt: &Receipt) -> Result<(), VerifyError> {
     let ext = &receipt.shardlift;
-    for shard in &ext.shards {
-        if shard.carried.is_some() {
-            if !policy.allow_carried {
-                return Err(VerifyError::CarriedNotAllowed {
+    let Some(actual) = repo.find_commit_tree(&ext.commit)? else {
+        return Err(VerifyError::CommitNotInRepository {
+            commit: ext.commit.clone(),
+        });
+    };
+    if actual != ext.tree {
+        return Err(VerifyError::TreeMismatch {
+            commit: ext.commit.clone(),
+            recorded: ext.tree.clone(),
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// Carried shards: refused unless allowed; with `repo`, each must meet the five
+/// carry-forward conditions at the receipt's commit; without one, admitted only when the
+/// policy allows unchecked carry. The age limit applies either way.
+fn check_carried(
+    receipt: &Receipt,
+    policy: &Policy,
+    repo: Option<&Repo>,
+) -> Result<CarryCheck, VerifyError> {
+    let ext = &receipt.shardlift;
+    let carried: Vec<&schema::Shard> = ext.shards.iter().filter(|s| s.carried.is_some()).collect();
+    if carried.is_empty() {
+        return Ok(CarryCheck::NoneCarried);
+    }
+    // The test IDs of the fresh shards, for condition (d).
+    let fresh_ids: BTreeSet<String> = ext
+        .shards
+        .iter()
+        .filter(|s| s.carried.is_none())
+        .flat_map(|s| s.test_ids.iter().cloned())
+        .collect();
+    for shard in &carried {
+        if !policy.allow_carried {
+            return Err(VerifyError::CarriedNotAllowed {
+                shard: shard.name.clone(),
+            });
+        }
+        match repo {
+            None if !policy.allow_unchecked_carry => {
+                return Err(VerifyError::CarryUnchecked {
                     shard: shard.name.clone(),
-                });
+                })
             }
-            if let Some(max_days) = policy.carried_max_age_days {
-                let finished =
-                    schema::parse_time(&shard.finished).ok_or_else(|| VerifyError::BadTime {
+            None => {}
+            Some(repo) => {
+                // Condition (e) reads the claimed IDs from this receipt's own test table:
+                // the old receipt is not at hand, only its digest.
+                let reasons = carry_conditions(repo, &ext.commit, receipt, shard, &fresh_ids)?;
+                if !reasons.is_empty() {
+                    return Err(VerifyError::CarryConditions {
                         shard: shard.name.clone(),
-                        time: shard.finished.clone(),
-                    })?;
-                let age = time::OffsetDateTime::now_utc() - finished;
-                if age > time::Duration::days(i64::try_from(max_days).unwrap_or(i64::MAX)) {
-                    return Err(VerifyError::CarriedTooOld {
-                        shard: shard.name.clone(),
-                        age_days: age.whole_days(),
-                        max_days,
+                        reasons,
                     });
                 }
             }
         }
+        check_age(shard, policy)?;
     }
+    let names = carried.iter().map(|s| s.name.clone()).collect();
+    Ok(match repo {
+        Some(_) => CarryCheck::Checked(names),
+        None => CarryCheck::Unchecked(names),
+    })
+}
+
+fn check_age(shard: &schema::Shard, policy: &Policy) -> Result<(), VerifyError> {
+    let Some(max_days) = policy.carried_max_age_days else {
+        return Ok(());
+    };
+    let finished = schema::parse_time(&shard.finished).ok_or_else(|| VerifyError::BadTime {
+        shard: shard.name.clone(),
+        time: shard.finished.clone(),
+    })?;
+    let age = time::OffsetDateTime::now_utc() - finished;
+    if age > time::Duration::days(i64::try_from(max_days).unwrap_or(i64::MAX)) {
+        return Err(VerifyError::CarriedTooOld {
+            shard: shard.name.clone(),
+            age_days: age.whole_days(),
+            max_days,
+        });
+    }
+    Ok(())
+}
+
+/// The required shard set and scopes, dirtiness and (when required) a passing run.
+fn check_policy(receipt: &Receipt, policy: &Policy) -> Result<(), VerifyError> {
+    let ext = &receipt.shardlift;
     if let Some(required) = &policy.required_shard_fingerprints {
         let found: BTreeSet<&String> = ext.shards.iter().map(|s| &s.name).collect();
         let wanted: BTreeSet<&String> = required.keys().collect();
@@ -170,74 +384,171 @@ pub fn verify(
             });
         }
     }
-    let tests = receipt.counts().total();
-    Ok(Verified {
-        receipt,
-        signer,
-        tests,
-    })
+    if policy.require_passed {
+        // Consistency made the session's outcome the OR of the shards'.
+        if let Some(shard) = ext.shards.iter().find(|s| s.outcome == Outcome::Failed) {
+            let ids: Vec<String> = shard
+                .test_ids
+                .iter()
+                .filter(|id| {
+                    ext.tests
+                        .get(*id)
+                        .is_some_and(|t| t.outcome == TestOutcome::Failed)
+                })
+                .cloned()
+                .collect();
+            return Err(VerifyError::NotPassed {
+                shard: shard.name.clone(),
+                failed: shard.counts.failed,
+                ids: elide(ids),
+            });
+        }
+    }
+    Ok(())
 }
 
-/// The receipt agrees with itself: envelope, predicate, test table, shards, counts.
+/// The first few of `ids`, then how many more.
+fn elide(mut ids: Vec<String>) -> Vec<String> {
+    if ids.len() > LISTED_IDS {
+        let more = ids.len() - LISTED_IDS;
+        ids.truncate(LISTED_IDS);
+        ids.push(format!("... and {more} more"));
+    }
+    ids
+}
+
+/// The receipt agrees with itself: envelope, predicate, test table, shards (their
+/// commits, counts and outcomes), the session's outcome and the dirty flag.
 pub fn check_consistency(receipt: &Receipt) -> Result<(), VerifyError> {
-    let inconsistent = |what: String| Err(VerifyError::Inconsistent(what));
     if receipt.statement_type != STATEMENT_TYPE || receipt.predicate_type != PREDICATE_TYPE {
         return Err(VerifyError::NotAStatement);
     }
     let ext = &receipt.shardlift;
     let assembled = Receipt::assemble(ext.clone());
     if assembled.subject != receipt.subject {
-        return inconsistent("the subject is not the receipt's commit".into());
+        return Err(VerifyError::SubjectNotCommit {
+            commit: ext.commit.clone(),
+        });
     }
     if assembled.predicate != receipt.predicate {
-        return inconsistent("the test-result predicate does not match the test table".into());
+        return Err(VerifyError::PredicateMismatch);
     }
     let mut names = BTreeSet::new();
     let mut members = BTreeSet::new();
     let mut any_dirty = false;
-    let mut any_failed = false;
+    let mut failed_shard = None;
     for shard in &ext.shards {
         if !names.insert(&shard.name) {
-            return inconsistent(format!("shard name {:?} appears twice", shard.name));
-        }
-        if shard.manifest.digest() != shard.manifest_digest {
-            return Err(VerifyError::ManifestDigest {
+            return Err(VerifyError::DuplicateShard {
                 shard: shard.name.clone(),
             });
         }
-        if shard.scope.fingerprint() != shard.scope_fingerprint {
-            return Err(VerifyError::ScopeDigest {
-                shard: shard.name.clone(),
-            });
-        }
-        let mut counts = Counts::default();
-        for id in &shard.test_ids {
-            let Some(entry) = ext.tests.get(id) else {
-                return inconsistent(format!("shard {} claims unknown test {id}", shard.name));
-            };
-            if entry.shard != shard.name || !members.insert(id) {
-                return inconsistent(format!("test {id} is claimed by more than one shard"));
-            }
-            counts.add(entry.outcome);
-            any_failed |= entry.outcome == TestOutcome::Failed;
-        }
-        if counts != shard.counts {
-            return inconsistent(format!(
-                "shard {} counts disagree with its tests",
-                shard.name
-            ));
-        }
+        check_shard(receipt, shard, &mut members)?;
         any_dirty |= shard.dirty;
-        any_failed |= shard.outcome == Outcome::Failed;
+        if shard.outcome == Outcome::Failed && failed_shard.is_none() {
+            failed_shard = Some(shard.name.clone());
+        }
     }
     if members.len() != ext.tests.len() {
-        return inconsistent("some tests belong to no shard".into());
+        let ids = ext
+            .tests
+            .keys()
+            .filter(|id| !members.contains(id))
+            .cloned()
+            .collect();
+        return Err(VerifyError::OrphanTests { ids: elide(ids) });
     }
     if any_dirty != ext.dirty {
-        return inconsistent("the dirty flag is not the OR of the shards'".into());
+        return Err(VerifyError::DirtyFlag {
+            recorded: ext.dirty,
+            expected: any_dirty,
+        });
     }
-    if any_failed && ext.session.outcome != Outcome::Failed {
-        return inconsistent("a shard or test failed but the session passed".into());
+    let expected = match failed_shard {
+        Some(_) => Outcome::Failed,
+        None => Outcome::Passed,
+    };
+    if ext.session.outcome != expected {
+        return Err(VerifyError::SessionOutcome {
+            recorded: ext.session.outcome,
+            failed_shard,
+        });
+    }
+    Ok(())
+}
+
+/// One shard: its digests, its commit, its claim on its tests, its counts and outcome.
+fn check_shard<'a>(
+    receipt: &'a Receipt,
+    shard: &'a schema::Shard,
+    members: &mut BTreeSet<&'a String>,
+) -> Result<(), VerifyError> {
+    let ext = &receipt.shardlift;
+    let name = || shard.name.clone();
+    if shard.manifest.digest() != shard.manifest_digest {
+        return Err(VerifyError::ManifestDigest { shard: name() });
+    }
+    if shard.scope.fingerprint() != shard.scope_fingerprint {
+        return Err(VerifyError::ScopeDigest { shard: name() });
+    }
+    match &shard.carried {
+        None if shard.commit != ext.commit => {
+            return Err(VerifyError::ShardCommit {
+                shard: name(),
+                expected: ext.commit.clone(),
+                found: shard.commit.clone(),
+            })
+        }
+        Some(carried) if carried.original_dirty != shard.dirty => {
+            return Err(VerifyError::CarriedDirtyFlag {
+                shard: name(),
+                dirty: shard.dirty,
+                original: carried.original_dirty,
+            })
+        }
+        _ => {}
+    }
+    let mut counts = Counts::default();
+    let mut failed_tests = false;
+    for id in &shard.test_ids {
+        let entry = ext.tests.get(id).filter(|entry| entry.shard == shard.name);
+        let Some(entry) = entry else {
+            return Err(VerifyError::TestNotOwned {
+                shard: name(),
+                id: id.clone(),
+                owner: ext.tests.get(id).map(|e| e.shard.clone()),
+            });
+        };
+        if !members.insert(id) {
+            return Err(VerifyError::TestClaimedTwice {
+                shard: name(),
+                id: id.clone(),
+            });
+        }
+        counts.add(entry.outcome);
+        failed_tests |= entry.outcome == TestOutcome::Failed;
+    }
+    if counts != shard.counts {
+        return Err(VerifyError::ShardCounts {
+            shard: name(),
+            recorded: shard.counts,
+            actual: counts,
+        });
+    }
+    if shard.outcome == Outcome::Passed {
+        let reason = if failed_tests {
+            Some("some of its tests failed".to_owned())
+        } else if shard.exit.code != Some(0) || shard.exit.signal.is_some() {
+            Some(format!("its command exited with {:?}", shard.exit))
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(VerifyError::ShardOutcome {
+                shard: name(),
+                reason,
+            });
+        }
     }
     Ok(())
 }

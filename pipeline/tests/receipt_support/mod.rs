@@ -247,3 +247,91 @@ pub fn shard_names(receipt: &Value) -> Vec<String> {
         .map(|s| s["name"].as_str().expect("name").to_owned())
         .collect()
 }
+
+/// Writes a policy file.
+pub fn policy(fx: &Fixture, name: &str, value: serde_json::Value) -> PathBuf {
+    let path = fx.out(name);
+    std::fs::write(&path, value.to_string()).expect("write policy");
+    path
+}
+
+/// `receipt verify RECEIPT --policy POLICY`, with `--allowed-signers` when given and
+/// `--repository` (the fixture's) when `repository`.
+pub fn verify_receipt(
+    fx: &Fixture,
+    receipt: &Path,
+    policy: &Path,
+    allowed: Option<&Path>,
+    repository: bool,
+) -> Output {
+    let mut args = vec![
+        "receipt".to_owned(),
+        "verify".to_owned(),
+        receipt.to_string_lossy().into_owned(),
+        "--policy".to_owned(),
+        policy.to_string_lossy().into_owned(),
+    ];
+    if let Some(allowed) = allowed {
+        args.push("--allowed-signers".to_owned());
+        args.push(allowed.to_string_lossy().into_owned());
+    }
+    if repository {
+        args.push("--repository".to_owned());
+        args.push(fx.repo().to_string_lossy().into_owned());
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    fx.pipeline(&refs)
+}
+
+/// A merged receipt at HEAD with a fresh `other` and `core` carried from an older commit.
+pub fn with_carried(fx: &Fixture) -> PathBuf {
+    let core = fx.record("core", "core", "alpha", &["a:ok"]);
+    let old = fx.out("old.json");
+    std::fs::rename(&core, &old).expect("move");
+    fx.write("other/c.rs", "c2\n");
+    fx.commit("change other");
+    let fresh = fx.record("other", "other", "beta", &["b:ok"]);
+    let (out, output) = fx.merge(
+        &[&fresh],
+        "merged.json",
+        &[
+            "--carry-from",
+            &old.to_string_lossy(),
+            "--repo",
+            &fx.repo().to_string_lossy(),
+        ],
+    );
+    assert_success(&output);
+    assert!(shard(&read_json(&out), "core").is_some_and(|s| !s["carried"].is_null()));
+    out
+}
+
+/// Forges the receipt at `path` through `edit` and keeps it internally consistent: every
+/// shard's manifest digest and scope fingerprint are recomputed and the Statement (subject
+/// and predicate) is rebuilt from the edited extension block, as the recorder would.
+pub fn forge(path: &Path, edit: impl FnOnce(&mut pipeline::receipt::schema::Extension)) {
+    use pipeline::receipt::schema::Receipt;
+    let bytes = std::fs::read(path).expect("read receipt");
+    let mut extension = Receipt::decode(&bytes).expect("decode receipt").shardlift;
+    edit(&mut extension);
+    for shard in &mut extension.shards {
+        shard.manifest_digest = shard.manifest.digest();
+        shard.scope_fingerprint = shard.scope.fingerprint();
+    }
+    let forged = Receipt::assemble(extension)
+        .encode()
+        .expect("encode receipt");
+    std::fs::write(path, forged).expect("write receipt");
+}
+
+/// The shard named `name` of an extension block, for editing.
+pub fn shard_mut<'a>(
+    extension: &'a mut pipeline::receipt::schema::Extension,
+    name: &str,
+) -> &'a mut pipeline::receipt::schema::Shard {
+    extension
+        .shards
+        .iter_mut()
+        .find(|s| s.name == name)
+        .expect("shard")
+}
