@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use sha2::Digest as _;
+use release_support::*;
+
+mod release_support;
 
 const NAMESPACE: &str = "shardlift-release-evidence-v1";
 const PRINCIPAL: &str = "release@shardlift.test";
@@ -36,27 +38,6 @@ fn shardlift() -> PathBuf {
         path.display()
     );
     path
-}
-
-fn git(repo: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args([
-            "-c",
-            "user.name=test",
-            "-c",
-            "user.email=test@example.invalid",
-        ])
-        .args(args)
-        .output()
-        .expect("run git");
-    assert!(output.status.success(), "git {args:?}: {output:?}");
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
@@ -193,19 +174,6 @@ fn verify(dir: &Path, allowed: Option<&Path>) -> Output {
     command.output().expect("run verify-release")
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
-}
-
 /// A fresh copy of the fixture's evidence.
 fn copy_of_evidence(label: &str) -> PathBuf {
     let f = fixture();
@@ -213,31 +181,6 @@ fn copy_of_evidence(label: &str) -> PathBuf {
     assert!(!dir.exists(), "copy {label} reused");
     copy_tree(&f.out, &dir);
     dir
-}
-
-fn emitted_files(dir: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(dir.join("SHA256SUMS")).expect("read SHA256SUMS");
-    text.lines()
-        .map(|line| line.split_once("  ").expect("GNU line").1.to_owned())
-        .collect()
-}
-
-/// Rewrites SHA256SUMS to match the files, as a forger would.
-fn reseal(dir: &Path) {
-    let mut text = String::new();
-    for name in emitted_files(dir) {
-        let bytes = std::fs::read(dir.join(&name)).expect("read");
-        text.push_str(&format!("{}  {name}\n", sha256_hex(&bytes)));
-    }
-    std::fs::write(dir.join("SHA256SUMS"), text).expect("write");
-}
-
-fn assert_rejected_naming(output: &Output, name: &str) {
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(1), "accepted; stdout {stdout}");
-    assert!(stderr.contains(name), "{name} not named in: {stderr}");
-    assert!(stdout.contains("\"status\":\"rejected\""), "{stdout}");
 }
 
 #[test]

@@ -40,11 +40,17 @@ pub struct ReleaseEvidenceArgs {
 }
 
 /// Re-check a release-evidence directory: SHA256SUMS, the layout, the signature (with
-/// --allowed-signers), path-freeness, both bundles, the Statement, the summary and the
-/// transcripts. Any change to any file fails with an error naming it.
+/// --allowed-signers), path-freeness, both bundles, the Statement, the summary, the
+/// transcripts, and the bundled test receipt under the release policy (consistent, clean,
+/// every test passed, of the same commit and tree, no carried shard unless
+/// --allow-carried). Any change to any file fails with an error naming it.
 ///
-/// With --repository, also reports (without failing) whether the runtime sources the
-/// evidence recorded still match that checkout's HEAD tree, naming the files that changed.
+/// With --repository, the recorded commit must be in that repository with the recorded
+/// tree, and every recorded source input (runtime-source blob ids, the SHA-256 of
+/// Cargo.lock and ci/libtorch.lock) must be what the blobs at that commit give; then it
+/// also reports (without failing) whether that checkout's HEAD still has the recorded
+/// runtime sources, naming the files that changed. With --shardlift/--pipeline, those
+/// binaries' SHA-256 must be the recorded ones.
 /// Prints one JSON record on stdout. Exit codes: 0 verified; 1 rejected; 2 bad command line.
 #[derive(clap::Args, Debug)]
 pub struct VerifyReleaseArgs {
@@ -54,9 +60,20 @@ pub struct VerifyReleaseArgs {
     /// An OpenSSH allowed_signers file; when given, SHA256SUMS.sig must verify against it.
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
-    /// Compare the recorded runtime-source blob ids with this checkout's HEAD tree.
+    /// A repository holding the recorded commit: check the commit, its tree and the
+    /// recorded source inputs against it, and report staleness against its HEAD.
     #[arg(long, value_name = "PATH")]
     pub repository: Option<PathBuf>,
+    /// Admit carried shards in the bundled receipt, each checked against --repository
+    /// under the five carry-forward conditions.
+    #[arg(long, requires = "repository")]
+    pub allow_carried: bool,
+    /// The shardlift binary whose SHA-256 must be the one the evidence records.
+    #[arg(long, value_name = "BIN")]
+    pub shardlift: Option<PathBuf>,
+    /// The pipeline binary whose SHA-256 must be the one the evidence records.
+    #[arg(long, value_name = "BIN")]
+    pub pipeline: Option<PathBuf>,
 }
 
 pub fn run_release_evidence(args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
@@ -89,7 +106,14 @@ pub fn run_release_evidence(args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
 }
 
 pub fn run_verify_release(args: VerifyReleaseArgs) -> anyhow::Result<()> {
-    let verified = match verify::verify(&args.dir, args.allowed_signers.as_deref()) {
+    let options = verify::VerifyOptions {
+        allowed_signers: args.allowed_signers.as_deref(),
+        repository: args.repository.as_deref(),
+        allow_carried: args.allow_carried,
+        shardlift: args.shardlift.as_deref(),
+        pipeline: args.pipeline.as_deref(),
+    };
+    let verified = match verify::verify(&args.dir, &options) {
         Ok(verified) => verified,
         Err(error) => {
             println!(

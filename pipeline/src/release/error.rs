@@ -91,6 +91,37 @@ pub enum ReleaseError {
         name: String,
         error: Box<BundleError>,
     },
+    #[error("receipts/merged.json does not verify under the release policy: {0}")]
+    ReceiptRejected(Box<crate::receipt::verify::VerifyError>),
+    #[error("receipts/merged.json records {field} {receipt}, but release-evidence.json binds {statement}")]
+    ReceiptSource {
+        field: &'static str,
+        receipt: String,
+        statement: String,
+    },
+
+    // ---- verifying against a repository or binaries (each names the file) ----
+    #[error("release-evidence.json binds commit {commit}, which the repository {} does not hold", repository.display())]
+    CommitNotInRepository { commit: String, repository: PathBuf },
+    #[error("release-evidence.json binds tree {recorded} for commit {commit}, but that commit's tree is {actual}")]
+    TreeMismatch {
+        commit: String,
+        recorded: String,
+        actual: String,
+    },
+    #[error("release-evidence.json: the runtime source {path} {claim} at commit {commit}")]
+    SourceMismatch {
+        path: String,
+        commit: String,
+        claim: String,
+    },
+    #[error("release-evidence.json records {binary} SHA-256 {recorded}, but {} has {actual}", path.display())]
+    BinaryMismatch {
+        binary: &'static str,
+        path: PathBuf,
+        recorded: String,
+        actual: Digest,
+    },
 }
 
 impl ReleaseError {
@@ -127,6 +158,12 @@ impl ReleaseError {
             ReleaseError::NonCanonical { .. } => "non-canonical",
             ReleaseError::Inconsistent { .. } => "inconsistent",
             ReleaseError::BundleRejected { .. } => "bundle-rejected",
+            ReleaseError::ReceiptRejected(_) => "receipt-rejected",
+            ReleaseError::ReceiptSource { .. } => "receipt-source",
+            ReleaseError::CommitNotInRepository { .. } => "commit-not-in-repository",
+            ReleaseError::TreeMismatch { .. } => "tree-mismatch",
+            ReleaseError::SourceMismatch { .. } => "source-mismatch",
+            ReleaseError::BinaryMismatch { .. } => "binary-mismatch",
         }
     }
 
@@ -139,6 +176,13 @@ impl ReleaseError {
             ReleaseError::SignatureMissing | ReleaseError::SignatureRejected(_) => {
                 Some(super::pins::SIGNATURE.to_owned())
             }
+            ReleaseError::ReceiptRejected(_) | ReleaseError::ReceiptSource { .. } => {
+                Some(super::pins::RECEIPT.to_owned())
+            }
+            ReleaseError::CommitNotInRepository { .. }
+            | ReleaseError::TreeMismatch { .. }
+            | ReleaseError::SourceMismatch { .. }
+            | ReleaseError::BinaryMismatch { .. } => Some(super::pins::STATEMENT.to_owned()),
             ReleaseError::Unlisted { name }
             | ReleaseError::Missing { name }
             | ReleaseError::NotRegular { name }

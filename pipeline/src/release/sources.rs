@@ -1,13 +1,15 @@
-//! Runtime sources from a commit's tree (through [`crate::git`]): never from working-tree
-//! bytes.
+//! Runtime sources and lock files from a commit's tree (through [`crate::git`]): never from
+//! working-tree bytes.
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
+use shardlift::core::digest::Digest;
 
 use super::error::ReleaseError;
-use super::pins::rule_selects;
+use super::pins::{lock_matches, rule_selects};
 use crate::git::{GitError, HeadIds, Repo};
+use crate::intoto::ResourceDescriptor;
 
 impl From<GitError> for ReleaseError {
     fn from(error: GitError) -> Self {
@@ -19,23 +21,45 @@ impl From<GitError> for ReleaseError {
     }
 }
 
-/// HEAD's commit and tree, opened for reading.
-pub struct HeadTree {
+/// A commit's tree, opened for reading: HEAD's ([`CommitTree::head`]) or a recorded
+/// commit's ([`CommitTree::at`]).
+pub struct CommitTree {
     repository: Repo,
     pub commit: String,
     pub tree: String,
 }
 
-impl HeadTree {
+impl CommitTree {
     /// Opens `repository` and resolves HEAD to its commit and tree.
-    pub fn open(repository: &Path) -> Result<Self, ReleaseError> {
+    pub fn head(repository: &Path) -> Result<Self, ReleaseError> {
         let repository = Repo::open(repository)?;
         let HeadIds { commit, tree } = repository.head_ids()?;
-        Ok(HeadTree {
+        Ok(CommitTree {
             repository,
             commit,
             tree,
         })
+    }
+
+    /// Opens `repository` at `commit`, which must be in it.
+    pub fn at(repository: &Path, commit: &str) -> Result<Self, ReleaseError> {
+        let opened = Repo::open(repository)?;
+        let tree = opened.find_commit_tree(commit)?.ok_or_else(|| {
+            ReleaseError::CommitNotInRepository {
+                commit: commit.to_owned(),
+                repository: repository.to_owned(),
+            }
+        })?;
+        Ok(CommitTree {
+            repository: opened,
+            commit: commit.to_owned(),
+            tree,
+        })
+    }
+
+    /// The opened repository.
+    pub fn repository(&self) -> &Repo {
+        &self.repository
     }
 
     /// Blob ids of every blob in the tree selected by `rule`, by path.
@@ -48,6 +72,50 @@ impl HeadTree {
     /// The blob id and bytes of `path` in the tree.
     pub fn read(&self, path: &str) -> Result<(String, Vec<u8>), ReleaseError> {
         Ok(self.repository.read_blob(&self.tree, path)?)
+    }
+}
+
+/// The inputs release evidence binds from a commit's tree: the runtime sources selected by
+/// the rule (blob ids) and the two lock files (blob id and SHA-256 of their bytes).
+/// `release-evidence` reads them at HEAD; `verify-release --repository` reads them again
+/// at the recorded commit and compares.
+pub struct SourceInputs {
+    pub rule: Vec<String>,
+    pub runtime: BTreeMap<String, String>,
+    pub cargo_lock: (String, Digest),
+    pub libtorch_lock: (String, Digest),
+}
+
+impl SourceInputs {
+    /// Reads the inputs from `tree` under `rule`; `ci/libtorch.lock` must lock the pins.
+    pub fn read(tree: &CommitTree, rule: Vec<String>) -> Result<Self, ReleaseError> {
+        let runtime = tree.blobs(&rule)?;
+        let (cargo_blob, cargo_bytes) = tree.read("Cargo.lock")?;
+        let (lock_blob, lock_bytes) = tree.read("ci/libtorch.lock")?;
+        let lock_text = String::from_utf8(lock_bytes.clone())
+            .map_err(|_| ReleaseError::LockMismatch("it is not UTF-8".into()))?;
+        lock_matches(&lock_text).map_err(ReleaseError::LockMismatch)?;
+        Ok(SourceInputs {
+            rule,
+            runtime,
+            cargo_lock: (cargo_blob, Digest::of(&cargo_bytes)),
+            libtorch_lock: (lock_blob, Digest::of(&lock_bytes)),
+        })
+    }
+
+    /// The Statement's resolved dependency for each runtime source: its blob id, and for
+    /// the two lock files also their SHA-256.
+    pub fn descriptors(&self) -> impl Iterator<Item = ResourceDescriptor> + '_ {
+        self.runtime.iter().map(|(path, blob)| {
+            let mut digest = vec![("gitBlob", blob.clone())];
+            if path == "Cargo.lock" {
+                digest.push(("sha256", self.cargo_lock.1.to_hex()));
+            } else if path == "ci/libtorch.lock" {
+                digest.push(("sha256", self.libtorch_lock.1.to_hex()));
+            }
+            ResourceDescriptor::named(path.clone(), &digest)
+                .annotate("runtimeSource", serde_json::json!(true))
+        })
     }
 }
 

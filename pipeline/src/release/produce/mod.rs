@@ -5,7 +5,7 @@
 //! HEAD, the binaries) is refused before any run. The runs and the bundle copies live in
 //! a scratch folder outside the checkout (so the runs' own clean-checkout checks still see
 //! a clean tree); `--out` is created only after the checkout is re-checked.
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use shardlift::evidence::bundle::BUNDLE_FILES;
 use super::error::{io, ReleaseError};
 use super::pins::{self, BARRIERS};
 use super::scan;
-use super::sources::HeadTree;
+use super::sources::{CommitTree, SourceInputs};
 use super::statement::LoadedLibrary;
 use super::summary::{
     ReleaseSummary, RunStatus, RunSummary, SourceSummary, SUMMARY_SCHEMA, SUMMARY_VERSION,
@@ -83,15 +83,12 @@ struct SourceFacts {
     commit: String,
     tree: String,
     ignored: Vec<String>,
-    rule: Vec<String>,
-    runtime: BTreeMap<String, String>,
-    cargo_lock: (String, Digest),
-    libtorch_lock: (String, Digest),
+    inputs: SourceInputs,
 }
 
 fn bind_source(repository: &Path) -> Result<SourceFacts, ReleaseError> {
     let binding = shardlift::evidence::source::check_clean_checkout(repository, None)?;
-    let head = HeadTree::open(repository)?;
+    let head = CommitTree::head(repository)?;
     if head.commit != binding.commit {
         return Err(ReleaseError::CheckoutChanged(format!(
             "HEAD moved from {} to {} while it was being read",
@@ -102,20 +99,12 @@ fn bind_source(repository: &Path) -> Result<SourceFacts, ReleaseError> {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let runtime = head.blobs(&rule)?;
-    let (cargo_blob, cargo_bytes) = head.read("Cargo.lock")?;
-    let (lock_blob, lock_bytes) = head.read("ci/libtorch.lock")?;
-    let lock_text = String::from_utf8(lock_bytes.clone())
-        .map_err(|_| ReleaseError::LockMismatch("it is not UTF-8".into()))?;
-    pins::lock_matches(&lock_text).map_err(ReleaseError::LockMismatch)?;
+    let inputs = SourceInputs::read(&head, rule)?;
     Ok(SourceFacts {
         commit: binding.commit,
         tree: binding.tree,
         ignored: binding.ignored,
-        rule,
-        runtime,
-        cargo_lock: (cargo_blob, Digest::of(&cargo_bytes)),
-        libtorch_lock: (lock_blob, Digest::of(&lock_bytes)),
+        inputs,
     })
 }
 
@@ -232,7 +221,8 @@ fn shardlift_binary(path: &Path) -> Result<PathBuf, ReleaseError> {
     Ok(shardlift)
 }
 
-/// The receipt's bytes; it must record the tests of exactly `commit`.
+/// The receipt's bytes; it must record the tests of exactly `commit` and meet the release
+/// policy.
 fn read_receipt_of(path: &Path, commit: &str) -> Result<Vec<u8>, ReleaseError> {
     let bytes = durable::read_capped(path, 64 << 20)?;
     let decoded =
@@ -249,6 +239,13 @@ fn read_receipt_of(path: &Path, commit: &str) -> Result<Vec<u8>, ReleaseError> {
             ),
         });
     }
+    // What verify-release will demand of it (it refuses carried shards by default).
+    crate::receipt::verify::check_receipt(
+        &decoded,
+        &crate::receipt::verify::Policy::release(false),
+        None,
+    )
+    .map_err(|e| ReleaseError::ReceiptRejected(Box::new(e)))?;
     Ok(bytes)
 }
 
@@ -575,7 +572,7 @@ fn assemble(
         source: SourceSummary {
             commit: source.commit.clone(),
             tree: source.tree.clone(),
-            runtime_sources: source.runtime.len() as u64,
+            runtime_sources: source.inputs.runtime.len() as u64,
         },
         runs: runs.summaries,
         nonclaims: pins::NONCLAIMS.iter().map(|s| s.to_string()).collect(),

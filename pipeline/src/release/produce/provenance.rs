@@ -39,7 +39,7 @@ pub(super) fn build_statement(
                     source_revision: source.commit.clone(),
                 },
                 internal_parameters: InternalParameters {
-                    runtime_source_rule: source.rule.clone(),
+                    runtime_source_rule: source.inputs.rule.clone(),
                     ignored_files: source.ignored.clone(),
                     build_identity: BuildIdentity {
                         shardlift_sha256: binaries.shardlift_sha256.to_hex(),
@@ -99,7 +99,7 @@ fn resolved_dependencies(source: &SourceFacts) -> Vec<ResourceDescriptor> {
     )];
     dependencies.extend(libtorch_wheels());
     dependencies.extend(dataset_files());
-    dependencies.extend(runtime_sources(source));
+    dependencies.extend(source.inputs.descriptors());
     dependencies
 }
 
@@ -122,18 +122,5 @@ fn dataset_files() -> impl Iterator<Item = ResourceDescriptor> {
         .annotate("payloadName", json!(pin.name))
         .annotate("payloadBytes", json!(pin.payload.bytes))
         .annotate("payloadSha256", json!(pin.payload.sha256.to_hex()))
-    })
-}
-
-/// Each runtime source by blob id; the two lock files also by SHA-256.
-fn runtime_sources(source: &SourceFacts) -> impl Iterator<Item = ResourceDescriptor> + '_ {
-    source.runtime.iter().map(|(path, blob)| {
-        let mut digest = vec![("gitBlob", blob.clone())];
-        if path == "Cargo.lock" {
-            digest.push(("sha256", source.cargo_lock.1.to_hex()));
-        } else if path == "ci/libtorch.lock" {
-            digest.push(("sha256", source.libtorch_lock.1.to_hex()));
-        }
-        ResourceDescriptor::named(path.clone(), &digest).annotate("runtimeSource", json!(true))
     })
 }

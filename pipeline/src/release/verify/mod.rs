@@ -6,7 +6,14 @@
 //! one; the signature (when `--allowed-signers` is given); no file holds an absolute path;
 //! both bundles verify; the Statement decodes, is canonical, and agrees with the files,
 //! the pins and the bundles; the summary agrees with the bundles and the Statement; each
-//! transcript agrees with its bundle.
+//! transcript agrees with its bundle. With a repository: the recorded commit is in it with
+//! the recorded tree, and every source input the Statement binds (the runtime sources by
+//! blob id, `Cargo.lock` and `ci/libtorch.lock` also by SHA-256) is recomputed from the
+//! blobs at that commit. The bundled receipt, when present, records the same commit and
+//! tree and verifies under the release policy ([`ReceiptPolicy::release`]): consistent,
+//! clean, every test passed, no carried shard unless allowed (and then checked against
+//! the repository). With `--shardlift`/`--pipeline`, those binaries' SHA-256 must be the
+//! recorded ones.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -17,9 +24,13 @@ use shardlift::evidence::bundle::BundleError;
 use super::error::{io, ReleaseError};
 use super::pins::{self, BARRIERS};
 use super::scan;
+use super::sources::{CommitTree, SourceInputs};
 use super::statement::Statement;
 use super::summary::{ReleaseSummary, RunStatus, RunSummary};
 use super::sums;
+use crate::git::Repo;
+use crate::intoto::ResourceDescriptor;
+use crate::receipt::verify::{self as receipt_verify, CarryCheck, Policy as ReceiptPolicy};
 use statement::{check_statement, Bundles};
 
 mod statement;
@@ -40,6 +51,42 @@ pub enum SignatureCheck {
     Absent,
 }
 
+/// What `verify-release` checks beyond the directory itself.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VerifyOptions<'a> {
+    /// An OpenSSH allowed_signers file: `SHA256SUMS.sig` must verify against it.
+    pub allowed_signers: Option<&'a Path>,
+    /// A repository that must hold the recorded commit and tree, whose blobs at that
+    /// commit must give every recorded source input.
+    pub repository: Option<&'a Path>,
+    /// Admit carried shards in the bundled receipt (only checked ones: needs `repository`).
+    pub allow_carried: bool,
+    /// The shardlift binary whose SHA-256 must be the recorded one.
+    pub shardlift: Option<&'a Path>,
+    /// The pipeline binary whose SHA-256 must be the recorded one.
+    pub pipeline: Option<&'a Path>,
+}
+
+/// What the bundled receipt showed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ReceiptCheck {
+    pub shards: usize,
+    pub tests: u64,
+    /// Carried shards, each of which met the five carry-forward conditions.
+    pub carried: Vec<String>,
+}
+
+/// Whether the recorded source was checked against a repository.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum SourceCheck {
+    NotChecked,
+    /// The commit and tree are in the repository and the recorded inputs match its blobs.
+    Matched {
+        runtime_sources: usize,
+    },
+}
+
 /// A verified release-evidence directory.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Verified {
@@ -48,6 +95,11 @@ pub struct Verified {
     pub tree: String,
     pub files: usize,
     pub signature: SignatureCheck,
+    /// The bundled receipt, when there is one.
+    pub receipt: Option<ReceiptCheck>,
+    pub source: SourceCheck,
+    /// The binaries whose SHA-256 was compared with the recorded one.
+    pub binaries_checked: Vec<&'static str>,
     /// The runtime-source rule and blob ids the evidence recorded.
     #[serde(skip)]
     pub rule: Vec<String>,
@@ -128,23 +180,36 @@ fn bundle_error_file(error: &BundleError) -> Option<&str> {
     }
 }
 
-/// Verifies the release evidence in `dir`; with `allowed_signers`, a valid signature over
-/// `SHA256SUMS` in the release namespace is required.
-pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, ReleaseError> {
+/// Verifies the release evidence in `dir` (see the module documentation for the order).
+pub fn verify(dir: &Path, options: &VerifyOptions<'_>) -> Result<Verified, ReleaseError> {
     let metadata = dir.symlink_metadata().map_err(io(dir))?;
     if !metadata.is_dir() {
         return Err(ReleaseError::NotADirectory(dir.to_owned()));
     }
     let sums = read_sums(dir)?;
     let files = read_listed_files(dir, &sums.listed)?;
-    let signature = check_signature(dir, allowed_signers, &sums.text)?;
+    let signature = check_signature(dir, options.allowed_signers, &sums.text)?;
     refuse_paths(&files)?;
     let bundles = verify_bundles(dir, &files)?;
     let statement = check_statement(&files, &bundles)?;
     let recorded = Recorded::of(&statement);
-    check_receipt(&files, &recorded)?;
     check_summary(&files, &bundles, &recorded)?;
     check_transcripts(&files, &bundles, &recorded.commit)?;
+    let source_tree = match options.repository {
+        Some(repository) => Some(CommitTree::at(repository, &recorded.commit)?),
+        None => None,
+    };
+    let source = match &source_tree {
+        Some(tree) => check_source_at(tree, &recorded)?,
+        None => SourceCheck::NotChecked,
+    };
+    let receipt = check_receipt(
+        &files,
+        &recorded,
+        &ReceiptPolicy::release(options.allow_carried),
+        source_tree.as_ref().map(CommitTree::repository),
+    )?;
+    let binaries_checked = check_binaries(options, &recorded)?;
     let signature_present = signature != SignatureCheck::Absent;
     Ok(Verified {
         status: "verified",
@@ -152,9 +217,102 @@ pub fn verify(dir: &Path, allowed_signers: Option<&Path>) -> Result<Verified, Re
         tree: recorded.tree,
         files: files.len() + 1 + usize::from(signature_present),
         signature,
+        receipt,
+        source,
+        binaries_checked,
         rule: recorded.rule,
         runtime_sources: recorded.runtime_sources,
     })
+}
+
+/// The recorded commit's tree is the recorded tree, and the source inputs recomputed from
+/// its blobs under the recorded rule are exactly the recorded ones, descriptor for
+/// descriptor (each runtime source's blob id; the lock files' SHA-256 too).
+fn check_source_at(tree: &CommitTree, recorded: &Recorded) -> Result<SourceCheck, ReleaseError> {
+    if tree.tree != recorded.tree {
+        return Err(ReleaseError::TreeMismatch {
+            commit: recorded.commit.clone(),
+            recorded: recorded.tree.clone(),
+            actual: tree.tree.clone(),
+        });
+    }
+    let inputs = SourceInputs::read(tree, recorded.rule.clone())?;
+    let expected: Vec<ResourceDescriptor> = inputs.descriptors().collect();
+    let mismatch = |path: &str, claim: String| ReleaseError::SourceMismatch {
+        path: path.to_owned(),
+        commit: recorded.commit.clone(),
+        claim,
+    };
+    let by_name = |list: &[ResourceDescriptor]| -> BTreeMap<String, ResourceDescriptor> {
+        list.iter()
+            .map(|d| (d.name.clone().unwrap_or_default(), d.clone()))
+            .collect()
+    };
+    let expected_by_name = by_name(&expected);
+    let recorded_by_name = by_name(&recorded.sources);
+    for (path, found) in &recorded_by_name {
+        match expected_by_name.get(path) {
+            None => {
+                return Err(mismatch(
+                    path,
+                    "is recorded, but the recorded rule selects no such blob".into(),
+                ))
+            }
+            Some(wanted) if wanted != found => {
+                return Err(mismatch(
+                    path,
+                    format!(
+                        "is recorded with digests {:?}, but its blob gives {:?}",
+                        found.digest, wanted.digest
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(path) = expected_by_name
+        .keys()
+        .find(|path| !recorded_by_name.contains_key(*path))
+    {
+        return Err(mismatch(
+            path,
+            "is selected by the recorded rule, but not recorded".into(),
+        ));
+    }
+    if recorded.sources != expected {
+        return Err(mismatch(
+            "(all)",
+            "list is recorded out of order or with a duplicate".into(),
+        ));
+    }
+    Ok(SourceCheck::Matched {
+        runtime_sources: expected.len(),
+    })
+}
+
+/// Each binary given has the SHA-256 the Statement records for it.
+fn check_binaries(
+    options: &VerifyOptions<'_>,
+    recorded: &Recorded,
+) -> Result<Vec<&'static str>, ReleaseError> {
+    let mut checked = Vec::new();
+    for (binary, path, digest) in [
+        ("shardlift", options.shardlift, &recorded.shardlift_sha256),
+        ("pipeline", options.pipeline, &recorded.pipeline_sha256),
+    ] {
+        let Some(path) = path else { continue };
+        let actual = shardlift::durable::file_sha256(path)?;
+        if actual.to_hex() != *digest {
+            return Err(ReleaseError::BinaryMismatch {
+                binary,
+                path: path.to_owned(),
+                recorded: digest.clone(),
+                actual,
+            });
+        }
+        checked.push(binary);
+    }
+    Ok(checked)
 }
 
 /// `SHA256SUMS`: its text and the (name, digest) lines it lists.
@@ -330,13 +488,17 @@ fn verify_bundles(
     Ok(bundles)
 }
 
-/// What the (checked) Statement records about the source.
+/// What the (checked) Statement records about the source and the binaries.
 struct Recorded {
     commit: String,
     tree: String,
     rule: Vec<String>,
     /// Runtime-source path → blob id.
     runtime_sources: BTreeMap<String, String>,
+    /// The runtime-source dependencies as recorded, in order.
+    sources: Vec<ResourceDescriptor>,
+    shardlift_sha256: String,
+    pipeline_sha256: String,
 }
 
 impl Recorded {
@@ -350,40 +512,67 @@ impl Recorded {
                 .cloned()
                 .unwrap_or_default()
         };
+        let sources: Vec<ResourceDescriptor> = definition
+            .resolved_dependencies
+            .iter()
+            .filter(|d| d.annotation("runtimeSource") == Some(&serde_json::Value::Bool(true)))
+            .cloned()
+            .collect();
+        let identity = &definition.internal_parameters.build_identity;
         Recorded {
             commit: digest("gitCommit"),
             tree: digest("gitTree"),
             rule: definition.internal_parameters.runtime_source_rule.clone(),
-            runtime_sources: definition
-                .resolved_dependencies
+            runtime_sources: sources
                 .iter()
-                .filter(|d| d.annotation("runtimeSource") == Some(&serde_json::Value::Bool(true)))
                 .filter_map(|d| Some((d.name.clone()?, d.digest.get("gitBlob")?.clone())))
                 .collect(),
+            sources,
+            shardlift_sha256: identity.shardlift_sha256.clone(),
+            pipeline_sha256: identity.pipeline_sha256.clone(),
         }
     }
 }
 
-/// The receipt, when present, records the Statement's revision.
+/// The receipt, when present, records the Statement's commit and tree and verifies under
+/// `policy`, its carried shards (if the policy admits any) checked against `repo`.
 fn check_receipt(
     files: &BTreeMap<String, Vec<u8>>,
     recorded: &Recorded,
-) -> Result<(), ReleaseError> {
+    policy: &ReceiptPolicy,
+    repo: Option<&Repo>,
+) -> Result<Option<ReceiptCheck>, ReleaseError> {
     let Some(bytes) = files.get(pins::RECEIPT) else {
-        return Ok(());
+        return Ok(None);
     };
     let receipt =
         crate::receipt::schema::Receipt::decode(bytes).map_err(|e| ReleaseError::Malformed {
             name: pins::RECEIPT.into(),
             message: e.to_string(),
         })?;
-    let revision = &recorded.commit;
-    require(&receipt.shardlift.commit == revision, pins::RECEIPT, || {
-        format!(
-            "the receipt records commit {}, not {revision}",
-            receipt.shardlift.commit
-        )
-    })
+    let ext = &receipt.shardlift;
+    for (field, in_receipt, in_statement) in [
+        ("commit", &ext.commit, &recorded.commit),
+        ("tree", &ext.tree, &recorded.tree),
+    ] {
+        if in_receipt != in_statement {
+            return Err(ReleaseError::ReceiptSource {
+                field,
+                receipt: in_receipt.clone(),
+                statement: in_statement.clone(),
+            });
+        }
+    }
+    let carry = receipt_verify::check_receipt(&receipt, policy, repo)
+        .map_err(|e| ReleaseError::ReceiptRejected(Box::new(e)))?;
+    Ok(Some(ReceiptCheck {
+        shards: ext.shards.len(),
+        tests: receipt.counts().total(),
+        carried: match carry {
+            CarryCheck::NoneCarried => Vec::new(),
+            CarryCheck::Checked(shards) | CarryCheck::Unchecked(shards) => shards,
+        },
+    }))
 }
 
 /// The summary decodes canonically and agrees with the Statement and the bundles.
@@ -504,7 +693,7 @@ pub fn staleness(
     verified: &Verified,
     repository: &Path,
 ) -> Result<super::sources::Staleness, ReleaseError> {
-    let head = super::sources::HeadTree::open(repository)?;
+    let head = CommitTree::head(repository)?;
     let current = head.blobs(&verified.rule)?;
     Ok(super::sources::compare(
         &verified.commit,
