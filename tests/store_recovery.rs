@@ -5,11 +5,12 @@ use shardlift::core::digest::Digest;
 use shardlift::core::topology::Topology;
 use shardlift::lab::matrix::{
     build_corruption_base, corruption_case, corruption_cases, generation_expectation,
-    power_loss_scenario, Action,
+    power_loss_scenario, Action, CheckPlan, ModelFaults,
 };
 use shardlift::lab::powerloss::{tree_digest, EnumerationLimits};
 use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};
 use shardlift::store::layout::synthetic_state;
+use shardlift::store::recovery::RecoveryFaults;
 use shardlift::store::{self, LatestStatus, NoHooks, RecordingHooks, WriterFaults};
 
 fn two_generations() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -185,13 +186,17 @@ fn power_loss_correct_writer_has_no_violations() {
     let outcome = power_loss_scenario(
         Some(&base),
         &action(),
-        WriterFaults::default(),
+        ModelFaults::NONE,
         small_limits(),
-        150,
-        2,
+        CheckPlan::exhaustive(2),
     )
     .expect("scenario");
-    assert!(outcome.states >= 50, "{} states", outcome.states);
+    assert!(
+        outcome.states_checked >= 20,
+        "{} states",
+        outcome.states_checked
+    );
+    assert_eq!(outcome.states_checked, outcome.distinct_states);
     assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
 }
 
@@ -202,8 +207,18 @@ fn power_loss_catches_a_writer_that_skips_the_commits_fsync() {
         skip_commit_directory_fsync: true,
         ..WriterFaults::default()
     };
-    let outcome = power_loss_scenario(Some(&base), &action(), faults, small_limits(), 0, 2)
-        .expect("scenario");
+    let faults = ModelFaults {
+        writer: faults,
+        recovery: RecoveryFaults::NONE,
+    };
+    let outcome = power_loss_scenario(
+        Some(&base),
+        &action(),
+        faults,
+        small_limits(),
+        CheckPlan::exhaustive(2),
+    )
+    .expect("scenario");
     assert!(
         outcome
             .violations
@@ -221,8 +236,18 @@ fn power_loss_catches_a_writer_that_advances_latest_first() {
         latest_before_commit_rename: true,
         ..WriterFaults::default()
     };
-    let outcome = power_loss_scenario(Some(&base), &action(), faults, small_limits(), 0, 2)
-        .expect("scenario");
+    let faults = ModelFaults {
+        writer: faults,
+        recovery: RecoveryFaults::NONE,
+    };
+    let outcome = power_loss_scenario(
+        Some(&base),
+        &action(),
+        faults,
+        small_limits(),
+        CheckPlan::exhaustive(2),
+    )
+    .expect("scenario");
     assert!(
         outcome
             .violations
@@ -245,7 +270,8 @@ fn corruption_sample_falls_back_to_verified_generations() {
     assert!(cases.len() >= 50, "{} cases", cases.len());
     // Every 5th case here; the crash matrix runs them all.
     for damage in cases.iter().step_by(5) {
-        let violations = corruption_case(&base, damage, &expectations).expect("case");
+        let violations =
+            corruption_case(&base, damage, &expectations, RecoveryFaults::NONE).expect("case");
         assert!(violations.is_empty(), "{violations:#?}");
     }
 }

@@ -2,6 +2,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use shardlift::supervise::process::PublisherPause;
 
 use shardlift::core::logical::LogicalState;
 use shardlift::core::topology::Topology;
@@ -81,8 +82,9 @@ pub struct CrashMatrixArgs {
     /// Seed for sampled power-loss subsets.
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
-    /// Upper bound on power-loss states checked per scenario.
-    #[arg(long, default_value_t = 300)]
+    /// Upper bound on distinct power-loss states checked per scenario, sampled evenly
+    /// (0: check every distinct state).
+    #[arg(long, default_value_t = 0)]
     pub max_states_per_scenario: usize,
     /// Print the names of the writer mutants (deliberately broken writers) and exit.
     #[arg(long, conflicts_with = "mutant")]
@@ -101,12 +103,16 @@ pub struct StoreChildArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum StoreChildCommand {
-    /// Publish the handoff's state, stopping at every barrier until acknowledged.
+    /// Publish the handoff's state, stopping where `--pause-at` says until acknowledged.
     Publish {
         #[arg(long)]
         store: PathBuf,
         #[arg(long)]
         handoff: PathBuf,
+        /// barriers (after every named step), operations (before every file-system
+        /// operation) or nowhere (say ready, then run free).
+        #[arg(long, default_value = "barriers")]
+        pause_at: String,
     },
     /// Recover and print the report as JSON.
     Recover {
@@ -255,23 +261,29 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
         })?;
     } else {
         println!(
-            "{} barriers, {} process kills, {} power-loss states, {} corruption cases, {} violations",
+            "{} barriers; {} barrier kills; {} operations traced, {} operation-boundary kills; {} random kills ({} runs finished first); {} crash images, {} distinct states; {} corruption cases; {} violations",
             summary.barriers.len(),
-            summary.process_kills,
-            summary.power_loss_states,
+            summary.barrier_kills,
+            summary.trace_operations,
+            summary.op_boundary_kills,
+            summary.random_kills,
+            summary.random_runs_finished_first,
+            summary.crash_images,
+            summary.distinct_states,
             summary.corruption_cases,
-            summary.violations
+            summary.violations.len()
         );
-        for v in &summary.violation_list {
+        for v in &summary.violations {
             println!("VIOLATION: {v}");
         }
         println!(
-            "{} of {} writer mutants killed; survived: {:?}",
+            "{} of {} mutants killed; survived: {:?}",
             mutants.killed, mutants.total, mutants.survived
         );
+        println!("caveat: {}", summary.caveat);
     }
-    if summary.violations > 0 {
-        anyhow::bail!("{} invariant violations", summary.violations);
+    if !summary.violations.is_empty() {
+        anyhow::bail!("{} invariant violations", summary.violations.len());
     }
     if !mutants.survived.is_empty() {
         anyhow::bail!(
@@ -334,8 +346,15 @@ fn run_one_mutant(
 
 pub fn run_child(args: StoreChildArgs) -> anyhow::Result<()> {
     match args.command {
-        StoreChildCommand::Publish { store, handoff } => {
-            shardlift::lab::harness::child_publish(&store, &handoff)?;
+        StoreChildCommand::Publish {
+            store,
+            handoff,
+            pause_at,
+        } => {
+            let pause = PublisherPause::from_arg(&pause_at).with_context(|| {
+                format!("--pause-at {pause_at:?}: expected barriers, operations or nowhere")
+            })?;
+            shardlift::lab::harness::child_publish(&store, &handoff, pause)?;
             Ok(())
         }
         StoreChildCommand::Recover { store } => {

@@ -43,6 +43,31 @@ pub enum FileOffset {
 }
 
 impl Damage {
+    /// The path the damage lands on, relative to the store.
+    pub fn target(&self) -> &str {
+        match self {
+            Damage::BitFlip { file, .. }
+            | Damage::Truncate { file, .. }
+            | Damage::Delete { file }
+            | Damage::Misdirect { file, .. }
+            | Damage::Write { file, .. } => file,
+            Damage::Mkdir { dir } => dir,
+        }
+    }
+
+    /// The kind of damage: a bit flip, a torn (truncated) file, a lost write (the file
+    /// deleted), a misdirected write, a foreign write, or a foreign directory.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Damage::BitFlip { .. } => "bit_flip",
+            Damage::Truncate { .. } => "truncation",
+            Damage::Delete { .. } => "lost_write",
+            Damage::Misdirect { .. } => "misdirected_write",
+            Damage::Write { .. } => "foreign_write",
+            Damage::Mkdir { .. } => "foreign_directory",
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             Damage::BitFlip { file, offset } => format!("bit flip ({offset:?}) in {file}"),

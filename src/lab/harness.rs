@@ -1,10 +1,14 @@
-//! The process-crash harness: a real publisher child that stops at every barrier until
-//! acknowledged, killed with SIGKILL (via pidfd) at a chosen barrier; a fresh recovery child.
+//! The process-crash harness: a real publisher child, killed with SIGKILL (via pidfd) at a
+//! chosen barrier, before a chosen file-system operation, or after a random delay; a fresh
+//! recovery child.
 //!
-//! Wire protocol (child → parent, stdout): one JSON line per message, either
-//! `{"barrier":{...BarrierEvent}}` after each completed step, or `{"done":{...CommitSummary}}`.
-//! Parent → child (stdin): one byte `A` acknowledges the last barrier event. The child does
-//! nothing after a barrier until it reads the acknowledgement; EOF on stdin stops it.
+//! Wire protocol (child → parent, stdout): one JSON line per message:
+//! `{"barrier":{...BarrierEvent}}` after each completed step (pause at barriers),
+//! `{"operation":{...OperationEvent}}` before each file-system operation (pause at
+//! operations), `"ready"` once before publishing (pause nowhere), and
+//! `{"done":{...CommitSummary}}` at the end. Parent → child (stdin): one byte `A`
+//! acknowledges the last barrier or operation event. A pausing child does nothing after an
+//! event until it reads the acknowledgement; EOF on stdin stops it.
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -17,13 +21,14 @@ use serde::{Deserialize, Serialize};
 use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 use crate::supervise::process::{
-    enter_supervised_child, ChildSpec, ExitOutcome, ExitRecord, ShardliftChild, SupervisedChild,
+    enter_supervised_child, ChildSpec, ExitOutcome, ExitRecord, PublisherPause, ShardliftChild,
+    SupervisedChild,
 };
 
-use crate::durable::fs::{FileSystem, RealFs};
+use crate::durable::fs::{EntryKind, FileSystem, RealFs};
 use crate::lab::error::LabError;
 use crate::lab::handoff::{decode_handoff, encode_handoff, HANDOFF_MAGIC};
-use crate::store::barrier::{Barrier, BarrierEvent, FnHook};
+use crate::store::barrier::{Barrier, BarrierEvent, FnHook, NoHooks};
 use crate::store::codec::{commit_rel_path, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES};
 use crate::store::error::StoreError;
 use crate::store::recovery::RecoveryReport;
@@ -43,7 +48,71 @@ const HARNESS_SESSION: &str = "crash-harness";
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum ChildMessage {
     Barrier(BarrierEvent),
+    Operation(OperationEvent),
+    Ready,
     Done(CommitSummary),
+}
+
+/// One file-system operation a publisher child is about to perform (paths relative to the
+/// store root; `..` is the store's parent directory).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperationEvent {
+    /// 0-based position in the run's operation trace.
+    pub seq: u64,
+    pub kind: OperationKind,
+    pub path: String,
+    /// The rename target, for renames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Bytes written at offset 0, for `create_write`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// The mutating operations of the file-system seam. A new file is created and written
+/// whole (offset 0, every byte) in one call; the protocol never writes at another offset,
+/// overwrites a file in place, or uses fdatasync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationKind {
+    Mkdir,
+    CreateWrite,
+    FsyncFile,
+    FsyncDir,
+    Rename,
+    RenameReplace,
+    Unlink,
+}
+
+/// What happened when a publisher was killed before one of its file-system operations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperationKillReport {
+    /// Every operation acknowledged (and so performed), in order.
+    pub performed: Vec<OperationEvent>,
+    /// The operation that was answered with SIGKILL instead (never performed).
+    pub killed_before: OperationEvent,
+    pub signal: Option<i32>,
+    pub exit: ExitRecord,
+    pub candidate_generation: u64,
+    /// Whether `commits/<candidate>.json` exists after the kill.
+    pub candidate_visible: bool,
+}
+
+/// What a free-running publisher did before a kill after a delay (or without one).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FreeRunReport {
+    /// The delay between the child's `ready` and the SIGKILL (none: run to the end).
+    pub kill_after_us: Option<u64>,
+    /// Microseconds from `ready` to the kill or to the child's exit.
+    pub elapsed_us: u64,
+    /// Killed by a signal, as opposed to having finished first.
+    pub signal: Option<i32>,
+    pub exit: ExitRecord,
+    pub candidate_generation: u64,
+    pub candidate_visible: bool,
 }
 
 /// What happened when a publisher was killed at a barrier.
@@ -221,7 +290,12 @@ fn drive_publisher(
 ) -> Result<PublisherEnd, LabError> {
     let handoff = write_handoff(state, topology)?;
     let candidate_generation = next_generation(&RealFs, store_dir)?;
-    let mut publisher = Publisher::spawn(shardlift_exe, store_dir, handoff.path())?;
+    let mut publisher = Publisher::spawn(
+        shardlift_exe,
+        store_dir,
+        handoff.path(),
+        PublisherPause::Barriers,
+    )?;
     let mut acknowledged: Vec<BarrierEvent> = Vec::new();
     loop {
         match publisher.next_message()? {
@@ -239,10 +313,7 @@ fn drive_publisher(
                         occurrence,
                         acknowledged,
                         unacknowledged: event,
-                        signal: match exit.outcome {
-                            ExitOutcome::Signal(s) => Some(s),
-                            ExitOutcome::Code(_) => None,
-                        },
+                        signal: exit_signal(&exit),
                         reaped: true,
                         exit,
                         candidate_generation,
@@ -253,7 +324,139 @@ fn drive_publisher(
                 acknowledged.push(event);
             }
             ChildMessage::Done(summary) => return publisher.finish(summary),
+            other => return Err(publisher.unexpected(&other)),
         }
+    }
+}
+
+/// How a publisher driven operation by operation ended.
+pub enum OperationsEnd {
+    Killed(OperationKillReport),
+    /// It finished: what it committed and every operation it performed, in order.
+    Completed(CommitSummary, Vec<OperationEvent>),
+}
+
+/// Spawns a publisher child that stops before every file-system operation, acknowledges
+/// them in order and, with `kill_before = Some(n)`, answers operation `n` (0-based) with
+/// SIGKILL instead. With `None` it records the whole trace of a real publish.
+pub fn drive_operations(
+    shardlift_exe: &Path,
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    kill_before: Option<u64>,
+) -> Result<OperationsEnd, LabError> {
+    let handoff = write_handoff(state, topology)?;
+    let candidate_generation = next_generation(&RealFs, store_dir)?;
+    let mut publisher = Publisher::spawn(
+        shardlift_exe,
+        store_dir,
+        handoff.path(),
+        PublisherPause::Operations,
+    )?;
+    let mut performed: Vec<OperationEvent> = Vec::new();
+    loop {
+        match publisher.next_message()? {
+            ChildMessage::Operation(event) => {
+                if event.seq != performed.len() as u64 {
+                    return Err(publisher.abandon(LabError::ChildProtocol(format!(
+                        "operation seq {} after {} acknowledged operations",
+                        event.seq,
+                        performed.len()
+                    ))));
+                }
+                if kill_before == Some(event.seq) {
+                    let exit = publisher.child.kill_and_reap()?;
+                    let candidate_visible = store_dir
+                        .join(commit_rel_path(candidate_generation))
+                        .exists();
+                    return Ok(OperationsEnd::Killed(OperationKillReport {
+                        performed,
+                        killed_before: event,
+                        signal: exit_signal(&exit),
+                        exit,
+                        candidate_generation,
+                        candidate_visible,
+                    }));
+                }
+                publisher.acknowledge()?;
+                performed.push(event);
+            }
+            ChildMessage::Done(summary) => {
+                if let Some(target) = kill_before {
+                    return Err(publisher.abandon(LabError::ChildProtocol(format!(
+                        "the publish ended after {} operations, before operation {target}",
+                        performed.len()
+                    ))));
+                }
+                return match publisher.finish(summary)? {
+                    PublisherEnd::Completed(summary) => {
+                        Ok(OperationsEnd::Completed(summary, performed))
+                    }
+                    PublisherEnd::Killed(_) => Err(LabError::ChildProtocol(
+                        "publisher was killed without a target".into(),
+                    )),
+                };
+            }
+            other => return Err(publisher.unexpected(&other)),
+        }
+    }
+}
+
+/// Spawns a publisher child that pauses nowhere and, `kill_after` after it reports ready
+/// (an unparked instant: inside whatever it is doing), kills it with SIGKILL. With `None`
+/// it runs to the end (to measure how long a publish takes).
+pub fn run_free_publisher(
+    shardlift_exe: &Path,
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    kill_after: Option<Duration>,
+) -> Result<FreeRunReport, LabError> {
+    let handoff = write_handoff(state, topology)?;
+    let candidate_generation = next_generation(&RealFs, store_dir)?;
+    let mut publisher = Publisher::spawn(
+        shardlift_exe,
+        store_dir,
+        handoff.path(),
+        PublisherPause::Nowhere,
+    )?;
+    match publisher.next_message()? {
+        ChildMessage::Ready => {}
+        other => return Err(publisher.unexpected(&other)),
+    }
+    let started = Instant::now();
+    let exit = match kill_after {
+        Some(delay) => {
+            std::thread::sleep(delay);
+            publisher.child.kill_and_reap()?
+        }
+        None => {
+            match publisher.next_message()? {
+                ChildMessage::Done(_) => {}
+                other => return Err(publisher.unexpected(&other)),
+            }
+            publisher.child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?
+        }
+    };
+    let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let candidate_visible = store_dir
+        .join(commit_rel_path(candidate_generation))
+        .exists();
+    Ok(FreeRunReport {
+        kill_after_us: kill_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        elapsed_us,
+        signal: exit_signal(&exit),
+        exit,
+        candidate_generation,
+        candidate_visible,
+    })
+}
+
+fn exit_signal(exit: &ExitRecord) -> Option<i32> {
+    match exit.outcome {
+        ExitOutcome::Signal(s) => Some(s),
+        ExitOutcome::Code(_) => None,
     }
 }
 
@@ -281,11 +484,20 @@ struct Publisher {
 }
 
 impl Publisher {
-    fn spawn(shardlift_exe: &Path, store: &Path, handoff: &Path) -> Result<Self, LabError> {
+    fn spawn(
+        shardlift_exe: &Path,
+        store: &Path,
+        handoff: &Path,
+        pause: PublisherPause,
+    ) -> Result<Self, LabError> {
         let spec = ChildSpec::shardlift(
             shardlift_exe,
             HARNESS_SESSION,
-            ShardliftChild::Publisher { store, handoff },
+            ShardliftChild::Publisher {
+                store,
+                handoff,
+                pause,
+            },
         );
         let mut child = SupervisedChild::spawn(spec)?;
         let stdin = child
@@ -321,6 +533,13 @@ impl Publisher {
         };
         serde_json::from_str(&line)
             .map_err(|e| self.abandon(LabError::ChildProtocol(format!("bad line {line:?}: {e}"))))
+    }
+
+    /// A message this mode of the protocol never sends: kill, then report it.
+    fn unexpected(&mut self, message: &ChildMessage) -> LabError {
+        self.abandon(LabError::ChildProtocol(format!(
+            "unexpected message {message:?}"
+        )))
     }
 
     /// Events arrive numbered from 0, one after each acknowledgement.
@@ -391,9 +610,15 @@ pub fn recover_in_child(
         .map_err(|e| LabError::ChildProtocol(format!("recovery report: {e}")))
 }
 
-/// Child side of `store-child publish`: reads the handoff, publishes, and streams one
-/// event per barrier, waiting for an acknowledgement byte after each.
-pub fn child_publish(store_dir: &Path, handoff: &Path) -> Result<CommitSummary, LabError> {
+/// Child side of `store-child publish`: reads the handoff and publishes. Pausing at
+/// barriers, it streams one event per barrier and waits for an acknowledgement byte after
+/// each; pausing at operations, it does the same before every file-system operation;
+/// pausing nowhere, it says `ready` and runs free.
+pub fn child_publish(
+    store_dir: &Path,
+    handoff: &Path,
+    pause: PublisherPause,
+) -> Result<CommitSummary, LabError> {
     enter_supervised_child()?;
     let cap = (MAX_CHUNK_OBJECT_BYTES * 3)
         .saturating_add(MAX_MANIFEST_BYTES)
@@ -408,38 +633,158 @@ pub fn child_publish(store_dir: &Path, handoff: &Path) -> Result<CommitSummary, 
         }));
     }
     let (state, topology) = decode_handoff(handoff, &bytes)?;
-    let stdout = std::io::stdout();
-    let stdin = std::io::stdin();
-    let mut hook = FnHook(|event: &BarrierEvent| {
-        let line = serde_json::to_string(&ChildMessage::Barrier(event.clone()))
-            .map_err(|e| e.to_string())?;
-        let mut out = stdout.lock();
-        writeln!(out, "{line}")
-            .and_then(|()| out.flush())
-            .map_err(|e| e.to_string())?;
-        let mut ack = [0u8; 1];
-        stdin
-            .lock()
-            .read_exact(&mut ack)
-            .map_err(|e| format!("no acknowledgement: {e}"))?;
-        if ack[0] != ACK {
-            return Err(format!("unexpected acknowledgement byte {}", ack[0]));
+    let summary = match pause {
+        PublisherPause::Barriers => {
+            let mut hook = FnHook(|event: &BarrierEvent| {
+                send_and_wait(&ChildMessage::Barrier(event.clone())).map_err(|e| e.to_string())
+            });
+            publish_with(
+                &RealFs,
+                store_dir,
+                &state,
+                topology,
+                &mut hook,
+                WriterFaults::default(),
+            )?
         }
-        Ok(())
-    });
-    let summary = publish_with(
-        &RealFs,
-        store_dir,
-        &state,
-        topology,
-        &mut hook,
-        WriterFaults::default(),
-    )?;
-    let line = serde_json::to_string(&ChildMessage::Done(summary.clone()))
-        .map_err(|e| LabError::ChildProtocol(e.to_string()))?;
+        PublisherPause::Operations => {
+            let stepping = SteppingFs {
+                root: store_dir,
+                next_seq: std::cell::Cell::new(0),
+            };
+            publish_with(
+                &stepping,
+                store_dir,
+                &state,
+                topology,
+                &mut NoHooks,
+                WriterFaults::default(),
+            )?
+        }
+        PublisherPause::Nowhere => {
+            send(&ChildMessage::Ready)?;
+            publish_with(
+                &RealFs,
+                store_dir,
+                &state,
+                topology,
+                &mut NoHooks,
+                WriterFaults::default(),
+            )?
+        }
+    };
+    send(&ChildMessage::Done(summary.clone()))?;
+    Ok(summary)
+}
+
+/// Writes one protocol line to stdout.
+fn send(message: &ChildMessage) -> Result<(), LabError> {
+    let line =
+        serde_json::to_string(message).map_err(|e| LabError::ChildProtocol(e.to_string()))?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")
         .and_then(|()| out.flush())
-        .map_err(|e| LabError::ChildProtocol(e.to_string()))?;
-    Ok(summary)
+        .map_err(|e| LabError::ChildProtocol(e.to_string()))
+}
+
+/// Writes one protocol line and blocks until the parent acknowledges it.
+fn send_and_wait(message: &ChildMessage) -> Result<(), LabError> {
+    send(message)?;
+    let mut ack = [0u8; 1];
+    std::io::stdin()
+        .lock()
+        .read_exact(&mut ack)
+        .map_err(|e| LabError::ChildProtocol(format!("no acknowledgement: {e}")))?;
+    if ack[0] != ACK {
+        return Err(LabError::ChildProtocol(format!(
+            "unexpected acknowledgement byte {}",
+            ack[0]
+        )));
+    }
+    Ok(())
+}
+
+/// The real file system, stopping before every mutating operation until the parent
+/// acknowledges it (reads pass straight through).
+struct SteppingFs<'a> {
+    root: &'a Path,
+    next_seq: std::cell::Cell<u64>,
+}
+
+impl SteppingFs<'_> {
+    fn name(&self, path: &Path) -> String {
+        match path.strip_prefix(self.root) {
+            Ok(rel) => rel.to_string_lossy().into_owned(),
+            Err(_) if self.root.starts_with(path) => "..".to_owned(),
+            Err(_) => path.to_string_lossy().into_owned(),
+        }
+    }
+
+    fn step(
+        &self,
+        kind: OperationKind,
+        path: &Path,
+        to: Option<&Path>,
+        bytes: Option<usize>,
+    ) -> std::io::Result<()> {
+        let seq = self.next_seq.get();
+        self.next_seq.set(seq + 1);
+        let event = OperationEvent {
+            seq,
+            kind,
+            path: self.name(path),
+            to: to.map(|t| self.name(t)),
+            bytes: bytes.map(|b| b as u64),
+        };
+        send_and_wait(&ChildMessage::Operation(event)).map_err(std::io::Error::other)
+    }
+}
+
+impl FileSystem for SteppingFs<'_> {
+    fn create_dir(&self, path: &Path) -> std::io::Result<()> {
+        self.step(OperationKind::Mkdir, path, None, None)?;
+        RealFs.create_dir(path)
+    }
+
+    fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> std::io::Result<()> {
+        self.step(OperationKind::CreateWrite, path, None, Some(bytes.len()))?;
+        RealFs.write_new_file(path, bytes, read_only)
+    }
+
+    fn fsync_file(&self, path: &Path) -> std::io::Result<()> {
+        self.step(OperationKind::FsyncFile, path, None, None)?;
+        RealFs.fsync_file(path)
+    }
+
+    fn fsync_dir(&self, path: &Path) -> std::io::Result<()> {
+        self.step(OperationKind::FsyncDir, path, None, None)?;
+        RealFs.fsync_dir(path)
+    }
+
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.step(OperationKind::Rename, from, Some(to), None)?;
+        RealFs.rename_noreplace(from, to)
+    }
+
+    fn rename_replace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.step(OperationKind::RenameReplace, from, Some(to), None)?;
+        RealFs.rename_replace(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        self.step(OperationKind::Unlink, path, None, None)?;
+        RealFs.remove_file(path)
+    }
+
+    fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+        RealFs.read_file(path, cap)
+    }
+
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        RealFs.list_dir(path)
+    }
+
+    fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>> {
+        RealFs.entry_kind(path)
+    }
 }

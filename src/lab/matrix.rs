@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
+use crate::core::rng::SplitMix64;
 use crate::core::topology::Topology;
 
 use crate::durable::fs::RealFs;
@@ -20,7 +21,9 @@ use crate::lab::powerloss::{
 use crate::store::barrier::{Barrier, NoHooks};
 use crate::store::codec::{commit_rel_path, object_rel_path};
 use crate::store::layout::synthetic_state;
-use crate::store::recovery::{verify_generation_with, LatestStatus, RecoveryReport};
+use crate::store::recovery::{
+    recover_faulty, verify_generation_with, LatestStatus, RecoveryFaults, RecoveryReport,
+};
 use crate::store::writer::{
     publish_with, reshard_with, WriterFaults, LATEST_REL_PATH, LAYOUT_DIRS,
 };
@@ -57,22 +60,12 @@ impl Default for MatrixConfig {
     fn default() -> Self {
         MatrixConfig {
             seed: 0x5eed,
-            max_states_per_scenario: 300,
+            max_states_per_scenario: 0,
             threads: std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .min(8),
         }
     }
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct MatrixSummary {
-    pub barriers: Vec<&'static str>,
-    pub process_kills: u64,
-    pub power_loss_states: u64,
-    pub corruption_cases: u64,
-    pub violations: u64,
-    pub violation_list: Vec<String>,
 }
 
 /// What a generation must look like to count as intact: each file and its digest.
@@ -116,41 +109,66 @@ pub enum Action {
     /// Publish into a store whose layout directories a killed writer created and never
     /// made durable (they exist, empty, but a power cut may still remove them).
     PublishOverKilledLayout(Box<LogicalState>, Topology),
+    /// Rewrite LATEST for the selected generation of a store that lost it.
+    RepairLatest,
 }
 
 /// The result of one power-loss scenario.
 #[derive(Clone, Debug, Default)]
 pub struct ScenarioOutcome {
-    pub states: u64,
+    /// Operations the recorded run issued.
+    pub trace_operations: u64,
+    /// Crash images generated from the trace (every prefix, admissible subsets, data
+    /// variants), before deduplication.
+    pub crash_images: u64,
+    /// Distinct states among them, as recovery can see them (everything outside `staging/`).
+    pub distinct_states: u64,
+    /// States recovery was checked on (all distinct ones unless capped).
+    pub states_checked: u64,
     pub violations: Vec<String>,
 }
 
-fn recover_guarded(dir: &Path) -> Result<RecoveryReport, String> {
-    match catch_unwind(AssertUnwindSafe(|| crate::store::recover(dir))) {
+/// The deliberate faults a model run is given: none for the matrix, one for each mutant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelFaults {
+    pub writer: WriterFaults,
+    pub recovery: RecoveryFaults,
+}
+
+impl ModelFaults {
+    pub const NONE: ModelFaults = ModelFaults {
+        writer: WriterFaults::NONE,
+        recovery: RecoveryFaults::NONE,
+    };
+}
+
+fn recover_guarded(dir: &Path, faults: RecoveryFaults) -> Result<RecoveryReport, String> {
+    match catch_unwind(AssertUnwindSafe(|| recover_faulty(&RealFs, dir, faults))) {
         Ok(Ok(report)) => Ok(report),
         Ok(Err(e)) => Err(format!("recovery failed: {e}")),
         Err(_) => Err("recovery panicked".into()),
     }
 }
 
-/// Recovery twice with the tree hashed around it; LATEST removed must not change the
-/// answer; the selected generation must load with the expected root.
+/// Recovery (with `faults`, for the recovery mutants) twice with the tree hashed around
+/// it; LATEST removed must not change the answer; the selected generation must load with
+/// the expected root.
 fn check_recovery_common(
     dir: &Path,
     roots: &BTreeMap<u64, Digest>,
     violations: &mut Vec<String>,
     context: &str,
-    check_latest: bool,
+    faults: RecoveryFaults,
 ) -> Option<RecoveryReport> {
     let before = tree_digest(dir).ok();
-    let first = match recover_guarded(dir) {
+    let first = match recover_guarded(dir, faults) {
         Ok(r) => r,
         Err(e) => {
             violations.push(format!("{context}: {e}"));
             return None;
         }
     };
-    let second = recover_guarded(dir);
+    let second = recover_guarded(dir, faults);
     let after = tree_digest(dir).ok();
     if before.is_none() || before != after {
         violations.push(format!("{context}: recovery modified the store"));
@@ -179,10 +197,10 @@ fn check_recovery_common(
     }
     // LATEST never changes the answer: hide it and recover again.
     let latest = dir.join(LATEST_REL_PATH);
-    if check_latest && latest.exists() {
+    if latest.exists() {
         let hidden = dir.join("refs/LATEST.hidden-by-checker");
         if std::fs::rename(&latest, &hidden).is_ok() {
-            match recover_guarded(dir) {
+            match recover_guarded(dir, faults) {
                 Ok(r) if r.selected == first.selected => {}
                 _ => violations.push(format!("{context}: LATEST changed the answer")),
             }
@@ -203,10 +221,13 @@ fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) 
             continue;
         };
         let torn = if let Some(address) = path.strip_prefix("objects/") {
-            Digest::of(bytes).to_hex() != address.replace('/', "")
+            Digest::of(&bytes).to_hex() != address.replace('/', "")
         } else if path.starts_with("commits/") && path.ends_with(".json") {
-            crate::store::codec::decode::<crate::store::codec::CommitRecord>(Path::new(path), bytes)
-                .is_err()
+            crate::store::codec::decode::<crate::store::codec::CommitRecord>(
+                Path::new(path),
+                &bytes,
+            )
+            .is_err()
         } else {
             false
         };
@@ -224,12 +245,13 @@ fn intact(recording: &Recording, state: &CrashState, expectation: &GenerationExp
     expectation.files.iter().all(|(path, digest)| {
         recording
             .file_bytes(&state.image, path)
-            .is_some_and(|bytes| Digest::of(bytes) == *digest)
+            .is_some_and(|bytes| Digest::of(&bytes) == *digest)
     })
 }
 
 struct ScenarioChecks<'a> {
     recording: &'a Recording,
+    recovery: RecoveryFaults,
     previous: Option<&'a GenerationExpectation>,
     candidate: &'a GenerationExpectation,
     roots: BTreeMap<u64, Digest>,
@@ -256,7 +278,7 @@ fn check_crash_state(
         &checks.roots,
         violations,
         &context,
-        state.crash_point % 3 == 0,
+        checks.recovery,
     ) else {
         return;
     };
@@ -311,38 +333,91 @@ fn check_crash_state(
 }
 
 /// Records one writer run on a copy of `base` (or an empty store) and checks recovery on
-/// every derived crash state (at most `max_states`, sampled evenly).
+/// every distinct derived crash state (at most `max_states` when nonzero, sampled evenly).
+/// A copied base also gets a killed writer's garbage in `staging/`, named as this
+/// process's own writer would name its first temp file (a restarted container reuses pids).
 pub fn power_loss_scenario(
     base: Option<&Path>,
     action: &Action,
-    faults: WriterFaults,
+    faults: ModelFaults,
     limits: EnumerationLimits,
-    max_states: usize,
-    threads: usize,
+    plan: CheckPlan,
 ) -> Result<ScenarioOutcome, LabError> {
     let work = scratch_dir()?;
     let root = work.path().join("store");
     std::fs::create_dir(&root)?;
     let (previous, mut roots) = match base {
-        Some(base) => seed_from_base(base, &root)?,
+        Some(base) => {
+            let seeded = seed_from_base(base, &root)?;
+            plant_staging_garbage(&root)?;
+            seeded
+        }
         None => (None, BTreeMap::new()),
     };
-    let (candidate, recording) = record_action(&root, action, faults)?;
+    let (candidate, recording) = record_action(&root, action, faults.writer)?;
     roots.insert(candidate.generation, candidate.logical_state_root);
     let durable_from = recording.mark_of(Barrier::CommitAfterDirectoryFsync);
-    let states = sample_evenly(recording.crash_states(limits), max_states);
+    let images = recording.crash_states(limits);
+    let crash_images = images.len() as u64;
+    let distinct = distinct_states(&recording, images);
+    let distinct_count = distinct.len() as u64;
+    let mut states = sample_evenly(distinct, plan.max_states);
+    if plan.stop_after_violations.is_some() {
+        // Hunting a mutant: a seeded shuffle spreads the first checks over the whole run.
+        let mut rng = SplitMix64::keyed(limits.seed, "shardlift/lab/mutant-order", 0);
+        for i in (1..states.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            states.swap(i, j);
+        }
+    }
     let checks = ScenarioChecks {
         recording: &recording,
+        recovery: faults.recovery,
         previous: previous.as_ref(),
         candidate: &candidate,
         roots,
         durable_from,
     };
-    let violations = check_crash_states(&checks, &states, threads);
+    let (violations, states_checked) = check_crash_states(&checks, &states, plan);
     Ok(ScenarioOutcome {
-        states: states.len() as u64,
+        trace_operations: recording.ops.len() as u64,
+        crash_images,
+        distinct_states: distinct_count,
+        states_checked,
         violations,
     })
+}
+
+/// One state per recovery-visible image. Every check but one depends only on what
+/// recovery can see; that one (a generation must survive once its `commits/` fsync was
+/// issued) depends on the crash point, so each state keeps the latest crash point that
+/// produced it, where the check is strictest.
+fn distinct_states(recording: &Recording, images: Vec<CrashState>) -> Vec<CrashState> {
+    let mut by_view: BTreeMap<Digest, CrashState> = BTreeMap::new();
+    for state in images {
+        let view = recording.visible_digest(&state.image);
+        match by_view.get_mut(&view) {
+            Some(kept) if kept.crash_point >= state.crash_point => {}
+            Some(kept) => *kept = state,
+            None => {
+                by_view.insert(view, state);
+            }
+        }
+    }
+    let mut states: Vec<CrashState> = by_view.into_values().collect();
+    states.sort_by_key(|s| s.crash_point);
+    states
+}
+
+/// A killed writer's leftovers in `staging/`: a torn object temp file under the exact name
+/// this process's writer will try first for the next generation, and an unrelated one.
+fn plant_staging_garbage(root: &Path) -> Result<(), LabError> {
+    let generation = crate::store::writer::next_generation(&RealFs, root)?;
+    let staging = root.join("staging");
+    let colliding = staging.join(format!("object-{}-{generation}-1.tmp", std::process::id()));
+    std::fs::write(colliding, b"torn bytes of a killed writer")?;
+    std::fs::write(staging.join("commit-1-0-1.tmp"), b"{\"schema\":")?;
+    Ok(())
 }
 
 /// Copies `base` into `root`: the generation recovery selects there (the previous durable
@@ -379,20 +454,38 @@ fn record_action(
             }
             RecordingFs::with_non_durable_dirs(root, &LAYOUT_DIRS)?
         }
+        Action::RepairLatest => {
+            std::fs::remove_file(root.join(LATEST_REL_PATH))?;
+            RecordingFs::new(root)?
+        }
         _ => RecordingFs::new(root)?,
     };
-    let summary = {
+    let generation = {
         let mut hooks = MarkingHooks(&fs);
         match action {
             Action::Publish(state, topology) | Action::PublishOverKilledLayout(state, topology) => {
-                publish_with(&fs, root, state, *topology, &mut hooks, faults)?
+                publish_with(&fs, root, state, *topology, &mut hooks, faults)?.generation
             }
             Action::Reshard(generation, topology) => {
-                reshard_with(&fs, root, *generation, *topology, &mut hooks)?
+                reshard_with(&fs, root, *generation, *topology, &mut hooks)?.generation
+            }
+            Action::RepairLatest => {
+                let report = crate::store::recovery::recover_with(&fs, root)?;
+                let selected = report.selected.ok_or_else(|| {
+                    LabError::Model("a LATEST repair needs a valid generation".into())
+                })?;
+                crate::store::writer::Writer::repair_latest(
+                    &fs,
+                    root,
+                    &mut hooks,
+                    selected.generation,
+                    selected.commit_digest,
+                )?;
+                selected.generation
             }
         }
     };
-    let candidate = generation_expectation(root, summary.generation)?;
+    let candidate = generation_expectation(root, generation)?;
     Ok((candidate, fs.finish()))
 }
 
@@ -408,36 +501,74 @@ fn sample_evenly(states: Vec<CrashState>, max_states: usize) -> Vec<CrashState> 
     }
 }
 
-/// Checks every crash state on `threads` threads; violations come back in state order.
+/// How a scenario's states are checked.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckPlan {
+    /// Check at most this many distinct states, sampled evenly (0: all of them).
+    pub max_states: usize,
+    pub threads: usize,
+    /// Stop once this many violations are found (a mutant is killed by the first one);
+    /// `None` checks every state.
+    pub stop_after_violations: Option<usize>,
+}
+
+impl CheckPlan {
+    /// Every distinct state, on `threads` threads.
+    pub fn exhaustive(threads: usize) -> Self {
+        CheckPlan {
+            max_states: 0,
+            threads,
+            stop_after_violations: None,
+        }
+    }
+}
+
+/// Checks crash states on `plan.threads` threads (thread `t` takes states `t`, `t + n`,
+/// ...), stopping early only when the plan says so.
 fn check_crash_states(
     checks: &ScenarioChecks<'_>,
     states: &[CrashState],
-    threads: usize,
-) -> Vec<String> {
-    let threads = threads.max(1);
-    let per_thread = states.len().div_ceil(threads).max(1);
+    plan: CheckPlan,
+) -> (Vec<String>, u64) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = plan.threads.max(1);
+    let found_total = AtomicUsize::new(0);
+    let found_total = &found_total;
     let mut violations = Vec::new();
+    let mut checked_total = 0u64;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = states
-            .chunks(per_thread)
-            .map(|slice| {
+        let handles: Vec<_> = (0..threads)
+            .map(|first| {
                 scope.spawn(move || {
                     let mut found = Vec::new();
-                    for state in slice {
+                    let mut checked = 0u64;
+                    for state in states.iter().skip(first).step_by(threads) {
+                        if plan
+                            .stop_after_violations
+                            .is_some_and(|stop| found_total.load(Ordering::Relaxed) >= stop)
+                        {
+                            break;
+                        }
+                        let before = found.len();
                         check_crash_state(checks, state, &mut found);
+                        checked += 1;
+                        found_total.fetch_add(found.len() - before, Ordering::Relaxed);
                     }
-                    found
+                    (found, checked)
                 })
             })
             .collect();
         for handle in handles {
             match handle.join() {
-                Ok(found) => violations.extend(found),
+                Ok((found, checked)) => {
+                    violations.extend(found);
+                    checked_total += checked;
+                }
                 Err(_) => violations.push("a checker thread panicked".into()),
             }
         }
     });
-    violations
+    (violations, checked_total)
 }
 
 /// The synthetic states the matrix uses: A (step 3) and B (step 4).
@@ -492,7 +623,10 @@ pub fn process_kill_case(
 
 /// Copies `base` into `root`: the generation recovery selects there and the logical state
 /// root of every valid generation.
-fn kill_base(base: &Path, root: &Path) -> Result<(Option<u64>, BTreeMap<u64, Digest>), LabError> {
+pub(crate) fn kill_base(
+    base: &Path,
+    root: &Path,
+) -> Result<(Option<u64>, BTreeMap<u64, Digest>), LabError> {
     copy_tree(base, root)?;
     let report = crate::store::recover(root)?;
     let mut roots = BTreeMap::new();
@@ -571,7 +705,8 @@ pub fn child_recovery_violations(
     // The in-process checks (idempotence, LATEST never changes the answer, the selected
     // generation loads with its published root) count like every other: a failed
     // in-process recovery is recorded by `check_recovery_common` itself.
-    let in_process = check_recovery_common(root, roots, &mut violations, context, true);
+    let in_process =
+        check_recovery_common(root, roots, &mut violations, context, RecoveryFaults::NONE);
     if in_process.is_some_and(|r| r.selected != first.selected) {
         violations.push(format!("{context}: in-process and child recovery disagree"));
     }
@@ -710,11 +845,13 @@ fn clutter() -> Vec<Damage> {
     cases
 }
 
-/// Applies one damage to a copy of `base` and checks recovery.
+/// Applies one damage to a copy of `base` and checks recovery (with `faults`, for the
+/// recovery mutants).
 pub fn corruption_case(
     base: &Path,
     damage: &Damage,
     expectations: &[GenerationExpectation],
+    faults: RecoveryFaults,
 ) -> Result<Vec<String>, LabError> {
     let work = scratch_dir()?;
     let root = work.path().join("store");
@@ -727,7 +864,8 @@ pub fn corruption_case(
         .iter()
         .map(|e| (e.generation, e.logical_state_root))
         .collect();
-    let Some(report) = check_recovery_common(&root, &roots, &mut violations, &context, true) else {
+    let Some(report) = check_recovery_common(&root, &roots, &mut violations, &context, faults)
+    else {
         return Ok(violations);
     };
     let intact = |e: &GenerationExpectation| {
@@ -761,6 +899,50 @@ pub fn corruption_case(
     Ok(violations)
 }
 
+/// The page-cache caveat every report carries.
+pub const PAGE_CACHE_CAVEAT: &str = "process kills (at barriers, before every operation, at random instants) leave the page cache intact: they test isolation and recovery from a dead writer, not durability; durability is tested by the power-loss model, which rebuilds what a power cut could leave on disk under the persistence model of RFC 0001 \u{a7}2";
+
+/// Counts of one power-loss scenario.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioFigures {
+    pub name: &'static str,
+    pub trace_operations: u64,
+    pub crash_images: u64,
+    pub distinct_states: u64,
+    pub states_checked: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MatrixSummary {
+    /// The named barriers of RFC 0001 §4.
+    pub barriers: Vec<&'static str>,
+    /// Operations in the recorded publish that the operation-boundary kills cut.
+    pub trace_operations: u64,
+    /// Real SIGKILLs, one before each operation of that publish.
+    pub op_boundary_kills: u64,
+    /// That publish, operation by operation, as the publisher child reported it.
+    pub operation_trace: Vec<crate::lab::harness::OperationEvent>,
+    /// Real SIGKILLs at barriers (every barrier, last object occurrences, genesis).
+    pub barrier_kills: u64,
+    /// Real SIGKILLs of a free-running publisher after a random delay that landed before
+    /// it finished.
+    pub random_kills: u64,
+    /// Random-delay runs where the publisher finished before the kill (not counted above).
+    pub random_runs_finished_first: u64,
+    /// Random kills after which the candidate's commit record was visible.
+    pub random_kills_candidate_visible: u64,
+    /// Power-loss crash images generated, over all scenarios.
+    pub crash_images: u64,
+    /// Distinct states among them as recovery sees them; each was checked.
+    pub distinct_states: u64,
+    pub power_loss_scenarios: Vec<ScenarioFigures>,
+    pub corruption_cases: u64,
+    pub corruption_by_file_kind: BTreeMap<&'static str, u64>,
+    pub corruption_by_damage: BTreeMap<&'static str, u64>,
+    pub caveat: &'static str,
+    pub violations: Vec<String>,
+}
+
 /// Runs everything and returns the summary (violations listed, not raised).
 pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> Result<MatrixSummary, LabError> {
     let started = std::time::Instant::now();
@@ -775,26 +957,44 @@ pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> Result<MatrixSummary, La
         &mut NoHooks,
         WriterFaults::default(),
     )?;
-    let kills = process_kill_phase(exe, &base, &a, &b)?;
-    let power_loss = power_loss_phase(&base, &a, &b, config)?;
-    let corruption = corruption_phase(&work.path().join("corrupt-base"), config)?;
+    let barrier_kills = process_kill_phase(exe, &base, &a, &b)?;
+    let operation_kills = crate::lab::kills::operation_kill_phase(exe, config)?;
+    let random_kills = crate::lab::kills::random_kill_phase(exe, config)?;
+    let power_loss = power_loss_phase(&base, &a, &b, config, ModelFaults::NONE)?;
+    let corruption = corruption_phase(
+        &work.path().join("corrupt-base"),
+        config,
+        RecoveryFaults::NONE,
+    )?;
     eprintln!(
         "crash-matrix: done in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     let violations: Vec<String> = [
-        kills.violations,
+        barrier_kills.violations,
+        operation_kills.violations,
+        random_kills.violations,
         power_loss.violations,
         corruption.violations,
     ]
     .concat();
     Ok(MatrixSummary {
         barriers: Barrier::ALL.iter().map(|b| b.name()).collect(),
-        process_kills: kills.count,
-        power_loss_states: power_loss.count,
+        trace_operations: operation_kills.trace_operations,
+        op_boundary_kills: operation_kills.kills,
+        operation_trace: operation_kills.trace,
+        barrier_kills: barrier_kills.count,
+        random_kills: random_kills.kills,
+        random_runs_finished_first: random_kills.finished_first,
+        random_kills_candidate_visible: random_kills.candidate_visible,
+        crash_images: power_loss.scenarios.iter().map(|s| s.crash_images).sum(),
+        distinct_states: power_loss.scenarios.iter().map(|s| s.distinct_states).sum(),
+        power_loss_scenarios: power_loss.scenarios,
         corruption_cases: corruption.count,
-        violations: violations.len() as u64,
-        violation_list: violations,
+        corruption_by_file_kind: corruption.by_file_kind,
+        corruption_by_damage: corruption.by_damage,
+        caveat: PAGE_CACHE_CAVEAT,
+        violations,
     })
 }
 
@@ -844,19 +1044,27 @@ fn process_kill_phase(
     })
 }
 
+/// What the power-loss phase found.
+pub struct PowerLossTally {
+    pub scenarios: Vec<ScenarioFigures>,
+    pub violations: Vec<String>,
+}
+
 /// Power loss: genesis publish, publish over a durable generation, reshard, a
-/// deduplicating republish, and a genesis publish with small chunks.
-fn power_loss_phase(
+/// deduplicating republish, a genesis publish with small chunks, a publish into a layout a
+/// killed writer left non-durable, and a LATEST repair.
+pub fn power_loss_phase(
     base: &Path,
     a: &LogicalState,
     b: &LogicalState,
     config: &MatrixConfig,
-) -> Result<PhaseTally, LabError> {
+    faults: ModelFaults,
+) -> Result<PowerLossTally, LabError> {
     let limits = EnumerationLimits {
         seed: config.seed,
         ..EnumerationLimits::default()
     };
-    let scenarios: [(&str, Option<&Path>, Action); 5] = [
+    let scenarios: [(&'static str, Option<&Path>, Action); 7] = [
         (
             "genesis publish",
             None,
@@ -885,9 +1093,15 @@ fn power_loss_phase(
                 topology(3)?,
             ),
         ),
+        (
+            "publish into a layout a killed writer left non-durable",
+            None,
+            Action::PublishOverKilledLayout(Box::new(a.clone()), topology(4)?),
+        ),
+        ("repair a missing LATEST", Some(base), Action::RepairLatest),
     ];
-    let mut tally = PhaseTally {
-        count: 0,
+    let mut tally = PowerLossTally {
+        scenarios: Vec::new(),
         violations: Vec::new(),
     };
     for (name, from, action) in &scenarios {
@@ -895,17 +1109,29 @@ fn power_loss_phase(
         let outcome = power_loss_scenario(
             *from,
             action,
-            WriterFaults::default(),
+            faults,
             limits,
-            config.max_states_per_scenario,
-            config.threads,
+            CheckPlan {
+                max_states: config.max_states_per_scenario,
+                threads: config.threads,
+                stop_after_violations: None,
+            },
         )?;
         eprintln!(
-            "crash-matrix:   {} states, {} violations",
-            outcome.states,
+            "crash-matrix:   {} operations, {} crash images, {} distinct states, {} checked, {} violations",
+            outcome.trace_operations,
+            outcome.crash_images,
+            outcome.distinct_states,
+            outcome.states_checked,
             outcome.violations.len()
         );
-        tally.count += outcome.states;
+        tally.scenarios.push(ScenarioFigures {
+            name,
+            trace_operations: outcome.trace_operations,
+            crash_images: outcome.crash_images,
+            distinct_states: outcome.distinct_states,
+            states_checked: outcome.states_checked,
+        });
         let named = outcome
             .violations
             .into_iter()
@@ -915,20 +1141,67 @@ fn power_loss_phase(
     Ok(tally)
 }
 
-/// Corruption: every case applied to a copy of a healthy three-generation store.
-fn corruption_phase(corrupt_base: &Path, config: &MatrixConfig) -> Result<PhaseTally, LabError> {
+/// What the corruption phase ran and found.
+pub struct CorruptionTally {
+    pub count: u64,
+    pub by_file_kind: BTreeMap<&'static str, u64>,
+    pub by_damage: BTreeMap<&'static str, u64>,
+    pub violations: Vec<String>,
+}
+
+/// Corruption: every case applied to a copy of a healthy three-generation store, with
+/// recovery given `faults` (none, except for the recovery mutants).
+pub fn corruption_phase(
+    corrupt_base: &Path,
+    config: &MatrixConfig,
+    faults: RecoveryFaults,
+) -> Result<CorruptionTally, LabError> {
     build_corruption_base(corrupt_base, config.seed)?;
     let expectations = (0..3)
         .map(|g| generation_expectation(corrupt_base, g))
         .collect::<Result<Vec<_>, _>>()?;
     let cases = corruption_cases(corrupt_base)?;
     eprintln!("crash-matrix: {} corruption cases", cases.len());
-    let mut violations = Vec::new();
-    for damage in &cases {
-        violations.extend(corruption_case(corrupt_base, damage, &expectations)?);
-    }
-    Ok(PhaseTally {
+    let mut tally = CorruptionTally {
         count: cases.len() as u64,
-        violations,
-    })
+        by_file_kind: BTreeMap::new(),
+        by_damage: BTreeMap::new(),
+        violations: Vec::new(),
+    };
+    for damage in &cases {
+        let kind = file_kind(damage.target(), &expectations);
+        *tally.by_file_kind.entry(kind).or_default() += 1;
+        *tally.by_damage.entry(damage.label()).or_default() += 1;
+        tally.violations.extend(corruption_case(
+            corrupt_base,
+            damage,
+            &expectations,
+            faults,
+        )?);
+    }
+    Ok(tally)
+}
+
+/// What a store path holds: a commit record, a manifest or chunk object of a known
+/// generation, LATEST, a temp file, or something no generation names.
+fn file_kind(path: &str, expectations: &[GenerationExpectation]) -> &'static str {
+    let named = |index: Option<usize>| {
+        expectations.iter().any(|e| match index {
+            Some(i) => e.files.get(i).is_some_and(|(p, _)| p == path),
+            None => e.files.iter().skip(2).any(|(p, _)| p == path),
+        })
+    };
+    if named(Some(0)) {
+        "commit_record"
+    } else if named(Some(1)) {
+        "manifest"
+    } else if named(None) {
+        "chunk_object"
+    } else if path == LATEST_REL_PATH {
+        "latest"
+    } else if path.ends_with(".tmp") {
+        "temp_file"
+    } else {
+        "unknown_entry"
+    }
 }

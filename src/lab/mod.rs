@@ -5,6 +5,7 @@ pub mod corruption;
 pub mod error;
 pub mod handoff;
 pub mod harness;
+pub mod kills;
 pub mod matrix;
 pub mod mutants;
 pub mod powerloss;

@@ -1,42 +1,71 @@
-//! Writer mutants: deliberately broken writers that the crash model must catch. A model
-//! that lets a mutant through has a hole, so a surviving mutant fails the crash matrix.
+//! Mutants: deliberately broken writers and recoveries that the crash model must catch. A
+//! model that lets a mutant through has a hole, so a surviving mutant fails the crash
+//! matrix.
 //!
-//! Each mutant breaks one rule of RFC 0001 §4 (an fsync dropped, a rename moved, a record
-//! written in place, an order swapped, a non-durable directory trusted). Each runs the
-//! power-loss model on the scenarios that exercise its step — a genesis publish, a publish
-//! over a committed generation, and (for the directory-reuse mutant) a publish into a
-//! layout a killed writer left non-durable — and is killed by at least one violation.
+//! Each writer mutant breaks one rule of RFC 0001 §4 (an fsync dropped, a rename moved, a
+//! record written in place, an order swapped, a non-durable directory trusted) and runs
+//! the power-loss model on the scenarios that exercise its step — a genesis publish, a
+//! publish over a committed generation, and (for the directory-reuse mutant) a publish
+//! into a layout a killed writer left non-durable. Each recovery mutant breaks one rule of
+//! §5 (trusting LATEST, skipping object digests) and runs those scenarios and the
+//! corruption cases. A mutant is killed by at least one violation.
 use serde::Serialize;
 
 use crate::lab::error::LabError;
-use crate::lab::matrix::{matrix_states, power_loss_scenario, Action, MatrixConfig};
+use crate::lab::matrix::{
+    corruption_phase, matrix_states, power_loss_scenario, Action, CheckPlan, MatrixConfig,
+    ModelFaults,
+};
 use crate::lab::powerloss::EnumerationLimits;
+use crate::store::recovery::RecoveryFaults;
 use crate::store::writer::WriterFaults;
 
-/// One deliberately broken writer.
+/// A mutant run stops checking once it has this many violations to show (one kills it).
+pub const MUTANT_VIOLATIONS_REPORTED: usize = 10;
+
+/// One deliberately broken writer or recovery.
 #[derive(Clone, Copy, Debug)]
 pub struct Mutant {
     pub name: &'static str,
     /// The rule of RFC 0001 it breaks.
     pub breaks: &'static str,
-    pub faults: WriterFaults,
+    pub faults: ModelFaults,
     /// Whether it needs a starting image with non-durable directories.
     pub needs_killed_layout: bool,
 }
 
-const fn mutant(name: &'static str, breaks: &'static str, faults: WriterFaults) -> Mutant {
+const fn mutant(name: &'static str, breaks: &'static str, writer: WriterFaults) -> Mutant {
     Mutant {
         name,
         breaks,
-        faults,
+        faults: ModelFaults {
+            writer,
+            recovery: RecoveryFaults::NONE,
+        },
+        needs_killed_layout: false,
+    }
+}
+
+const fn recovery_mutant(
+    name: &'static str,
+    breaks: &'static str,
+    recovery: RecoveryFaults,
+) -> Mutant {
+    Mutant {
+        name,
+        breaks,
+        faults: ModelFaults {
+            writer: WriterFaults::NONE,
+            recovery,
+        },
         needs_killed_layout: false,
     }
 }
 
 const N: WriterFaults = WriterFaults::NONE;
 
-/// The registry, in protocol order.
-pub const MUTANTS: [Mutant; 14] = [
+/// The registry, in protocol order: writer mutants, then recovery mutants.
+pub const MUTANTS: [Mutant; 16] = [
     mutant(
         "skip-layout-fsync",
         "the store root and its parent are fsynced after the layout is created",
@@ -48,9 +77,12 @@ pub const MUTANTS: [Mutant; 14] = [
     Mutant {
         name: "reuse-non-durable-directory",
         breaks: "every directory a publish relies on is made durable, whoever created it",
-        faults: WriterFaults {
-            trust_existing_directories: true,
-            ..N
+        faults: ModelFaults {
+            writer: WriterFaults {
+                trust_existing_directories: true,
+                ..N
+            },
+            recovery: RecoveryFaults::NONE,
         },
         needs_killed_layout: true,
     },
@@ -150,6 +182,22 @@ pub const MUTANTS: [Mutant; 14] = [
             ..N
         },
     ),
+    recovery_mutant(
+        "recovery-trusts-latest",
+        "recovery selects by scanning commits/, never by trusting LATEST",
+        RecoveryFaults {
+            trust_latest: true,
+            skip_object_digests: false,
+        },
+    ),
+    recovery_mutant(
+        "recovery-skips-object-digests",
+        "recovery hashes every object it selects against its address",
+        RecoveryFaults {
+            trust_latest: false,
+            skip_object_digests: true,
+        },
+    ),
 ];
 
 /// The mutant called `name`.
@@ -162,7 +210,10 @@ pub fn find(name: &str) -> Option<&'static Mutant> {
 pub struct MutantOutcome {
     pub name: &'static str,
     pub breaks: &'static str,
+    /// Distinct power-loss states checked.
     pub crash_states: u64,
+    /// Corruption cases checked (recovery mutants only).
+    pub corruption_cases: u64,
     pub killed: bool,
     pub violations: Vec<String>,
 }
@@ -193,6 +244,7 @@ pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcom
         name: mutant.name,
         breaks: mutant.breaks,
         crash_states: 0,
+        corruption_cases: 0,
         killed: false,
         violations: Vec::new(),
     };
@@ -202,11 +254,29 @@ pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcom
             action,
             mutant.faults,
             limits,
-            config.max_states_per_scenario,
-            config.threads,
+            CheckPlan {
+                max_states: config.max_states_per_scenario,
+                threads: config.threads,
+                stop_after_violations: Some(MUTANT_VIOLATIONS_REPORTED),
+            },
         )?;
-        outcome.crash_states += scenario.states;
+        outcome.crash_states += scenario.states_checked;
         outcome.violations.extend(scenario.violations);
+        if outcome.violations.len() >= MUTANT_VIOLATIONS_REPORTED {
+            break;
+        }
+    }
+    if mutant.faults.recovery != RecoveryFaults::NONE
+        && outcome.violations.len() < MUTANT_VIOLATIONS_REPORTED
+    {
+        let work = crate::lab::matrix::scratch_dir()?;
+        let corruption = corruption_phase(
+            &work.path().join("corrupt-base"),
+            config,
+            mutant.faults.recovery,
+        )?;
+        outcome.corruption_cases = corruption.count;
+        outcome.violations.extend(corruption.violations);
     }
     outcome.killed = !outcome.violations.is_empty();
     Ok(outcome)
@@ -246,7 +316,16 @@ pub fn run_all(config: &MatrixConfig) -> Result<MutantTally, LabError> {
             MUTANTS.len(),
             mutant.name
         );
+        let started = std::time::Instant::now();
         let outcome = run_mutant(mutant, config)?;
+        eprintln!(
+            "crash-matrix:   {} in {:.1} s: {} distinct states, {} corruption cases, {} violations",
+            if outcome.killed { "killed" } else { "SURVIVED" },
+            started.elapsed().as_secs_f64(),
+            outcome.crash_states,
+            outcome.corruption_cases,
+            outcome.violations.len()
+        );
         if outcome.killed {
             tally.killed += 1;
         } else {

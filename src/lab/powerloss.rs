@@ -3,7 +3,8 @@
 //!
 //! Model (RFC 0001 §Failure model):
 //! - a file's data is durable once the file is fsynced; before that a crash may leave it
-//!   whole, empty, or torn at a 512- or 4096-byte boundary;
+//!   whole, empty, short (cut at a 512- or 4096-byte boundary) or zero-filled (its size
+//!   persisted, all data or its last 4 KiB sector not);
 //! - a create, mkdir, rename or remove is durable once the directory holding the new
 //!   entry is fsynced; before that it may or may not have happened (any subset of the
 //!   pending operations, applied in program order; a rename is atomic);
@@ -11,6 +12,7 @@
 //!
 //! Crash points: every operation boundary. Subsets of pending operations: all when there
 //! are at most 10, else every prefix, every omit-one and seeded samples.
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -20,6 +22,12 @@ use crate::core::rng::SplitMix64;
 
 use crate::durable::fs::{EntryKind, FileSystem, RealFs};
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
+
+/// Names and what they hold, before data variants are chosen.
+type Namespace = BTreeMap<String, Node>;
+
+/// The writer's scratch directory, which recovery never reads.
+const STAGING_DIR: &str = "staging";
 
 /// One recorded file-system effect (paths relative to the store root, `/`-separated).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,11 +110,16 @@ pub struct RecordingFs {
 }
 
 /// One entry of a crash image: a directory, or a file holding the first `len` bytes of
-/// an inode's data.
+/// an inode's data, with bytes from `zeroed_from` on read as zeros (the size reached the
+/// disk, those data blocks did not).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ImageEntry {
     Dir,
-    File { inode: usize, len: usize },
+    File {
+        inode: usize,
+        len: usize,
+        zeroed_from: Option<usize>,
+    },
 }
 
 /// A crash image: relative path → entry.
@@ -133,6 +146,7 @@ impl RecordingFs {
                     ImageEntry::File {
                         inode,
                         len: data.len(),
+                        zeroed_from: None,
                     },
                 );
                 log.inodes.push(data);
@@ -344,6 +358,9 @@ impl Recording {
     /// Every distinct crash image over all crash points, pending subsets and data variants.
     pub fn crash_states(&self, limits: EnumerationLimits) -> Vec<CrashState> {
         let mut seen: HashSet<Image> = HashSet::new();
+        // A namespace with the same volatile files yields the same data variants wherever
+        // it recurs, so each is expanded once.
+        let mut expanded: HashSet<(Namespace, Vec<(String, usize)>)> = HashSet::new();
         let mut out = Vec::new();
         let mut rng = SplitMix64::keyed(limits.seed, "shardlift/powerloss/subsets", 0);
         for crash_point in 0..=self.ops.len() {
@@ -352,7 +369,12 @@ impl Recording {
             for subset in subsets(pending.len(), limits, &mut rng) {
                 let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
                 let namespace = self.apply(prefix, &durable, &chosen);
-                for image in self.data_variants(prefix, &namespace) {
+                let volatile = self.volatile_files(prefix, &namespace);
+                if !expanded.insert((namespace.clone(), volatile.clone())) {
+                    continue;
+                }
+                let every_pending_applied = subset.len() == pending.len();
+                for image in self.data_variants(&namespace, &volatile, every_pending_applied) {
                     if seen.insert(image.clone()) {
                         out.push(CrashState { crash_point, image });
                     }
@@ -363,6 +385,10 @@ impl Recording {
     }
 
     /// Which metadata ops of the prefix are durable, and the indices of pending ones.
+    /// Pending operations on names inside `staging/` are applied in every image instead of
+    /// multiplying images: recovery never looks there (RFC 0001 §5; the scenarios start
+    /// from a `staging/` holding a killed writer's garbage to show it), so images that
+    /// differ only there are one state to recovery.
     fn classify(&self, prefix: &[Op]) -> (Vec<bool>, Vec<usize>) {
         let mut durable = vec![false; prefix.len()];
         let mut pending = Vec::new();
@@ -370,6 +396,10 @@ impl Recording {
             let Some(dir) = op.durable_in() else {
                 continue;
             };
+            if dir == STAGING_DIR || dir.starts_with("staging/") {
+                durable[i] = true;
+                continue;
+            }
             let synced = prefix[i + 1..]
                 .iter()
                 .any(|later| matches!(later, Op::FsyncDir { path } if path == dir));
@@ -434,7 +464,13 @@ impl Recording {
         reachable
     }
 
-    fn data_variants(&self, prefix: &[Op], names: &BTreeMap<String, Node>) -> Vec<Image> {
+    /// Files of `names` whose data a crash may lose or tear: created by this run and not
+    /// fsynced in `prefix`. Files in `staging/` are left whole: recovery never reads them.
+    fn volatile_files(
+        &self,
+        prefix: &[Op],
+        names: &BTreeMap<String, Node>,
+    ) -> Vec<(String, usize)> {
         let initial_inodes: HashSet<usize> = self
             .initial
             .values()
@@ -450,6 +486,32 @@ impl Recording {
                 _ => None,
             })
             .collect();
+        names
+            .iter()
+            .filter_map(|(path, node)| match node {
+                Node::File(inode)
+                    if !initial_inodes.contains(inode)
+                        && !synced.contains(inode)
+                        && !path.starts_with("staging/") =>
+                {
+                    Some((path.clone(), *inode))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The images of one namespace: every file whole, every volatile file empty, and (with
+    /// `each_torn`) each volatile file alone short or zero-filled. Each-torn variants are
+    /// taken where every pending operation happened, the namespace with the most names
+    /// visible; tearing them in every subset too multiplies images past what a run can
+    /// check while showing recovery the same torn files.
+    fn data_variants(
+        &self,
+        names: &BTreeMap<String, Node>,
+        volatile: &[(String, usize)],
+        each_torn: bool,
+    ) -> Vec<Image> {
         let full: Image = names
             .iter()
             .map(|(path, node)| {
@@ -458,24 +520,22 @@ impl Recording {
                     Node::File(inode) => ImageEntry::File {
                         inode: *inode,
                         len: self.inodes[*inode].len(),
+                        zeroed_from: None,
                     },
                 };
                 (path.clone(), entry)
             })
             .collect();
-        let volatile: Vec<(String, usize)> = names
-            .iter()
-            .filter_map(|(path, node)| match node {
-                Node::File(inode) if !initial_inodes.contains(inode) && !synced.contains(inode) => {
-                    Some((path.clone(), *inode))
-                }
-                _ => None,
-            })
-            .collect();
         let mut variants = vec![full.clone()];
         let mut all_empty = full.clone();
-        for (path, inode) in &volatile {
+        for (path, inode) in volatile {
             let len = self.inodes[*inode].len();
+            let file = |len, zeroed_from| ImageEntry::File {
+                inode: *inode,
+                len,
+                zeroed_from,
+            };
+            // Short: only the first sectors (or none) reached the disk.
             let mut lengths = vec![0usize];
             for boundary in [512usize, 4096] {
                 if len > boundary {
@@ -484,24 +544,21 @@ impl Recording {
             }
             lengths.sort_unstable();
             lengths.dedup();
-            for torn in lengths {
+            let mut torn: Vec<ImageEntry> = lengths.into_iter().map(|l| file(l, None)).collect();
+            // Zero-filled: the size reached the disk, the last 4 KiB sector's data (or all
+            // of it) did not.
+            if len > 0 {
+                torn.push(file(len, Some(0)));
+                if len > 4096 {
+                    torn.push(file(len, Some((len - 1) / 4096 * 4096)));
+                }
+            }
+            for entry in torn.into_iter().filter(|_| each_torn) {
                 let mut image = full.clone();
-                image.insert(
-                    path.clone(),
-                    ImageEntry::File {
-                        inode: *inode,
-                        len: torn,
-                    },
-                );
+                image.insert(path.clone(), entry);
                 variants.push(image);
             }
-            all_empty.insert(
-                path.clone(),
-                ImageEntry::File {
-                    inode: *inode,
-                    len: 0,
-                },
-            );
+            all_empty.insert(path.clone(), file(0, None));
         }
         if volatile.len() > 1 {
             variants.push(all_empty);
@@ -509,10 +566,48 @@ impl Recording {
         variants
     }
 
+    /// What recovery can see of an image: every entry outside `staging/` with its kind and
+    /// bytes. Two images with the same digest are one state to recovery.
+    pub fn visible_digest(&self, image: &Image) -> Digest {
+        let mut hasher = FramedHasher::new("shardlift/powerloss/visible-image/v1");
+        for (path, entry) in image {
+            if path == STAGING_DIR || path.starts_with("staging/") {
+                continue;
+            }
+            hasher.field(path.as_bytes());
+            match entry {
+                ImageEntry::Dir => {
+                    hasher.field(b"<dir>");
+                }
+                ImageEntry::File { .. } => {
+                    match self.file_bytes(image, path) {
+                        Some(bytes) => hasher.field(&bytes),
+                        None => hasher.field(b"<bad inode>"),
+                    };
+                }
+            }
+        }
+        hasher.finish()
+    }
+
     /// The bytes an image holds at `path`, if it is a file.
-    pub fn file_bytes<'a>(&'a self, image: &Image, path: &str) -> Option<&'a [u8]> {
+    pub fn file_bytes<'a>(&'a self, image: &Image, path: &str) -> Option<Cow<'a, [u8]>> {
         match image.get(path)? {
-            ImageEntry::File { inode, len } => self.inodes.get(*inode)?.get(..*len),
+            ImageEntry::File {
+                inode,
+                len,
+                zeroed_from,
+            } => {
+                let bytes = self.inodes.get(*inode)?.get(..*len)?;
+                match zeroed_from {
+                    None => Some(Cow::Borrowed(bytes)),
+                    Some(from) => {
+                        let mut owned = bytes.to_vec();
+                        owned.get_mut(*from..)?.fill(0);
+                        Some(Cow::Owned(owned))
+                    }
+                }
+            }
             ImageEntry::Dir => None,
         }
     }
@@ -523,11 +618,9 @@ impl Recording {
             let target = dir.join(path);
             match entry {
                 ImageEntry::Dir => std::fs::create_dir(&target)?,
-                ImageEntry::File { inode, len } => {
+                ImageEntry::File { .. } => {
                     let data = self
-                        .inodes
-                        .get(*inode)
-                        .and_then(|d| d.get(..*len))
+                        .file_bytes(image, path)
                         .ok_or_else(|| std::io::Error::other("bad inode"))?;
                     std::fs::write(&target, data)?;
                 }

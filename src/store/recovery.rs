@@ -55,6 +55,19 @@ pub struct SelectedGeneration {
     pub logical_state_root: Digest,
 }
 
+impl SelectedGeneration {
+    fn of(v: &VerifiedGeneration) -> Self {
+        SelectedGeneration {
+            generation: v.generation,
+            commit_digest: v.commit_digest,
+            manifest_digest: v.manifest_digest,
+            workers: v.topology.workers(),
+            step: v.manifest.step,
+            logical_state_root: v.manifest.logical_state_root,
+        }
+    }
+}
+
 /// A commit record that did not verify, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -106,12 +119,43 @@ fn read_capped(fs: &dyn FileSystem, path: &Path, cap: u64) -> Result<Vec<u8>, St
     Ok(bytes)
 }
 
+/// Deliberately broken recoveries, for the crash lab's mutants (a model that cannot catch
+/// them has a hole). Never set outside the lab.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryFaults {
+    /// Select the generation LATEST names, when it decodes and its commit record verifies
+    /// by name, instead of scanning `commits/` for the newest valid one.
+    pub trust_latest: bool,
+    /// Trust object names: read the manifest without checking its bytes against its
+    /// address, and check chunk objects only for presence (no address check, no root
+    /// recomputed from their bytes).
+    pub skip_object_digests: bool,
+}
+
+impl RecoveryFaults {
+    /// The correct recovery, usable in constants.
+    pub const NONE: RecoveryFaults = RecoveryFaults {
+        trust_latest: false,
+        skip_object_digests: false,
+    };
+}
+
 /// Reads an object and checks its content against its address.
 pub fn read_object(
     fs: &dyn FileSystem,
     root: &Path,
     digest: Digest,
     cap: u64,
+) -> Result<Vec<u8>, StoreError> {
+    read_object_faulty(fs, root, digest, cap, RecoveryFaults::NONE)
+}
+
+fn read_object_faulty(
+    fs: &dyn FileSystem,
+    root: &Path,
+    digest: Digest,
+    cap: u64,
+    faults: RecoveryFaults,
 ) -> Result<Vec<u8>, StoreError> {
     let path = root.join(object_rel_path(&digest));
     let bytes = match fs.read_file(&path, cap) {
@@ -125,7 +169,7 @@ pub fn read_object(
         return Err(StoreError::TooLarge { path, cap });
     }
     let actual = Digest::of(&bytes);
-    if actual != digest {
+    if actual != digest && !faults.skip_object_digests {
         return Err(StoreError::DigestMismatch {
             path,
             expected: digest,
@@ -153,6 +197,16 @@ pub fn verify_generation_with(
     generation: u64,
     decode_state: bool,
 ) -> Result<VerifiedGeneration, StoreError> {
+    verify_generation_faulty(fs, root, generation, decode_state, RecoveryFaults::NONE)
+}
+
+fn verify_generation_faulty(
+    fs: &dyn FileSystem,
+    root: &Path,
+    generation: u64,
+    decode_state: bool,
+    faults: RecoveryFaults,
+) -> Result<VerifiedGeneration, StoreError> {
     let commit_path = root.join(commit_rel_path(generation));
     let commit_bytes = match fs.read_file(&commit_path, CommitRecord::CAP) {
         Ok(bytes) => bytes,
@@ -172,7 +226,7 @@ pub fn verify_generation_with(
             recorded: commit.generation,
         });
     }
-    let manifest_bytes = read_object(fs, root, commit.manifest, MAX_MANIFEST_BYTES)?;
+    let manifest_bytes = read_object_faulty(fs, root, commit.manifest, MAX_MANIFEST_BYTES, faults)?;
     let manifest_path = root.join(object_rel_path(&commit.manifest));
     let manifest: ManifestRecord = decode(&manifest_path, &manifest_bytes)?;
     let binding = |what| StoreError::BindingMismatch {
@@ -189,10 +243,29 @@ pub fn verify_generation_with(
         return Err(binding("logical_state_root"));
     }
     let topology = check_manifest(&manifest_path, &manifest)?;
-    let mut fetch =
-        |digest, expected: u64| read_object(fs, root, digest, expected.min(MAX_CHUNK_OBJECT_BYTES));
+    let mut fetch = |digest, expected: u64| {
+        read_object_faulty(
+            fs,
+            root,
+            digest,
+            expected.min(MAX_CHUNK_OBJECT_BYTES),
+            faults,
+        )
+    };
     let state = if decode_state {
         Some(assemble_state(&manifest_path, &manifest, &mut fetch)?)
+    } else if faults.skip_object_digests {
+        for entry in &manifest.chunks {
+            for (_, digest) in entry.digests() {
+                let path = root.join(object_rel_path(&digest));
+                if fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))?
+                    != Some(EntryKind::File)
+                {
+                    return Err(StoreError::MissingObject { path, digest });
+                }
+            }
+        }
+        None
     } else {
         verify_payloads(&manifest_path, &manifest, &mut fetch)?;
         None
@@ -255,6 +328,20 @@ fn latest_report(
 
 /// Scans and verifies every commit record under `root` through `fs`. Writes nothing.
 pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, StoreError> {
+    recover_faulty(fs, root, RecoveryFaults::NONE)
+}
+
+/// As [`recover_with`], with deliberate faults (the crash lab's recovery mutants).
+pub fn recover_faulty(
+    fs: &dyn FileSystem,
+    root: &Path,
+    faults: RecoveryFaults,
+) -> Result<RecoveryReport, StoreError> {
+    if faults.trust_latest {
+        if let Some(report) = trusted_latest(fs, root, faults) {
+            return Ok(report);
+        }
+    }
     if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? != Some(EntryKind::Dir) {
         return Err(StoreError::NoStore {
             path: root.to_owned(),
@@ -279,17 +366,10 @@ pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, 
     let mut rejected = Vec::new();
     let mut selected = None;
     for generation in generations {
-        match verify_generation_with(fs, root, generation, false) {
+        match verify_generation_faulty(fs, root, generation, false, faults) {
             Ok(v) => {
                 valid.push(generation);
-                selected = Some(SelectedGeneration {
-                    generation,
-                    commit_digest: v.commit_digest,
-                    manifest_digest: v.manifest_digest,
-                    workers: v.topology.workers(),
-                    step: v.manifest.step,
-                    logical_state_root: v.manifest.logical_state_root,
-                });
+                selected = Some(SelectedGeneration::of(&v));
             }
             Err(error) => rejected.push(Rejection {
                 file: commit_rel_path(generation),
@@ -306,5 +386,29 @@ pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, 
         rejected,
         latest,
         ignored,
+    })
+}
+
+/// The trust-LATEST mutant: whatever generation LATEST names is the answer, if its commit
+/// record verifies; `None` (scan as usual) when LATEST is missing or unusable.
+fn trusted_latest(
+    fs: &dyn FileSystem,
+    root: &Path,
+    faults: RecoveryFaults,
+) -> Option<RecoveryReport> {
+    let path = root.join(LATEST_REL_PATH);
+    let bytes = read_capped(fs, &path, LatestRecord::CAP).ok()?;
+    let record: LatestRecord = decode(&path, &bytes).ok()?;
+    let v = verify_generation_faulty(fs, root, record.generation, false, faults).ok()?;
+    Some(RecoveryReport {
+        selected: Some(SelectedGeneration::of(&v)),
+        valid_generations: vec![v.generation],
+        rejected: Vec::new(),
+        latest: LatestReport {
+            status: LatestStatus::Consistent,
+            generation: Some(v.generation),
+            reason: None,
+        },
+        ignored: Vec::new(),
     })
 }

@@ -20,6 +20,10 @@ use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for};
 
 pub use crate::store::paths::{LATEST_REL_PATH, LAYOUT_DIRS};
 
+/// How many temp names a writer tries before giving up (names left by killed writers are
+/// skipped, never reused).
+pub const MAX_TEMP_NAME_ATTEMPTS: u32 = 64;
+
 /// Deliberate protocol violations, for tests that show the power-loss checker can fail.
 /// Never set outside tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -233,6 +237,32 @@ impl<'a> Writer<'a> {
         ))
     }
 
+    /// Writes `bytes` to a new temp file in `staging/` and returns its path. A name a
+    /// killed writer left behind (same pid after a restart, as in a container, and the
+    /// same uncommitted generation) is skipped, never reused or deleted: recovery ignores
+    /// `staging/`, and the next name is tried, at most `MAX_TEMP_NAME_ATTEMPTS` times.
+    fn write_temp(
+        &mut self,
+        what: &str,
+        bytes: &[u8],
+        read_only: bool,
+    ) -> Result<PathBuf, StoreError> {
+        for _ in 0..MAX_TEMP_NAME_ATTEMPTS {
+            let temp = self.temp_path(what);
+            match self.fs.write_new_file(&temp, bytes, read_only) {
+                Ok(()) => return Ok(temp),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(StoreError::io(&temp, e)),
+            }
+        }
+        Err(StoreError::io(
+            self.root.join("staging"),
+            std::io::Error::other(format!(
+                "no free temp name after {MAX_TEMP_NAME_ATTEMPTS} attempts"
+            )),
+        ))
+    }
+
     fn fsync_file(&self, path: &Path) -> Result<(), StoreError> {
         self.fs
             .fsync_file(path)
@@ -295,10 +325,7 @@ impl<'a> Writer<'a> {
             .map(Path::to_owned)
             .unwrap_or_else(|| self.root.join("objects"));
         self.ensure_fan_dir(&fan_dir)?;
-        let temp = self.temp_path(if manifest { "manifest" } else { "object" });
-        self.fs
-            .write_new_file(&temp, bytes, true)
-            .map_err(|e| StoreError::io(&temp, e))?;
+        let temp = self.write_temp(if manifest { "manifest" } else { "object" }, bytes, true)?;
         self.emit(after_write, &rel)?;
         let (skip_file_fsync, skip_directory_fsync) = if manifest {
             (
@@ -361,10 +388,7 @@ impl<'a> Writer<'a> {
         }
         let rel = commit_rel_path(self.generation);
         let target = self.root.join(&rel);
-        let temp = self.temp_path("commit");
-        self.fs
-            .write_new_file(&temp, bytes, true)
-            .map_err(|e| StoreError::io(&temp, e))?;
+        let temp = self.write_temp("commit", bytes, true)?;
         self.emit(Barrier::CommitAfterWrite, &rel)?;
         if !self.faults.skip_commit_file_fsync {
             self.fsync_file(&temp)?;
@@ -395,13 +419,13 @@ impl<'a> Writer<'a> {
         let rel = commit_rel_path(self.generation);
         let target = self.root.join(&rel);
         let written = if self.faults.commit_written_in_place {
+            self.fs
+                .write_new_file(&target, bytes, true)
+                .map_err(|e| StoreError::io(&target, e))?;
             target.clone()
         } else {
-            self.temp_path("commit")
+            self.write_temp("commit", bytes, true)?
         };
-        self.fs
-            .write_new_file(&written, bytes, true)
-            .map_err(|e| StoreError::io(&written, e))?;
         self.emit(Barrier::CommitAfterWrite, &rel)?;
         if written != target {
             self.fs
@@ -434,10 +458,7 @@ impl<'a> Writer<'a> {
         };
         let bytes = encode(&record)?;
         let target = self.root.join(LATEST_REL_PATH);
-        let temp = self.temp_path("latest");
-        self.fs
-            .write_new_file(&temp, &bytes, false)
-            .map_err(|e| StoreError::io(&temp, e))?;
+        let temp = self.write_temp("latest", &bytes, false)?;
         self.emit(Barrier::LatestAfterWrite, LATEST_REL_PATH)?;
         if !self.faults.skip_latest_file_fsync {
             self.fsync_file(&temp)?;

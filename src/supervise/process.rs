@@ -128,11 +128,48 @@ pub enum ShardliftChild<'a> {
         rank: u32,
         engine: &'a str,
     },
-    /// `shardlift store-child publish --store D --handoff F`, with stdin and stdout piped
-    /// (barrier events out, acknowledgements in).
-    Publisher { store: &'a Path, handoff: &'a Path },
+    /// `shardlift store-child publish --store D --handoff F --pause-at P`, with stdin and
+    /// stdout piped (events out, acknowledgements in).
+    Publisher {
+        store: &'a Path,
+        handoff: &'a Path,
+        pause: PublisherPause,
+    },
     /// `shardlift store-child recover --store D`, its report on piped stdout.
     Recovery { store: &'a Path },
+}
+
+/// Where a publisher child stops for an acknowledgement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublisherPause {
+    /// After every barrier event (the named steps of RFC 0001 §4).
+    Barriers,
+    /// Before every file-system operation (so a kill can land between any two).
+    Operations,
+    /// Nowhere: it says it is ready, then runs free (for kills at random instants).
+    Nowhere,
+}
+
+impl PublisherPause {
+    /// The value of `store-child publish --pause-at`.
+    pub fn arg(self) -> &'static str {
+        match self {
+            PublisherPause::Barriers => "barriers",
+            PublisherPause::Operations => "operations",
+            PublisherPause::Nowhere => "nowhere",
+        }
+    }
+
+    /// The inverse of [`PublisherPause::arg`].
+    pub fn from_arg(text: &str) -> Option<Self> {
+        [
+            PublisherPause::Barriers,
+            PublisherPause::Operations,
+            PublisherPause::Nowhere,
+        ]
+        .into_iter()
+        .find(|p| p.arg() == text)
+    }
 }
 
 impl ShardliftChild<'_> {
@@ -178,13 +215,19 @@ impl ChildSpec {
                 .env("OMP_NUM_THREADS", "1")
                 .env("MKL_NUM_THREADS", "1")
                 .rank(rank),
-            ShardliftChild::Publisher { store, handoff } => spec
+            ShardliftChild::Publisher {
+                store,
+                handoff,
+                pause,
+            } => spec
                 .arg("store-child")
                 .arg("publish")
                 .arg("--store")
                 .arg(store)
                 .arg("--handoff")
                 .arg(handoff)
+                .arg("--pause-at")
+                .arg(pause.arg())
                 .piped_stdin()
                 .piped_stdout(),
             ShardliftChild::Recovery { store } => spec

@@ -1,0 +1,317 @@
+//! Process kills that land anywhere, not only where the harness parks a publisher at a
+//! barrier: a real SIGKILL before every file-system operation of a recorded publish, and
+//! SIGKILLs at random instants of a free-running publisher. After each kill a fresh
+//! recovery process, then the in-process checks of RFC 0001 §5, judge the store.
+//!
+//! Checked for every kill:
+//! - the publisher died of signal 9 and was reaped;
+//! - (operation kills) the operations it performed are exactly the traced prefix, and the
+//!   candidate's commit record is visible exactly when the kill came after the rename that
+//!   installs it;
+//! - recovery selects the candidate when its record is visible, else the previous
+//!   generation; it changes nothing, is idempotent, LATEST never changes its answer, and
+//!   the selected generation loads with its published root.
+//!
+//! Process kills keep the page cache, so they test isolation from a dead writer, not
+//! durability (the power-loss model does that).
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::core::digest::Digest;
+use crate::core::logical::LogicalState;
+use crate::core::rng::SplitMix64;
+use crate::core::topology::Topology;
+use crate::durable::fs::RealFs;
+use crate::lab::corruption::copy_tree;
+use crate::lab::error::LabError;
+use crate::lab::harness::{
+    drive_operations, run_free_publisher, OperationEvent, OperationKind, OperationsEnd,
+};
+use crate::lab::matrix::{child_recovery_violations, scratch_dir, MatrixConfig};
+use crate::store::barrier::NoHooks;
+use crate::store::codec::commit_rel_path;
+use crate::store::layout::synthetic_state;
+use crate::store::writer::{publish_with, WriterFaults};
+
+/// Chunk size of the states the operation and random kills publish (4 chunks: a trace
+/// short enough to kill before every operation in seconds).
+pub const KILL_CHUNK_ELEMENTS: u32 = 32_768;
+/// Random kills that must land before the publisher finishes.
+pub const RANDOM_KILLS: u64 = 100;
+/// Bound on random-delay runs (kills that come too late do not count).
+pub const MAX_RANDOM_RUNS: u64 = 400;
+/// Free runs timed to choose the random delays.
+const CALIBRATION_RUNS: usize = 3;
+
+/// What the operation-boundary kills did and found.
+pub struct OperationKills {
+    /// Operations in the recorded (unkilled) publish.
+    pub trace_operations: u64,
+    /// Kills made, one before each traced operation.
+    pub kills: u64,
+    /// The recorded trace (temp names as the traced run spelled them).
+    pub trace: Vec<OperationEvent>,
+    pub violations: Vec<String>,
+}
+
+/// What the random-instant kills did and found.
+pub struct RandomKills {
+    /// Kills that landed while the publisher was still running.
+    pub kills: u64,
+    /// Runs where the publisher finished before its kill came.
+    pub finished_first: u64,
+    /// Landed kills after which the candidate's commit record was visible.
+    pub candidate_visible: u64,
+    pub violations: Vec<String>,
+}
+
+/// A durable generation 0 (state A) to publish state B over, and every published root.
+struct KillBase {
+    _dir: tempfile::TempDir,
+    base: PathBuf,
+    candidate: LogicalState,
+    topology: Topology,
+    previous: Option<u64>,
+    roots: BTreeMap<u64, Digest>,
+}
+
+impl KillBase {
+    fn build(config: &MatrixConfig) -> Result<Self, LabError> {
+        let a = synthetic_state(config.seed, 3, KILL_CHUNK_ELEMENTS);
+        let b = synthetic_state(config.seed, 4, KILL_CHUNK_ELEMENTS);
+        let topology = Topology::new(4)?;
+        let dir = scratch_dir()?;
+        let base = dir.path().join("base");
+        let published = publish_with(
+            &RealFs,
+            &base,
+            &a,
+            topology,
+            &mut NoHooks,
+            WriterFaults::NONE,
+        )?;
+        let roots = BTreeMap::from([
+            (published.generation, a.logical_state_root()),
+            (published.generation + 1, b.logical_state_root()),
+        ]);
+        Ok(KillBase {
+            _dir: dir,
+            base,
+            candidate: b,
+            topology,
+            previous: Some(published.generation),
+            roots,
+        })
+    }
+
+    /// A private copy of the base store to kill a publisher in.
+    fn fresh_copy(&self) -> Result<(tempfile::TempDir, PathBuf), LabError> {
+        let dir = scratch_dir()?;
+        let root = dir.path().join("store");
+        std::fs::create_dir(&root)?;
+        copy_tree(&self.base, &root)?;
+        Ok((dir, root))
+    }
+
+    /// What recovery must select after a kill.
+    fn expected(&self, candidate_visible: bool, candidate_generation: u64) -> Option<u64> {
+        if candidate_visible {
+            Some(candidate_generation)
+        } else {
+            self.previous
+        }
+    }
+}
+
+/// An operation as two runs can agree on it: temp names carry the writer's pid.
+fn comparable(op: &OperationEvent) -> (OperationKind, String, Option<String>, Option<u64>) {
+    let name = |path: &str| {
+        if path.starts_with("staging/") {
+            "staging/<temp>".to_owned()
+        } else {
+            path.to_owned()
+        }
+    };
+    (
+        op.kind,
+        name(&op.path),
+        op.to.as_deref().map(name),
+        op.bytes,
+    )
+}
+
+/// Records a real publish operation by operation, then kills a fresh publisher before
+/// each of its operations in turn.
+pub fn operation_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<OperationKills, LabError> {
+    let base = KillBase::build(config)?;
+    let (_trace_dir, trace_root) = base.fresh_copy()?;
+    let (summary, trace) =
+        match drive_operations(exe, &trace_root, &base.candidate, base.topology, None)? {
+            OperationsEnd::Completed(summary, trace) => (summary, trace),
+            OperationsEnd::Killed(_) => {
+                return Err(LabError::Model("the traced publish was killed".into()))
+            }
+        };
+    let mut violations = Vec::new();
+    let commit_rel = commit_rel_path(summary.generation);
+    let commit_rename = trace
+        .iter()
+        .position(|op| op.to.as_deref() == Some(commit_rel.as_str()));
+    if commit_rename.is_none() {
+        violations.push(format!(
+            "operation trace: no rename installs {commit_rel} (RFC 0001 §4)"
+        ));
+    }
+    let expected_trace: Vec<_> = trace.iter().map(comparable).collect();
+    eprintln!(
+        "crash-matrix: a publish of {} operations; killing before each",
+        trace.len()
+    );
+    for (index, op) in trace.iter().enumerate() {
+        if index % 25 == 0 {
+            eprintln!("crash-matrix: operation kill {}/{}", index + 1, trace.len());
+        }
+        let context = format!(
+            "kill before operation {index} ({} {})",
+            serde_json::to_string(&op.kind).unwrap_or_default(),
+            op.path
+        );
+        let (_dir, root) = base.fresh_copy()?;
+        let report = match drive_operations(
+            exe,
+            &root,
+            &base.candidate,
+            base.topology,
+            Some(index as u64),
+        )
+        .map_err(LabError::during(context.clone()))?
+        {
+            OperationsEnd::Killed(report) => report,
+            OperationsEnd::Completed(..) => {
+                violations.push(format!("{context}: the publisher was not killed"));
+                continue;
+            }
+        };
+        if report.signal != Some(9) {
+            violations.push(format!(
+                "{context}: publisher not killed by signal 9 ({})",
+                report.exit.outcome
+            ));
+        }
+        let performed: Vec<_> = report.performed.iter().map(comparable).collect();
+        if performed.as_slice() != &expected_trace[..index]
+            || comparable(&report.killed_before) != expected_trace[index]
+        {
+            violations.push(format!(
+                "{context}: the operations performed differ from the recorded trace"
+            ));
+        }
+        let visible_by_trace = commit_rename.is_some_and(|rename| index > rename);
+        if report.candidate_visible != visible_by_trace {
+            violations.push(format!(
+                "{context}: candidate visible = {}, but the trace installs it {}",
+                report.candidate_visible,
+                match commit_rename {
+                    Some(rename) => format!("at operation {rename}"),
+                    None => "never".to_owned(),
+                }
+            ));
+        }
+        let expected = base.expected(report.candidate_visible, report.candidate_generation);
+        violations.extend(child_recovery_violations(
+            exe,
+            &root,
+            &base.roots,
+            expected,
+            &context,
+        )?);
+    }
+    Ok(OperationKills {
+        trace_operations: trace.len() as u64,
+        kills: trace.len() as u64,
+        trace,
+        violations,
+    })
+}
+
+/// Kills free-running publishers after random delays (drawn up to 1.25× the measured
+/// length of a publish) until `RANDOM_KILLS` landed mid-publish, checking recovery after
+/// every run.
+pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKills, LabError> {
+    let base = KillBase::build(config)?;
+    let mut lengths_us = Vec::with_capacity(CALIBRATION_RUNS);
+    for _ in 0..CALIBRATION_RUNS {
+        let (_dir, root) = base.fresh_copy()?;
+        let run = run_free_publisher(exe, &root, &base.candidate, base.topology, None)?;
+        if !run.exit.outcome.success() {
+            return Err(LabError::ChildFailed(format!(
+                "a free-running publisher ended with {}",
+                run.exit.outcome
+            )));
+        }
+        lengths_us.push(run.elapsed_us);
+    }
+    lengths_us.sort_unstable();
+    let publish_us = lengths_us[CALIBRATION_RUNS / 2];
+    let max_delay_us = publish_us.saturating_mul(5) / 4 + 1;
+    eprintln!(
+        "crash-matrix: a free-running publish takes {publish_us} µs; random kills after 0..{max_delay_us} µs"
+    );
+    let mut rng = SplitMix64::keyed(config.seed, "shardlift/lab/random-kills", 0);
+    let mut tally = RandomKills {
+        kills: 0,
+        finished_first: 0,
+        candidate_visible: 0,
+        violations: Vec::new(),
+    };
+    let mut runs = 0u64;
+    while tally.kills < RANDOM_KILLS && runs < MAX_RANDOM_RUNS {
+        runs += 1;
+        if runs % 50 == 0 {
+            eprintln!(
+                "crash-matrix: random kill run {runs}: {} landed",
+                tally.kills
+            );
+        }
+        let delay_us = rng.below(max_delay_us + 1);
+        let context = format!("random kill after {delay_us} µs (run {runs})");
+        let (_dir, root) = base.fresh_copy()?;
+        let report = run_free_publisher(
+            exe,
+            &root,
+            &base.candidate,
+            base.topology,
+            Some(Duration::from_micros(delay_us)),
+        )
+        .map_err(LabError::during(context.clone()))?;
+        match report.signal {
+            Some(9) => {
+                tally.kills += 1;
+                if report.candidate_visible {
+                    tally.candidate_visible += 1;
+                }
+            }
+            None if report.exit.outcome.success() => tally.finished_first += 1,
+            _ => tally.violations.push(format!(
+                "{context}: publisher ended with {}",
+                report.exit.outcome
+            )),
+        }
+        let expected = base.expected(report.candidate_visible, report.candidate_generation);
+        tally.violations.extend(child_recovery_violations(
+            exe,
+            &root,
+            &base.roots,
+            expected,
+            &context,
+        )?);
+    }
+    if tally.kills < RANDOM_KILLS {
+        tally.violations.push(format!(
+            "only {} of {RANDOM_KILLS} random kills landed before the publisher finished in {runs} runs",
+            tally.kills
+        ));
+    }
+    Ok(tally)
+}
