@@ -210,25 +210,22 @@ fn copy_bundle(from: &Path, to: &Path) {
     }
 }
 
+/// Every entry of `dir`: whether it is a regular file, and a regular file's bytes.
 fn snapshot(dir: &Path) -> BTreeMap<String, (bool, Vec<u8>)> {
     std::fs::read_dir(dir)
         .expect("read_dir")
         .map(|entry| {
             let entry = entry.expect("entry");
             let path = entry.path();
-            let is_link = path
-                .symlink_metadata()
-                .expect("meta")
-                .file_type()
-                .is_symlink();
-            let bytes = if is_link {
-                Vec::new()
-            } else {
+            let is_file = path.symlink_metadata().expect("meta").file_type().is_file();
+            let bytes = if is_file {
                 std::fs::read(&path).expect("read")
+            } else {
+                Vec::new()
             };
             (
                 entry.file_name().to_string_lossy().into_owned(),
-                (is_link, bytes),
+                (is_file, bytes),
             )
         })
         .collect()
