@@ -268,7 +268,7 @@ pub fn verify(directory: &Path) -> Result<BundleSummary, BundleError> {
 
 /// [`verify`], with `hook` called at every stage of every member's read (tests use it to
 /// swap or change a file mid-verification).
-pub fn verify_with(
+pub(crate) fn verify_with(
     directory: &Path,
     hook: &mut dyn FnMut(read::ReadStage, &Path),
 ) -> Result<BundleSummary, BundleError> {
