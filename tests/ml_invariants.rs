@@ -15,7 +15,7 @@ use shardlift::core::digest::Digest;
 use shardlift::core::logical::{Hyperparameters, LogicalState};
 use shardlift::orchestrate::invariants::elastic::{
     elastic_observation, logged_failure_code, optimizer_sha256, ElasticExpectation, ElasticRun,
-    MarkerRecord, WorkerReport, FAILURE_EXIT_CODE, MARKER_SCHEMA, REPORT_SCHEMA,
+    MarkerRecord, WorkerReport, FAILURE_EXIT_CODE, MARKER_SCHEMA, REPORT_SCHEMA, REPORT_VERSION,
 };
 use shardlift::orchestrate::invariants::evidence::{
     self, derive, verify_artifact, EvidenceError, Observation, Provenance, SuiteStatus, Verdict,
@@ -55,6 +55,16 @@ fn s05_resumed_next_step_detects_a_reset_step_count() {
 #[test]
 fn s08_reshard_w4_to_w3_detects_a_rewritten_chunk() {
     passes_and_detects("reshard-w4-to-w3", "resharded_root", 5);
+    // The rewrite is on disk and consistent: recovery still selects it (that check
+    // passes), and the chunk objects the manifest names show the rewrite.
+    let (_, failed) = verdict("reshard-w4-to-w3", true, 5);
+    for check in ["objects_written", "chunk_objects_sha256", "w3_next_root"] {
+        assert!(
+            failed.contains(&check.to_owned()),
+            "{check} not in {failed:?}"
+        );
+    }
+    assert!(!failed.contains(&"recovery_selected_generation".to_owned()));
 }
 
 #[test]
@@ -79,7 +89,7 @@ fn good_run(state: &LogicalState, next: &LogicalState) -> ElasticRun {
     let receipts = (Digest::of(b"commits"), Some(Digest::of(b"latest")));
     let report = |rank: u32, restart_count: u32| WorkerReport {
         schema: REPORT_SCHEMA.into(),
-        version: 1,
+        version: REPORT_VERSION,
         rank,
         world_size: 2,
         restart_count,
@@ -92,7 +102,6 @@ fn good_run(state: &LogicalState, next: &LogicalState) -> ElasticRun {
         loaded_root: Some(state.logical_state_root()),
         next_root: Some(next.logical_state_root()),
         next_ledger_digest: Some(next.ledger_digest),
-        publish_attempted: false,
     };
     ElasticRun {
         launcher_exit: Some(ExitOutcome::Code(0)),
@@ -111,6 +120,8 @@ fn good_run(state: &LogicalState, next: &LogicalState) -> ElasticRun {
         receipts_after: Some(receipts),
         staging_before: 0,
         staging_after: 0,
+        store_tree_before: Some(Digest::of(b"store")),
+        store_tree_after: Some(Digest::of(b"store")),
         launch_attempts: 1,
     }
 }
@@ -138,7 +149,7 @@ fn s11_elastic_derivation_detects_each_violation() {
     assert_eq!(elastic_verdict(&good, &expected).0, Verdict::Pass);
 
     type Mutation = fn(&mut ElasticRun);
-    let cases: [(&str, Mutation); 12] = [
+    let cases: [(&str, Mutation); 13] = [
         ("rank1_restart_count", |r| r.finals[1].restart_count = 0),
         ("rank0_max_restarts", |r| r.finals[0].max_restarts = 3),
         ("marker_written_by_rank1_on_attempt0", |r| r.marker = None),
@@ -161,8 +172,10 @@ fn s11_elastic_derivation_detects_each_violation() {
             r.receipts_after = Some((Digest::of(b"promoted"), Some(Digest::of(b"latest"))))
         }),
         ("publish_attempted", |r| {
-            r.finals[0].publish_attempted = true
+            // An object written to the store, commit records and staging untouched.
+            r.store_tree_after = Some(Digest::of(b"store with one more object"))
         }),
+        ("publish_attempted", |r| r.store_tree_after = None),
         ("launcher_timed_out", |r| {
             r.launcher_timed_out = true;
             r.launcher_exit = None

@@ -156,6 +156,34 @@ fn the_evidence_records_nineteen_reaped_worker_exits_and_a_sigkill() {
             .iter()
             .all(|e| e != &evidence["kill"]["target_barrier"]));
         assert_eq!(evidence["reshard"]["chunk_objects_written"], 0);
+        // The reshard's roots: two recomputed from chunk objects loaded back from the
+        // store, and the commit record's, all equal to the reference at the selected step.
+        let reshard = &evidence["reshard"];
+        let selected_step = evidence["recovery"]["selected_step"].clone();
+        let reference_root = evidence["reference"]
+            .as_array()
+            .expect("reference")
+            .iter()
+            .find(|d| d["step"] == selected_step)
+            .map(|d| d["logical_state_root"].clone())
+            .expect("reference at the selected step");
+        for root in [
+            "committed_root",
+            "source_root_from_chunks",
+            "resharded_root_from_chunks",
+        ] {
+            assert_eq!(reshard[root], reference_root, "{root}");
+        }
+        // The reference is evaluated from its checkpoint in the reference store.
+        let reference: Value = serde_json::from_slice(
+            &std::fs::read(bundle.join("reference-evaluation.json")).expect("read"),
+        )
+        .expect("json");
+        assert_eq!(
+            reference["generation"],
+            evidence["reference_checkpoint"]["generation"]
+        );
+        assert!(reference["generation"].is_u64());
         // No paths in what is compared.
         let text = String::from_utf8_lossy(
             &std::fs::read(bundle.join("recovery-evidence.json")).expect("read"),
@@ -182,25 +210,22 @@ fn copy_bundle(from: &Path, to: &Path) {
     }
 }
 
+/// Every entry of `dir`: whether it is a regular file, and a regular file's bytes.
 fn snapshot(dir: &Path) -> BTreeMap<String, (bool, Vec<u8>)> {
     std::fs::read_dir(dir)
         .expect("read_dir")
         .map(|entry| {
             let entry = entry.expect("entry");
             let path = entry.path();
-            let is_link = path
-                .symlink_metadata()
-                .expect("meta")
-                .file_type()
-                .is_symlink();
-            let bytes = if is_link {
-                Vec::new()
-            } else {
+            let is_file = path.symlink_metadata().expect("meta").file_type().is_file();
+            let bytes = if is_file {
                 std::fs::read(&path).expect("read")
+            } else {
+                Vec::new()
             };
             (
                 entry.file_name().to_string_lossy().into_owned(),
-                (is_link, bytes),
+                (is_file, bytes),
             )
         })
         .collect()
@@ -209,6 +234,11 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (bool, Vec<u8>)> {
 /// Applies `tamper` to a fresh copy of the rename bundle and returns verify-bundle's
 /// error kind, checking that verification changed nothing.
 fn rejected_kind(tamper: impl FnOnce(&Path)) -> String {
+    rejected(tamper).0
+}
+
+/// As [`rejected_kind`], with the error message.
+fn rejected(tamper: impl FnOnce(&Path)) -> (String, String) {
     let runs = runs();
     let scratch = tempfile::tempdir().expect("tempdir");
     let bundle = scratch.path().join("bundle");
@@ -224,10 +254,13 @@ fn rejected_kind(tamper: impl FnOnce(&Path)) -> String {
     );
     let report: Value = serde_json::from_slice(&output.stdout).expect("rejection JSON");
     assert_eq!(report["status"], "rejected");
-    report["error_kind"]
-        .as_str()
-        .expect("error_kind")
-        .to_owned()
+    (
+        report["error_kind"]
+            .as_str()
+            .expect("error_kind")
+            .to_owned(),
+        report["error"].as_str().expect("error").to_owned(),
+    )
 }
 
 #[test]
@@ -282,6 +315,14 @@ fn each_structural_tampering_has_its_own_error_kind() {
             let moved = b.with_file_name("moved.json");
             std::fs::rename(&target, &moved).expect("mv");
             std::os::unix::fs::symlink(&moved, &target).expect("symlink");
+        }),
+        "symlink"
+    );
+    assert_eq!(
+        rejected_kind(|b| {
+            let target = b.join("recovered-evaluation.json");
+            std::fs::remove_file(&target).expect("rm");
+            std::fs::create_dir(&target).expect("mkdir");
         }),
         "not-regular-file"
     );
@@ -351,12 +392,34 @@ fn a_consistent_forgery_that_only_rebinds_verifies() {
 
 #[test]
 fn a_consistent_forgery_with_an_unclean_worker_exit_is_inconsistent() {
-    let kind = rejected_kind(|b| {
+    // The acceptance case: records re-encoded canonically, one worker exit
+    // changed to signal:9, every digest and binding recomputed.
+    let (kind, error) = rejected(|b| {
         forge_consistently(b, |evidence, _| {
             evidence.worker_exits[5].outcome = "signal:9".to_owned();
         })
     });
     assert_eq!(kind, "inconsistent");
+    assert!(
+        error.contains("worker_exits[5].outcome") && error.contains("signal:9"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_consistent_forgery_of_a_resharded_root_is_inconsistent() {
+    // The root recomputed from the resharded generation's chunks differs from the
+    // source's, while the comparisons still claim every root equal.
+    let (kind, error) = rejected(|b| {
+        forge_consistently(b, |evidence, _| {
+            evidence.reshard.resharded_root_from_chunks = Digest::of(b"a rewritten chunk");
+        })
+    });
+    assert_eq!(kind, "inconsistent");
+    assert!(
+        error.contains("reshard.resharded_root_from_chunks"),
+        "{error}"
+    );
 }
 
 #[test]

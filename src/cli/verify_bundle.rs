@@ -3,7 +3,10 @@ use std::path::PathBuf;
 
 /// Verify an evidence bundle without changing it: closed schemas, canonical bytes,
 /// SHA-256 digests, bindings between the four records, completeness (audit.json), regular
-/// files only, and that every claim follows from the recorded facts.
+/// files only, read without following symlinks and with their identity (device, inode,
+/// size, modification time) unchanged across the read, and that every claim follows from
+/// the recorded facts. It has no store: roots are compared as the run recorded them, not
+/// recomputed.
 ///
 /// Prints a JSON summary on stdout. Exit codes: 0 verified; 1 rejected (the JSON names
 /// the error kind); 2 bad command line.

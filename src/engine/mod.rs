@@ -118,6 +118,7 @@ pub fn micro_batch_gradient(
     batch: &MicroBatch,
     global_batch_size: u64,
 ) -> Result<MicroBatchGradient, EngineError> {
+    pin_single_thread();
     let model = ModelTensors::from_flat(flat_parameters, true)?;
     let input = pixels_to_tensor(&batch.pixels);
     let targets = Tensor::from_slice(&batch.labels).f_to_kind(Kind::Int64)?;
@@ -140,6 +141,7 @@ pub fn in_process_step(
     stream: &mut SampleStream,
     train: SplitView<'_>,
 ) -> Result<StepOutcome, EngineError> {
+    pin_single_thread();
     Ok(step::in_process_step(&TchEngine, state, stream, train)?)
 }
 
@@ -158,6 +160,7 @@ const EVALUATION_BATCH: usize = 500;
 
 /// Accuracy over every sample of `test` and the exact bytes of the logit probe.
 pub fn evaluate(flat_parameters: &[f32], test: SplitView<'_>) -> Result<Evaluation, EngineError> {
+    pin_single_thread();
     test.check()?;
     let _guard = tch::no_grad_guard();
     let model = ModelTensors::from_flat(flat_parameters, false)?;
@@ -194,7 +197,9 @@ pub fn evaluate(flat_parameters: &[f32], test: SplitView<'_>) -> Result<Evaluati
 }
 
 /// Pins torch to one intra-op and one inter-op thread (docs/architecture.md: the bits of a gradient
-/// change with the thread count). Call before any tensor work in a process.
+/// change with the thread count). Call before any tensor work in a process; every entry
+/// point of this module that computes ([`micro_batch_gradient`], [`in_process_step`],
+/// [`evaluate`]) calls it first, so no process computes unpinned.
 pub fn pin_single_thread() {
     static PINNED: std::sync::Once = std::sync::Once::new();
     // libtorch refuses a second set_num_interop_threads call, so do it once per process.
@@ -202,4 +207,26 @@ pub fn pin_single_thread() {
         tch::set_num_threads(1);
         tch::set_num_interop_threads(1);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::logical::{Hyperparameters, LogicalState};
+
+    #[test]
+    fn evaluating_pins_torch_to_one_thread_first() {
+        let state = LogicalState::genesis(Hyperparameters::with_seed(3));
+        let images = vec![0u8; 2 * IMAGE_BYTES];
+        let labels = [1u8, 2];
+        let split = SplitView {
+            images: &images,
+            labels: &labels,
+            count: 2,
+        };
+        let evaluation = evaluate(&state.flat_parameters(), split).expect("evaluate");
+        assert_eq!(evaluation.total, 2);
+        assert_eq!(tch::get_num_threads(), 1);
+        assert_eq!(tch::get_num_interop_threads(), 1);
+    }
 }

@@ -3,10 +3,15 @@
 //!
 //! Verification runs in a fixed order and stops at the first failure, each with its own
 //! error kind: the directory; completeness (`audit.json` present); missing files; extra
-//! files; regular files only (no symlinks); size caps; closed schema and version;
-//! canonical bytes; the audit's self digest; the SHA-256 bindings between files; and the
-//! consistency of every claim with the facts it is derived from.
+//! files; regular files only, read without following symlinks and with their identity
+//! (device, inode, size, modification time) revalidated across the read ([`read`]); size
+//! caps; closed schema and version; canonical bytes; the audit's self digest; the SHA-256
+//! bindings between files; and the consistency of every claim with the facts it is
+//! derived from.
+pub mod read;
 pub mod records;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 
@@ -28,8 +33,20 @@ pub enum BundleError {
     MissingFile { name: String },
     #[error("{name} does not belong in a bundle")]
     UnexpectedFile { name: String },
-    #[error("{name} is not a regular file (symlinks and other kinds are refused)")]
+    #[error("{name} is a symlink; bundle files are read without following symlinks")]
+    Symlink { name: String },
+    #[error("{name} is not a regular file (directories, FIFOs, devices and sockets are refused)")]
     NotRegularFile { name: String },
+    #[error("{name} was replaced while it was verified: its {field} differs between the directory entry and the opened file")]
+    Replaced {
+        name: String,
+        field: read::IdentityField,
+    },
+    #[error("{name} changed while it was verified: its {field} differs before and after the read")]
+    ChangedWhileRead {
+        name: String,
+        field: read::IdentityField,
+    },
     #[error("{name} holds {bytes} bytes, above the cap of {cap}")]
     TooLarge { name: String, bytes: u64, cap: u64 },
     #[error(
@@ -73,7 +90,10 @@ impl BundleError {
             BundleError::Incomplete => "incomplete",
             BundleError::MissingFile { .. } => "missing-file",
             BundleError::UnexpectedFile { .. } => "unexpected-file",
+            BundleError::Symlink { .. } => "symlink",
             BundleError::NotRegularFile { .. } => "not-regular-file",
+            BundleError::Replaced { .. } => "file-replaced",
+            BundleError::ChangedWhileRead { .. } => "file-changed",
             BundleError::TooLarge { .. } => "too-large",
             BundleError::NonCanonical { .. } => "non-canonical",
             BundleError::Malformed { .. } => "malformed",
@@ -203,32 +223,6 @@ pub struct BundleSummary {
     pub audit_sha256: Digest,
 }
 
-fn read_member(directory: &Path, name: &str, cap: u64) -> Result<Vec<u8>, BundleError> {
-    let path = directory.join(name);
-    let metadata = path.symlink_metadata().map_err(io_error(&path))?;
-    if !metadata.file_type().is_file() {
-        return Err(BundleError::NotRegularFile {
-            name: name.to_owned(),
-        });
-    }
-    if metadata.len() > cap {
-        return Err(BundleError::TooLarge {
-            name: name.to_owned(),
-            bytes: metadata.len(),
-            cap,
-        });
-    }
-    let bytes = std::fs::read(&path).map_err(io_error(&path))?;
-    if bytes.len() as u64 > cap {
-        return Err(BundleError::TooLarge {
-            name: name.to_owned(),
-            bytes: bytes.len() as u64,
-            cap,
-        });
-    }
-    Ok(bytes)
-}
-
 fn decode_member<R: CanonicalRecord>(name: &str, bytes: &[u8]) -> Result<R, BundleError> {
     canonical::decode(bytes).map_err(|source| match source {
         CanonicalError::NotCanonical { .. } => BundleError::NonCanonical {
@@ -269,15 +263,17 @@ fn require(condition: bool, claim: impl FnOnce() -> String) -> Result<(), Bundle
 
 /// Verifies the bundle in `directory` without writing anything.
 pub fn verify(directory: &Path) -> Result<BundleSummary, BundleError> {
-    let metadata = directory.symlink_metadata().map_err(io_error(directory))?;
-    if !metadata.is_dir() {
-        return Err(BundleError::NotADirectory(directory.to_owned()));
-    }
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(directory).map_err(io_error(directory))? {
-        let entry = entry.map_err(io_error(directory))?;
-        names.push(entry.file_name().to_string_lossy().into_owned());
-    }
+    verify_with(directory, &mut |_, _| {})
+}
+
+/// [`verify`], with `hook` called at every stage of every member's read (tests use it to
+/// swap or change a file mid-verification).
+pub(crate) fn verify_with(
+    directory: &Path,
+    hook: &mut dyn FnMut(read::ReadStage, &Path),
+) -> Result<BundleSummary, BundleError> {
+    let dir = read::BundleDir::open(directory)?;
+    let mut names = dir.names()?;
     if !names.iter().any(|n| n == AUDIT) {
         return Err(BundleError::Incomplete);
     }
@@ -294,10 +290,10 @@ pub fn verify(directory: &Path) -> Result<BundleSummary, BundleError> {
             name: extra.clone(),
         });
     }
-    let reference_bytes = read_member(directory, REFERENCE_EVALUATION, EvaluationRecord::CAP)?;
-    let recovered_bytes = read_member(directory, RECOVERED_EVALUATION, EvaluationRecord::CAP)?;
-    let evidence_bytes = read_member(directory, RECOVERY_EVIDENCE, RecoveryEvidenceRecord::CAP)?;
-    let audit_bytes = read_member(directory, AUDIT, AuditRecord::CAP)?;
+    let reference_bytes = dir.read_member(REFERENCE_EVALUATION, EvaluationRecord::CAP, hook)?;
+    let recovered_bytes = dir.read_member(RECOVERED_EVALUATION, EvaluationRecord::CAP, hook)?;
+    let evidence_bytes = dir.read_member(RECOVERY_EVIDENCE, RecoveryEvidenceRecord::CAP, hook)?;
+    let audit_bytes = dir.read_member(AUDIT, AuditRecord::CAP, hook)?;
     let reference: EvaluationRecord = decode_member(REFERENCE_EVALUATION, &reference_bytes)?;
     let recovered: EvaluationRecord = decode_member(RECOVERED_EVALUATION, &recovered_bytes)?;
     let evidence: RecoveryEvidenceRecord = decode_member(RECOVERY_EVIDENCE, &evidence_bytes)?;
@@ -407,7 +403,7 @@ impl EvaluationRole {
 }
 
 /// Every claim must follow from the facts recorded beside it. The checks run in a fixed
-/// order and the first that fails names the claim.
+/// order and the first that fails names the claim (and the file and field it is in).
 fn check_claims(
     reference: &EvaluationRecord,
     recovered: &EvaluationRecord,
@@ -418,20 +414,33 @@ fn check_claims(
     for record in [reference, recovered] {
         check_logit_probe(record)?;
     }
-    let reference_at_target = check_evaluated_states(reference, recovered, evidence)?;
-    let derived = derive_comparisons(reference, recovered, evidence, reference_at_target);
-    require(
-        evidence.comparisons == derived && audit.comparisons == derived,
-        || {
-            format!(
-                "claimed comparisons {:?} differ from those derived from the records {derived:?}",
-                audit.comparisons
-            )
-        },
-    )?;
-    check_audit_summary(evidence, audit)?;
     check_sessions_and_exits(evidence)?;
-    check_status(audit, evidence, &derived)
+    let reference_at_target = check_evaluated_states(reference, recovered, evidence)?;
+    check_reshard(evidence)?;
+    let derived = derive_comparisons(reference, recovered, evidence, reference_at_target)?;
+    for (file, claimed) in [
+        (RECOVERY_EVIDENCE, &evidence.comparisons),
+        (AUDIT, &audit.comparisons),
+    ] {
+        require(*claimed == derived.comparisons, || {
+            format!(
+                "{file} comparisons {claimed:?} differ from those derived from the records {:?} ({})",
+                derived.comparisons,
+                if derived.unequal.is_empty() {
+                    "every compared pair is equal".to_owned()
+                } else {
+                    format!("unequal: {}", derived.unequal.join("; "))
+                }
+            )
+        })?;
+    }
+    check_audit_summary(evidence, audit)?;
+    check_status(audit, evidence, &derived.comparisons)
+}
+
+/// The recorded session named `name`.
+fn session<'a>(evidence: &'a RecoveryEvidenceRecord, name: &str) -> Option<&'a SessionEntry> {
+    evidence.sessions.iter().find(|s| s.name == name)
 }
 
 /// The sessions are the demo's, in order, and every worker of every session was reaped
@@ -444,14 +453,14 @@ fn check_sessions_and_exits(evidence: &RecoveryEvidenceRecord) -> Result<(), Bun
         .collect();
     require(recorded == records::DEMO_SESSIONS, || {
         format!(
-            "sessions {recorded:?} are not the demo's {:?}",
+            "{RECOVERY_EVIDENCE} sessions {recorded:?} are not the demo's {:?}",
             records::DEMO_SESSIONS
         )
     })?;
     let expected_exits: usize = evidence.sessions.iter().map(|s| s.workers as usize).sum();
     require(evidence.worker_exits.len() == expected_exits, || {
         format!(
-            "{} worker exits recorded, the sessions ran {expected_exits} workers",
+            "{RECOVERY_EVIDENCE} worker_exits: {} recorded, the sessions ran {expected_exits} workers",
             evidence.worker_exits.len()
         )
     })?;
@@ -465,7 +474,7 @@ fn check_sessions_and_exits(evidence: &RecoveryEvidenceRecord) -> Result<(), Bun
         ranks.sort_unstable();
         require(ranks == (0..session.workers).collect::<Vec<_>>(), || {
             format!(
-                "session {:?} recorded exits of ranks {ranks:?}, not 0..{} once each",
+                "{RECOVERY_EVIDENCE} worker_exits: session {:?} recorded exits of ranks {ranks:?}, not 0..{} once each",
                 session.name, session.workers
             )
         })?;
@@ -473,10 +482,11 @@ fn check_sessions_and_exits(evidence: &RecoveryEvidenceRecord) -> Result<(), Bun
     match evidence
         .worker_exits
         .iter()
-        .find(|e| e.outcome != records::CLEAN_WORKER_EXIT)
+        .enumerate()
+        .find(|(_, e)| e.outcome != records::CLEAN_WORKER_EXIT)
     {
-        Some(unclean) => Err(BundleError::Inconsistent(format!(
-            "worker rank {} of session {:?} ended with {}, not a clean {}",
+        Some((index, unclean)) => Err(BundleError::Inconsistent(format!(
+            "{RECOVERY_EVIDENCE} worker_exits[{index}].outcome: worker rank {} of session {:?} ended with {}, not a clean {}",
             unclean.rank,
             unclean.session,
             unclean.outcome,
@@ -533,61 +543,210 @@ fn check_logit_probe(record: &EvaluationRecord) -> Result<(), BundleError> {
     })
 }
 
-/// Both evaluations are at the target step, of the reference state and of the final
-/// checkpoint respectively. Returns the reference's digests at the target step.
+/// Both evaluations are at the target step, of the reference store's checkpoint of the
+/// reference and of the final checkpoint respectively, each on the placement of the
+/// session that produced it. Returns the reference's digests at the target step.
 fn check_evaluated_states<'a>(
     reference: &EvaluationRecord,
     recovered: &EvaluationRecord,
     evidence: &'a RecoveryEvidenceRecord,
 ) -> Result<&'a StateDigests, BundleError> {
     let target = evidence.target_step;
-    let reference_at_target = evidence.reference.iter().find(|d| d.step == target);
-    let reference_at_target = reference_at_target.ok_or_else(|| {
-        BundleError::Inconsistent(format!(
-            "the reference never reached the target step {target}"
-        ))
-    })?;
+    let reference_at_target = reference_at(evidence, target)?;
     require(reference.step == target && recovered.step == target, || {
-        "evaluations are not at the target step".into()
+        format!(
+            "{REFERENCE_EVALUATION} step {} / {RECOVERED_EVALUATION} step {} are not the target step {target}",
+            reference.step, recovered.step
+        )
     })?;
     require(
-        reference.logical_state_root == reference_at_target.logical_state_root,
-        || "reference evaluation is not of the reference state".into(),
+        reference.logical_state_root == reference_at_target.logical_state_root
+            && reference.ledger_digest == reference_at_target.ledger_digest,
+        || {
+            format!(
+                "{REFERENCE_EVALUATION} logical_state_root/ledger_digest are not the reference's at step {target}"
+            )
+        },
+    )?;
+    let checkpoint = &evidence.reference_checkpoint;
+    let reference_workers = session(evidence, "reference").map(|s| s.workers);
+    require(
+        reference.generation == Some(checkpoint.generation)
+            && checkpoint.step == target
+            && Some(checkpoint.workers) == reference_workers
+            && reference.workers == checkpoint.workers,
+        || {
+            format!(
+                "{REFERENCE_EVALUATION} generation {:?} (W{}) is not {RECOVERY_EVIDENCE} reference_checkpoint {checkpoint:?} of the reference session (W{reference_workers:?}) at step {target}",
+                reference.generation, reference.workers
+            )
+        },
     )?;
     require(
         recovered.logical_state_root == evidence.resharded_w3.logical_state_root
-            && recovered.generation == Some(evidence.final_checkpoint.generation),
-        || "recovered evaluation is not of the final checkpoint".into(),
+            && recovered.ledger_digest == evidence.resharded_w3.ledger_digest
+            && recovered.generation == Some(evidence.final_checkpoint.generation)
+            && recovered.workers == evidence.final_checkpoint.workers,
+        || {
+            format!(
+                "{RECOVERED_EVALUATION} is not of {RECOVERY_EVIDENCE} final_checkpoint / resharded_w3"
+            )
+        },
     )?;
     Ok(reference_at_target)
 }
 
-/// The comparisons as the recorded digests imply them.
+/// The reference's digests at `step`.
+fn reference_at(
+    evidence: &RecoveryEvidenceRecord,
+    step: u64,
+) -> Result<&StateDigests, BundleError> {
+    evidence
+        .reference
+        .iter()
+        .find(|d| d.step == step)
+        .ok_or_else(|| {
+            BundleError::Inconsistent(format!(
+                "{RECOVERY_EVIDENCE} reference never reached step {step}"
+            ))
+        })
+}
+
+/// The reshard is of the generation recovery selected, onto the placement the last
+/// session loaded, committed just before the final checkpoint.
+fn check_reshard(evidence: &RecoveryEvidenceRecord) -> Result<(), BundleError> {
+    let reshard = &evidence.reshard;
+    require(
+        reshard.source_generation == evidence.recovery.selected_generation,
+        || {
+            format!(
+                "{RECOVERY_EVIDENCE} reshard.source_generation {} is not recovery.selected_generation {}",
+                reshard.source_generation, evidence.recovery.selected_generation
+            )
+        },
+    )?;
+    require(
+        reshard.generation.checked_add(1) == Some(evidence.final_checkpoint.generation),
+        || {
+            format!(
+                "{RECOVERY_EVIDENCE} reshard.generation {} does not precede final_checkpoint.generation {}",
+                reshard.generation, evidence.final_checkpoint.generation
+            )
+        },
+    )?;
+    let before = session(evidence, "recovered").map(|s| s.workers);
+    let after = evidence.sessions.last().map(|s| s.workers);
+    require(
+        Some(reshard.workers_before) == before && Some(reshard.workers_after) == after,
+        || {
+            format!(
+                "{RECOVERY_EVIDENCE} reshard.workers_before/after W{}→W{} are not the placements the recovered (W{before:?}) and last (W{after:?}) sessions loaded",
+                reshard.workers_before, reshard.workers_after
+            )
+        },
+    )
+}
+
+/// The comparisons as the recorded digests imply them, and every unequal pair by name.
+struct Derived {
+    comparisons: Comparisons,
+    unequal: Vec<String>,
+}
+
+/// Derives the comparisons from the recorded digests. The reshard's root is derived from
+/// the two roots the demo recomputed from chunk objects loaded back from the store, not
+/// from the commit record's root field (which the reshard writer copies).
 fn derive_comparisons(
     reference: &EvaluationRecord,
     recovered: &EvaluationRecord,
     evidence: &RecoveryEvidenceRecord,
     reference_at_target: &StateDigests,
-) -> Comparisons {
-    let roots_equal = [
-        evidence.recovered_w4.logical_state_root,
-        evidence.resharded_w3.logical_state_root,
-    ]
-    .iter()
-    .all(|root| *root == reference_at_target.logical_state_root)
-        && evidence.reshard.logical_state_root_before == evidence.reshard.logical_state_root_after;
-    let ledgers_equal = [
-        evidence.recovered_w4.ledger_digest,
-        evidence.resharded_w3.ledger_digest,
-        recovered.ledger_digest,
-    ]
-    .iter()
-    .all(|ledger| *ledger == reference_at_target.ledger_digest);
-    Comparisons {
-        logical_state_roots_equal: roots_equal,
-        ledger_digests_equal: ledgers_equal,
-        logit_probe_equal: reference.logit_probe_sha256 == recovered.logit_probe_sha256,
-    }
+) -> Result<Derived, BundleError> {
+    let reference_at_selected = reference_at(evidence, evidence.recovery.selected_step)?;
+    let reshard = &evidence.reshard;
+    let target = evidence.target_step;
+    let ev = |field: &str| format!("{RECOVERY_EVIDENCE} {field}");
+    let mut unequal = Vec::new();
+    let mut all_equal = |pairs: &[(String, Digest, String, Digest)]| {
+        let mut equal = true;
+        for (a_name, a, b_name, b) in pairs {
+            if a != b {
+                unequal.push(format!("{a_name} != {b_name}"));
+                equal = false;
+            }
+        }
+        equal
+    };
+    let at_target = format!("reference[step {target}]");
+    let roots_equal = all_equal(&[
+        (
+            ev("recovered_w4.logical_state_root"),
+            evidence.recovered_w4.logical_state_root,
+            ev(&format!("{at_target}.logical_state_root")),
+            reference_at_target.logical_state_root,
+        ),
+        (
+            ev("resharded_w3.logical_state_root"),
+            evidence.resharded_w3.logical_state_root,
+            ev(&format!("{at_target}.logical_state_root")),
+            reference_at_target.logical_state_root,
+        ),
+        (
+            ev("reshard.source_root_from_chunks"),
+            reshard.source_root_from_chunks,
+            ev(&format!(
+                "reference[step {}].logical_state_root",
+                evidence.recovery.selected_step
+            )),
+            reference_at_selected.logical_state_root,
+        ),
+        (
+            ev("reshard.resharded_root_from_chunks"),
+            reshard.resharded_root_from_chunks,
+            ev("reshard.source_root_from_chunks"),
+            reshard.source_root_from_chunks,
+        ),
+        (
+            ev("reshard.committed_root"),
+            reshard.committed_root,
+            ev("reshard.resharded_root_from_chunks"),
+            reshard.resharded_root_from_chunks,
+        ),
+    ]);
+    let ledgers_equal = all_equal(&[
+        (
+            ev("recovered_w4.ledger_digest"),
+            evidence.recovered_w4.ledger_digest,
+            ev(&format!("{at_target}.ledger_digest")),
+            reference_at_target.ledger_digest,
+        ),
+        (
+            ev("resharded_w3.ledger_digest"),
+            evidence.resharded_w3.ledger_digest,
+            ev(&format!("{at_target}.ledger_digest")),
+            reference_at_target.ledger_digest,
+        ),
+        (
+            format!("{RECOVERED_EVALUATION} ledger_digest"),
+            recovered.ledger_digest,
+            ev(&format!("{at_target}.ledger_digest")),
+            reference_at_target.ledger_digest,
+        ),
+    ]);
+    let probe_equal = all_equal(&[(
+        format!("{REFERENCE_EVALUATION} logit_probe_sha256"),
+        reference.logit_probe_sha256,
+        format!("{RECOVERED_EVALUATION} logit_probe_sha256"),
+        recovered.logit_probe_sha256,
+    )]);
+    Ok(Derived {
+        comparisons: Comparisons {
+            logical_state_roots_equal: roots_equal,
+            ledger_digests_equal: ledgers_equal,
+            logit_probe_equal: probe_equal,
+        },
+        unequal,
+    })
 }
 
 /// The audit summarises the evidence faithfully, and the evidence shows a SIGKILL at the

@@ -25,7 +25,10 @@ pub const BUNDLE_FILES: [&str; 4] = [
 pub const EVALUATION_SCHEMA: &str = "shardlift.bundle.evaluation";
 pub const RECOVERY_EVIDENCE_SCHEMA: &str = "shardlift.bundle.recovery-evidence";
 pub const AUDIT_SCHEMA: &str = "shardlift.bundle.audit";
-pub const BUNDLE_VERSION: u32 = 1;
+/// Version 2: the reshard entry records two roots recomputed from chunk objects loaded
+/// back from the store beside the root the reshard's commit record states, and the
+/// reference is evaluated from a checkpoint of the reference store (`reference_checkpoint`).
+pub const BUNDLE_VERSION: u32 = 2;
 
 /// What the evidence does not show, written into every audit as data.
 pub const NONCLAIMS: [&str; 5] = [
@@ -45,7 +48,8 @@ pub struct EvaluationRecord {
     /// "reference" or "recovered".
     pub role: String,
     pub barrier: String,
-    /// The checkpoint generation evaluated (null for the in-memory reference).
+    /// The checkpoint generation evaluated, loaded back from its store (the reference
+    /// store for the reference, the crash store for the recovered final checkpoint).
     pub generation: Option<u64>,
     pub step: u64,
     pub workers: u32,
@@ -139,6 +143,13 @@ pub struct StateDigests {
 }
 
 /// The offline W4 → W3 reshard.
+///
+/// The reshard writer copies the source manifest's root into the new commit record, so
+/// `committed_root` alone shows nothing about the bytes. The two `*_from_chunks` roots are
+/// computed independently by the demo: each from the chunk objects of one generation,
+/// loaded back from the crash store (every object checked against its address), over
+/// the rebuilt state. `verify-bundle` compares the three with each other and the source
+/// root with the reference at the selected step.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReshardEntry {
@@ -146,8 +157,12 @@ pub struct ReshardEntry {
     pub generation: u64,
     pub workers_before: u32,
     pub workers_after: u32,
-    pub logical_state_root_before: Digest,
-    pub logical_state_root_after: Digest,
+    /// The root the reshard's commit record states.
+    pub committed_root: Digest,
+    /// Recomputed from the source generation's chunk objects, loaded from the store.
+    pub source_root_from_chunks: Digest,
+    /// Recomputed from the resharded generation's chunk objects, loaded from the store.
+    pub resharded_root_from_chunks: Digest,
     pub chunk_objects_written: u64,
 }
 
@@ -186,6 +201,9 @@ pub struct RecoveryEvidenceRecord {
     pub target_step: u64,
     /// The uninterrupted reference, at every step it passed.
     pub reference: Vec<StateDigests>,
+    /// The reference store's checkpoint of the reference at the target step: the state
+    /// the reference evaluation was computed from, loaded back from disk.
+    pub reference_checkpoint: CheckpointEntry,
     /// The recovered W4 continuation at the target step.
     pub recovered_w4: StateDigests,
     pub reshard: ReshardEntry,

@@ -6,17 +6,25 @@
 //! 1. session `genesis` (W4) trains step 1 from the seeded initial state; a publisher
 //!    child commits it as generation 0 to two independent stores, `reference` and `crash`;
 //! 2. session `reference` (W4) loads generation 0 from the reference store and trains,
-//!    uninterrupted, to step 3, recording the digests at every step;
+//!    uninterrupted, to step 3, recording the digests at every step; a publisher child
+//!    commits each step's state to the reference store (generations 1 and 2);
 //! 3. session `crash` (W4) loads generation 0 from the crash store and trains step 2; a
 //!    publisher child is killed with SIGKILL when it reports barrier B for that state;
 //! 4. a fresh child process recovers the crash store by scanning commit records;
 //! 5. session `recovered` (W4) loads the selected generation and trains one step (the
 //!    target step = selected step + 1), replaying the uncommitted batch if it was lost;
-//! 6. the selected generation is resharded offline to W3 (same chunk objects);
+//! 6. the selected generation is resharded offline to W3 (same chunk objects); the
+//!    source and the resharded generation are each loaded back from the store and their
+//!    roots recomputed from the chunk objects (the reshard's commit record only copies
+//!    the source manifest's root, so it proves nothing by itself);
 //! 7. session `resharded` (W3) loads it and trains the same next batch; a publisher
 //!    child commits the result, which a fresh recovery child must select;
-//! 8. the reference and the final checkpoint (loaded back from disk) are evaluated on
-//!    the whole test split; the bundle is installed, `audit.json` last.
+//! 8. the reference's checkpoint at the target step and the final checkpoint, each loaded
+//!    back from its store, are evaluated on the whole test split; the bundle is
+//!    installed, `audit.json` last.
+//!
+//! Torch computes in this process only to evaluate; it is pinned to one intra-op and one
+//! inter-op thread before anything else, as in every worker.
 //!
 //! Invariant: every comparison is of exact bytes (SHA-256 of canonical state bytes, the
 //! ledger chain, the logit probe's FP32 bytes).
@@ -333,9 +341,12 @@ fn genesis_phase(run: &mut Run, stores: &Stores) -> Result<Genesis, DemoError> {
     Ok(Genesis { step1 })
 }
 
-/// Phase 2: the uninterrupted reference, every step from genesis on (steps 1 to 3).
+/// Phase 2: the uninterrupted reference, every step from genesis on (steps 1 to 3), each
+/// committed to the reference store.
 struct Reference {
     trail: Vec<LogicalState>,
+    /// (step, generation) of every reference state committed to the reference store.
+    checkpoints: Vec<(u64, u64)>,
 }
 
 fn reference_phase(
@@ -346,10 +357,15 @@ fn reference_phase(
     let (from_store, _) = store::load_generation(&stores.reference, 0)
         .map_err(store_error("loading the reference genesis"))?;
     let (_, after_genesis) = run.session("reference", 4, from_store, 2)?;
+    let mut checkpoints = vec![(genesis.step1.step, 0)];
+    for state in &after_genesis {
+        let summary = run.publish(&stores.reference, state, 4)?;
+        checkpoints.push((state.step, summary.generation));
+    }
     let trail = std::iter::once(genesis.step1.clone())
         .chain(after_genesis)
         .collect();
-    Ok(Reference { trail })
+    Ok(Reference { trail, checkpoints })
 }
 
 /// Phase 3: step 2 trained on the crash store, its publisher killed at the barrier.
@@ -447,6 +463,12 @@ fn continuation_phase(
 /// committed, and that final checkpoint selected by a fresh recovery and loaded back.
 struct Reshard {
     reshard: store::CommitSummary,
+    /// The root the reshard's commit record states, read back from the store.
+    committed_root: Digest,
+    /// Recomputed from the source generation's chunk objects, loaded from the store.
+    source_root_from_chunks: Digest,
+    /// Recomputed from the resharded generation's chunk objects, loaded from the store.
+    resharded_root_from_chunks: Digest,
     final_commit: store::CommitSummary,
     final_state: LogicalState,
 }
@@ -459,12 +481,21 @@ fn reshard_phase(
     let barrier = run.options.barrier;
     let selected = &recovery.selected;
     let w3 = topology(3)?;
+    let (source_state, _) = store::load_generation(&stores.crash, selected.generation)
+        .map_err(store_error("loading the generation to reshard"))?;
+    let source_root_from_chunks = source_state.logical_state_root();
+    drop(source_state);
     let reshard = store::reshard(&stores.crash, selected.generation, w3)
         .map_err(store_error("resharding"))?;
-    invariant(
-        reshard.logical_state_root == selected.logical_state_root,
-        || "reshard changed the logical state".into(),
-    )?;
+    let committed_root = store::recovery::verify_generation_with(
+        &store::RealFs,
+        &stores.crash,
+        reshard.generation,
+        false,
+    )
+    .map_err(store_error("reading the reshard's commit record"))?
+    .commit
+    .logical_state_root;
     progress(
         barrier,
         &format!(
@@ -477,6 +508,8 @@ fn reshard_phase(
     invariant(placement == w3, || {
         "the resharded generation is not placed on three workers".into()
     })?;
+    // Recomputed over the chunk objects just loaded, not copied from any record.
+    let resharded_root_from_chunks = resharded_state.logical_state_root();
     let (resharded_w3, _) = run.session("resharded", 3, resharded_state, 1)?;
     let final_commit = run.publish(&stores.crash, &resharded_w3, 3)?;
     let final_recovery = crate::lab::recover_in_child(&run.options.shardlift_exe, &stores.crash)
@@ -496,34 +529,51 @@ fn reshard_phase(
     );
     Ok(Reshard {
         reshard,
+        committed_root,
+        source_root_from_chunks,
+        resharded_root_from_chunks,
         final_commit,
         final_state,
     })
 }
 
-/// Phase 8: the reference at the target step and the final checkpoint, each evaluated on
-/// the whole test split.
+/// Phase 8: the reference at the target step and the final checkpoint, each loaded back
+/// from its store and evaluated on the whole test split.
 struct Evaluations {
+    /// The reference's state at the target step, loaded from the reference store.
     reference_at_target: LogicalState,
+    /// Its generation in the reference store.
+    reference_generation: u64,
     reference: Evaluation,
     recovered: Evaluation,
 }
 
 fn evaluation_phase(
     run: &Run,
+    stores: &Stores,
     reference: &Reference,
     recovery: &Recovery,
     reshard: &Reshard,
 ) -> Result<Evaluations, DemoError> {
     let target_step = recovery.target_step;
-    let reference_at_target = reference
-        .trail
+    let reference_generation = reference
+        .checkpoints
         .iter()
-        .find(|state| state.step == target_step)
-        .cloned()
+        .find(|(step, _)| *step == target_step)
+        .map(|(_, generation)| *generation)
         .ok_or_else(|| {
-            DemoError::Invariant(format!("the reference never reached step {target_step}"))
+            DemoError::Invariant(format!(
+                "the reference store has no checkpoint at step {target_step}"
+            ))
         })?;
+    let (reference_at_target, _) = store::load_generation(&stores.reference, reference_generation)
+        .map_err(store_error("loading the reference checkpoint"))?;
+    let in_memory = reference.trail.iter().find(|s| s.step == target_step);
+    invariant(
+        in_memory.map(LogicalState::logical_state_root)
+            == Some(reference_at_target.logical_state_root()),
+        || "the reference checkpoint loaded back is not the reference state".into(),
+    )?;
     progress(
         run.options.barrier,
         "evaluating the reference and the recovered final checkpoint on all 10,000 test images",
@@ -538,6 +588,7 @@ fn evaluation_phase(
     )?;
     Ok(Evaluations {
         reference_at_target,
+        reference_generation,
         reference: reference_evaluation,
         recovered: recovered_evaluation,
     })
@@ -559,12 +610,20 @@ impl Phases {
         let target = &self.evaluations.reference_at_target;
         let recovered_w4 = &self.continuation.recovered_w4;
         let final_state = &self.reshard.final_state;
+        let reshard = &self.reshard;
+        let reference_at_selected = self
+            .reference
+            .trail
+            .iter()
+            .find(|s| s.step == self.recovery.selected.step)
+            .map(LogicalState::logical_state_root);
         Comparisons {
             logical_state_roots_equal: recovered_w4.logical_state_root()
                 == target.logical_state_root()
                 && final_state.logical_state_root() == target.logical_state_root()
-                && self.reshard.reshard.logical_state_root
-                    == self.recovery.selected.logical_state_root,
+                && reference_at_selected == Some(reshard.source_root_from_chunks)
+                && reshard.resharded_root_from_chunks == reshard.source_root_from_chunks
+                && reshard.committed_root == reshard.resharded_root_from_chunks,
             ledger_digests_equal: recovered_w4.ledger_digest == target.ledger_digest
                 && final_state.ledger_digest == target.ledger_digest,
             logit_probe_equal: self.evaluations.reference.logit_probe_sha256
@@ -604,7 +663,7 @@ impl Phases {
         let reference = evaluation_record(
             EvaluationRole::Reference,
             barrier,
-            None,
+            Some(self.evaluations.reference_generation),
             &self.evaluations.reference_at_target,
             4,
             &self.evaluations.reference,
@@ -672,8 +731,9 @@ impl Phases {
             generation: reshard.generation,
             workers_before: selected.workers,
             workers_after: reshard.workers,
-            logical_state_root_before: selected.logical_state_root,
-            logical_state_root_after: reshard.logical_state_root,
+            committed_root: self.reshard.committed_root,
+            source_root_from_chunks: self.reshard.source_root_from_chunks,
+            resharded_root_from_chunks: self.reshard.resharded_root_from_chunks,
             chunk_objects_written: reshard.objects_written,
         }
     }
@@ -724,6 +784,11 @@ fn evidence_record(
             .iter()
             .map(|s| digests_of(s, 4))
             .collect(),
+        reference_checkpoint: CheckpointEntry {
+            generation: phases.evaluations.reference_generation,
+            step: phases.evaluations.reference_at_target.step,
+            workers: 4,
+        },
         recovered_w4: digests_of(&phases.continuation.recovered_w4, 4),
         reshard: phases.reshard_entry(),
         resharded_w3: digests_of(&phases.reshard.final_state, 3),
@@ -801,6 +866,8 @@ fn build_records(
 /// Runs the whole demo for one barrier. `preflight` must have passed.
 pub fn run(options: &DemoOptions, source: Option<SourceBinding>) -> Result<DemoRecord, DemoError> {
     let started = Instant::now();
+    // Before any torch computation in this process (the evaluations), as in every worker.
+    crate::engine::pin_single_thread();
     let barrier = options.barrier;
     let stores = create_run_directory(options)?;
     progress(
@@ -823,7 +890,7 @@ pub fn run(options: &DemoOptions, source: Option<SourceBinding>) -> Result<DemoR
     let recovery = recovery_phase(&run, &stores, &crash)?;
     let continuation = continuation_phase(&mut run, &stores, &recovery)?;
     let reshard = reshard_phase(&mut run, &stores, &recovery)?;
-    let evaluations = evaluation_phase(&run, &reference, &recovery, &reshard)?;
+    let evaluations = evaluation_phase(&run, &stores, &reference, &recovery, &reshard)?;
     let phases = Phases {
         crash,
         recovery,

@@ -76,10 +76,13 @@ pub struct WorkerReport {
     pub loaded_root: Option<Digest>,
     pub next_root: Option<Digest>,
     pub next_ledger_digest: Option<Digest>,
-    pub publish_attempted: bool,
 }
 
-crate::canonical_record!(WorkerReport, REPORT_SCHEMA, 1, 16 << 10);
+/// Version 2: no `publish_attempted` field (the worker stated a constant; whether
+/// anything was published is now observed by the parent from the store itself).
+pub const REPORT_VERSION: u32 = 2;
+
+crate::canonical_record!(WorkerReport, REPORT_SCHEMA, REPORT_VERSION, 16 << 10);
 
 fn report_file(rank: u32, restart_count: u32) -> String {
     format!("rank{rank}-attempt{restart_count}.json")
@@ -217,7 +220,7 @@ impl WorkerIdentity {
     fn report(&self, saw_marker: bool, resumed: Option<Resumption>) -> WorkerReport {
         WorkerReport {
             schema: REPORT_SCHEMA.to_owned(),
-            version: 1,
+            version: REPORT_VERSION,
             rank: self.rank,
             world_size: self.world_size,
             restart_count: self.restart_count,
@@ -232,7 +235,6 @@ impl WorkerIdentity {
             loaded_root: resumed.as_ref().map(|r| r.loaded.logical_state_root()),
             next_root: resumed.as_ref().map(|r| r.next.logical_state_root()),
             next_ledger_digest: resumed.as_ref().map(|r| r.next.ledger_digest),
-            publish_attempted: false,
         }
     }
 
@@ -341,6 +343,9 @@ pub struct ElasticRun {
     pub receipts_after: Option<(Digest, Option<Digest>)>,
     pub staging_before: usize,
     pub staging_after: usize,
+    /// [`store_tree_sha256`] of the whole store before and after the launcher run.
+    pub store_tree_before: Option<Digest>,
+    pub store_tree_after: Option<Digest>,
     pub launch_attempts: u32,
 }
 
@@ -388,8 +393,9 @@ const ELASTIC_NOT_OBSERVED: [&str; 4] = [
      (TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS), as reported by the workers",
     "that rank 0 saw the marker before the failed attempt was torn down is rank 0's own report; \
      rank 1 waits (bounded) for rank 0's acknowledgement before exiting",
-    "that no promotion was attempted is shown by unchanged commit records, LATEST and staging entries, \
-     and by the workers' reports; the elastic worker has no publish path",
+    "that no promotion was attempted is observed as an unchanged store: every entry under it (objects, \
+     manifests, commit records, staging, LATEST: name, kind, size and content digest) is the same before and \
+     after the launcher run; an attempt that failed before writing anything to the store would not be seen",
 ];
 
 /// The launcher exited cleanly, in time, after logging rank 1's injected failure.
@@ -498,7 +504,8 @@ fn observe_restarted_rank(
     }
 }
 
-/// No promotion: commit records, LATEST and staging are as before, and no worker tried.
+/// No promotion: commit records, LATEST and staging are as before, and nothing at all was
+/// written to the store (observed from the store's whole tree, not from the workers).
 fn observe_store_unchanged(obs: &mut Observation, run: &ElasticRun) {
     let receipts = |r: &Option<(Digest, Option<Digest>)>| r.map(|(c, _)| c.to_hex());
     let latest = |r: &Option<(Digest, Option<Digest>)>| r.map(|(_, l)| opt(&l));
@@ -513,7 +520,11 @@ fn observe_store_unchanged(obs: &mut Observation, run: &ElasticRun) {
         opt(&latest(&run.receipts_after)),
     );
     obs.check("staging_entries", run.staging_before, run.staging_after);
-    let attempted = run.finals.iter().any(|r| r.publish_attempted) || run.finals.is_empty();
+    let attempted = match (run.store_tree_before, run.store_tree_after) {
+        (Some(before), Some(after)) => before != after,
+        // Not observed is not evidence of no attempt.
+        _ => true,
+    };
     obs.check("publish_attempted", false, attempted);
     obs.check("completed", true, run.launcher_exit.is_some());
 }
@@ -544,6 +555,46 @@ fn free_loopback_port() -> Result<u16, ElasticError> {
         .port();
     drop(listener);
     Ok(port)
+}
+
+/// A digest of everything under a store: every entry's path (relative, in order), kind,
+/// size and content digest (a symlink's target). Any write to the store changes it.
+pub fn store_tree_sha256(store_dir: &Path) -> Result<Digest, ElasticError> {
+    let mut hasher = crate::core::digest::FramedHasher::new("shardlift/invariants/store-tree/v1");
+    let walk = walkdir::WalkDir::new(store_dir)
+        .follow_links(false)
+        .sort_by_file_name();
+    for entry in walk {
+        let entry = entry.map_err(|e| ElasticError::Io {
+            context: "walking the store".into(),
+            source: e.into(),
+        })?;
+        let relative = entry
+            .path()
+            .strip_prefix(store_dir)
+            .unwrap_or(entry.path())
+            .as_os_str()
+            .as_encoded_bytes()
+            .to_vec();
+        hasher.field(&relative);
+        let kind = entry.file_type();
+        if kind.is_file() {
+            let bytes = std::fs::read(entry.path()).map_err(io_error("reading a store file"))?;
+            hasher.field(b"file").u64(bytes.len() as u64);
+            hasher.field(Digest::of(&bytes).0.as_slice());
+        } else if kind.is_dir() {
+            hasher.field(b"dir");
+        } else if kind.is_symlink() {
+            let target =
+                std::fs::read_link(entry.path()).map_err(io_error("reading a store symlink"))?;
+            hasher
+                .field(b"symlink")
+                .field(target.as_os_str().as_encoded_bytes());
+        } else {
+            hasher.field(b"other");
+        }
+    }
+    Ok(hasher.finish())
 }
 
 fn count_entries(dir: &Path) -> usize {
@@ -652,6 +703,7 @@ pub fn observe_elastic(
     let mut run = ElasticRun {
         receipts_before: Some(store_receipts(&store_dir)?),
         staging_before: count_entries(&store_dir.join("staging")),
+        store_tree_before: Some(store_tree_sha256(&store_dir)?),
         ..ElasticRun::default()
     };
     let mut attempt_dirs = None;
@@ -703,6 +755,7 @@ pub fn observe_elastic(
     }
     run.receipts_after = Some(store_receipts(&store_dir)?);
     run.staging_after = count_entries(&store_dir.join("staging"));
+    run.store_tree_after = Some(store_tree_sha256(&store_dir)?);
     Ok(elastic_observation(&run, &expected))
 }
 

@@ -460,7 +460,13 @@ fn no_promotion(
     Ok(())
 }
 
-/// Scenario 8: W4 → W3 reshard, then three real worker processes take the next step.
+/// Scenario 8: W4 → W3 reshard, then the next step from the state loaded back from the
+/// W3 generation. Everything is observed from the store on disk: which generation a
+/// fresh recovery selects, the chunk objects the two manifests reference, the state and
+/// topology loaded back. The injected violation is written to disk too: a reshard whose
+/// chunk 2 (owned by rank 2 under W3) was rewritten as a new chunk object, committed
+/// with a manifest and a commit record that name it and state the recomputed root, so
+/// every digest in the store verifies and only the content comparisons can see it.
 fn reshard_w4_w3(
     ctx: &Context<'_>,
     inject: bool,
@@ -468,15 +474,35 @@ fn reshard_w4_w3(
 ) -> Result<(), ScenarioError> {
     let store_dir = ctx.fresh_store("s08");
     let committed = store::publish(&store_dir, &ctx.state1, w(4)?, &mut NoHooks)?;
-    let resharded = store::reshard(&store_dir, committed.generation, w(3)?)?;
-    let (mut loaded, topology) = store::load_generation(&store_dir, resharded.generation)?;
-    if inject {
-        // Chunk 2 is owned by rank 2 under W3.
-        flip_bit(&mut loaded.chunks[2].parameters[0]);
-    }
+    let resharded_generation = if inject {
+        forge_rewritten_reshard(&store_dir, committed.generation, w(3)?, 2)?
+    } else {
+        store::reshard(&store_dir, committed.generation, w(3)?)?.generation
+    };
+    let report = store::recover(&store_dir)?;
+    let source =
+        store::recovery::verify_generation_with(&RealFs, &store_dir, committed.generation, false)?;
+    let target =
+        store::recovery::verify_generation_with(&RealFs, &store_dir, resharded_generation, false)?;
+    let (loaded, topology) = store::load_generation(&store_dir, resharded_generation)?;
     let (reference, _) = next_step(&ctx.state1, ctx.data)?;
+    // A forged-but-consistent rewrite verifies: recovery selects it and load returns it.
+    obs.check(
+        "recovery_selected_generation",
+        resharded_generation,
+        report.selected.as_ref().map_or(u64::MAX, |s| s.generation),
+    );
     obs.check("resharded_workers", 3, topology.workers());
-    obs.check("objects_written", 0, resharded.objects_written);
+    obs.check(
+        "objects_written",
+        0,
+        new_chunk_objects(&source.manifest, &target.manifest),
+    );
+    obs.check(
+        "chunk_objects_sha256",
+        json_digest(&source.manifest.chunks)?,
+        json_digest(&target.manifest.chunks)?,
+    );
     obs.check(
         "resharded_root",
         ctx.state1.logical_state_root(),
@@ -496,6 +522,94 @@ fn reshard_w4_w3(
         continued.ledger_digest,
     );
     Ok(())
+}
+
+/// Chunk objects `after` references that `before` does not (observed from the two
+/// manifests on disk, not from a writer's own count).
+fn new_chunk_objects(
+    before: &store::codec::ManifestRecord,
+    after: &store::codec::ManifestRecord,
+) -> u64 {
+    let known: std::collections::BTreeSet<Digest> = before
+        .chunks
+        .iter()
+        .flat_map(|c| c.digests().map(|(_, d)| d))
+        .collect();
+    after
+        .chunks
+        .iter()
+        .flat_map(|c| c.digests().map(|(_, d)| d))
+        .filter(|d| !known.contains(d))
+        .count() as u64
+}
+
+/// Writes `bytes` as a content-addressed object of the store (read-only, durable).
+fn write_object(store_dir: &Path, bytes: &[u8]) -> Result<Digest, ScenarioError> {
+    let digest = Digest::of(bytes);
+    let path = store_dir.join(store::codec::object_rel_path(&digest));
+    if path.symlink_metadata().is_ok() {
+        return Ok(digest);
+    }
+    let forge_error = |e: crate::durable::DurableError| {
+        ScenarioError::Protocol(format!("forging a reshard: {e}"))
+    };
+    if let Some(parent) = path.parent() {
+        crate::durable::ensure_dir_all(parent).map_err(forge_error)?;
+    }
+    crate::durable::write_file_with(
+        &RealFs,
+        &path,
+        bytes,
+        crate::durable::WriteOptions::IMMUTABLE,
+    )
+    .map_err(forge_error)?;
+    Ok(digest)
+}
+
+/// The violation of scenario 8, on disk: the next generation, committed as a reshard of
+/// `source_generation` onto `topology`, but with one bit of chunk `chunk`'s parameters
+/// rewritten. The rewritten payload is a new object; the manifest names it and states
+/// the root recomputed over the rewritten state; the commit record binds that manifest.
+/// Returns the forged generation.
+fn forge_rewritten_reshard(
+    store_dir: &Path,
+    source_generation: u64,
+    topology: Topology,
+    chunk: usize,
+) -> Result<u64, ScenarioError> {
+    let (mut state, _) = store::load_generation(store_dir, source_generation)?;
+    let rewritten = state
+        .chunks
+        .get_mut(chunk)
+        .and_then(|c| c.parameters.first_mut())
+        .ok_or_else(|| ScenarioError::Protocol(format!("the state has no chunk {chunk}")))?;
+    flip_bit(rewritten);
+    let entries = store::layout::chunk_entries(&state);
+    let manifest = store::layout::manifest_for(&state, topology, entries);
+    let generation = store::writer::next_generation(&RealFs, store_dir)?;
+    for payload in store::layout::chunk_payloads(&state.chunks[chunk]) {
+        write_object(store_dir, &payload)?;
+    }
+    let manifest_digest = write_object(store_dir, &store::codec::encode(&manifest)?)?;
+    let record = store::codec::CommitRecord {
+        schema: store::codec::COMMIT_SCHEMA.to_owned(),
+        version: store::codec::SCHEMA_VERSION,
+        generation,
+        kind: store::codec::CommitKind::Reshard,
+        source_generation: Some(source_generation),
+        manifest: manifest_digest,
+        workers: manifest.workers,
+        step: manifest.step,
+        logical_state_root: manifest.logical_state_root,
+    };
+    crate::durable::write_file_with(
+        &RealFs,
+        &store_dir.join(store::codec::commit_rel_path(generation)),
+        &store::codec::encode(&record)?,
+        crate::durable::WriteOptions::IMMUTABLE,
+    )
+    .map_err(|e| ScenarioError::Protocol(format!("forging a reshard commit: {e}")))?;
+    Ok(generation)
 }
 
 fn json_digest<T: serde::Serialize>(value: &T) -> Result<Digest, ScenarioError> {
