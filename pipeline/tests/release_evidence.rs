@@ -4,166 +4,17 @@
 //!
 //! Needs the real `shardlift` binary with the torch feature (`cargo build`): by default the
 //! one next to the pipeline binary (target/debug/shardlift), or `SHARDLIFT_BIN`.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use release_support::*;
 
 mod release_support;
 
 const NAMESPACE: &str = "shardlift-release-evidence-v1";
-const PRINCIPAL: &str = "release@shardlift.test";
-
-fn pipeline() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pipeline"))
-}
-
-fn shardlift() -> PathBuf {
-    let path = std::env::var_os("SHARDLIFT_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_BIN_EXE_pipeline")).with_file_name("shardlift"));
-    let help = Command::new(&path)
-        .args(["killer-demo", "--help"])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {}: {e}; build it with `cargo build`",
-                path.display()
-            )
-        });
-    assert!(
-        help.status.success(),
-        "{} has no killer-demo (built without the torch feature?); run `cargo build` first",
-        path.display()
-    );
-    path
-}
-
-fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
-    let key = dir.join(name);
-    let status = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
-        .arg(&key)
-        .status()
-        .expect("run ssh-keygen");
-    assert!(status.success());
-    let public = std::fs::read_to_string(key.with_extension("pub")).expect("read .pub");
-    (key, public.trim().to_owned())
-}
 
 /// A forger's edit of one file's text.
 type Edit = Box<dyn Fn(String) -> String>;
-
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    repo: PathBuf,
-    /// Signed evidence.
-    out: PathBuf,
-    key: PathBuf,
-    allowed: PathBuf,
-    other_key: PathBuf,
-    other_allowed: PathBuf,
-    commit: String,
-}
-
-fn fixture() -> &'static Fixture {
-    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
-    FIXTURE.get_or_init(|| {
-        let shardlift = shardlift();
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path().to_owned();
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let repo = root.join("repo");
-        for (relative, bytes) in [
-            ("Cargo.toml", b"[package]\nname = \"x\"\n".to_vec()),
-            (
-                "Cargo.lock",
-                std::fs::read(workspace.join("Cargo.lock")).expect("read"),
-            ),
-            (
-                "ci/libtorch.lock",
-                std::fs::read(workspace.join("ci/libtorch.lock")).expect("read"),
-            ),
-            ("src/lib.rs", b"pub fn f() {}\n".to_vec()),
-            ("src/store/mod.rs", b"pub fn g() {}\n".to_vec()),
-            ("docs/notes.md", b"not a runtime source\n".to_vec()),
-            (".gitignore", b"/target\n".to_vec()),
-        ] {
-            let path = repo.join(relative);
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(path, bytes).expect("write");
-        }
-        git(&repo, &["init", "-q"]);
-        git(&repo, &["add", "-A"]);
-        git(&repo, &["commit", "-q", "-m", "init"]);
-        let commit = git(&repo, &["rev-parse", "HEAD"]);
-
-        let (key, public) = keygen(&root, "release");
-        let (other_key, other_public) = keygen(&root, "other");
-        let allowed = root.join("allowed_signers");
-        std::fs::write(&allowed, format!("{PRINCIPAL} {public}\n")).expect("write");
-        let other_allowed = root.join("other_allowed_signers");
-        std::fs::write(&other_allowed, format!("{PRINCIPAL} {other_public}\n")).expect("write");
-
-        // A test-lane receipt of this exact commit, recorded by the real recorder from a
-        // lane that prints libtest output; the evidence must carry it and bind its digest.
-        let lane = root.join("lane.sh");
-        std::fs::write(
-            &lane,
-            "#!/bin/sh\necho '     Running unittests src/lib.rs (target/debug/deps/x-0123abcd)' >&2\n\
-             echo ''\necho 'running 1 test'\necho 'test tests::ok ... ok'\necho ''\n\
-             echo 'test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\n",
-        )
-        .expect("write lane");
-        let receipt = root.join("receipt.json");
-        let recorded = pipeline()
-            .args(["receipt", "record", "--lane", "unit", "--fingerprint-paths", "src", "--repo"])
-            .arg(&repo)
-            .arg("--out")
-            .arg(&receipt)
-            .arg("--")
-            .arg("sh")
-            .arg(&lane)
-            .env_remove("CI")
-            .output()
-            .expect("run receipt record");
-        assert!(recorded.status.success(), "receipt record: {recorded:?}");
-
-        let out = root.join("evidence");
-        let output = pipeline()
-            .arg("release-evidence")
-            .arg("--receipt")
-            .arg(&receipt)
-            .arg("--repository")
-            .arg(&repo)
-            .arg("--out")
-            .arg(&out)
-            .arg("--sign-key")
-            .arg(&key)
-            .arg("--shardlift")
-            .arg(&shardlift)
-            .output()
-            .expect("run pipeline");
-        assert!(
-            output.status.success(),
-            "release-evidence failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Fixture {
-            _tmp: tmp,
-            root,
-            repo,
-            out,
-            key,
-            allowed,
-            other_key,
-            other_allowed,
-            commit,
-        }
-    })
-}
 
 fn verify(dir: &Path, allowed: Option<&Path>) -> Output {
     let mut command = pipeline();
@@ -172,15 +23,6 @@ fn verify(dir: &Path, allowed: Option<&Path>) -> Output {
         command.arg("--allowed-signers").arg(allowed);
     }
     command.output().expect("run verify-release")
-}
-
-/// A fresh copy of the fixture's evidence.
-fn copy_of_evidence(label: &str) -> PathBuf {
-    let f = fixture();
-    let dir = f.root.join("copies").join(label);
-    assert!(!dir.exists(), "copy {label} reused");
-    copy_tree(&f.out, &dir);
-    dir
 }
 
 #[test]

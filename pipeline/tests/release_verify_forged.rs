@@ -4,7 +4,9 @@
 //! Every forgery is internally consistent: the edited file stays canonical, the Statement
 //! rebinds the byproducts it names, and SHA256SUMS is resealed, so the directory alone
 //! still verifies and the forgery is refused by the one check it targets, which names its
-//! file, shard or path. No libtorch needed: nothing is run but `pipeline`.
+//! file, shard or path. The bundled-receipt forgeries start from the shared fixture's
+//! evidence (a throwaway repository's, made with a real receipt and both killer-demo runs),
+//! since the committed evidence need not bundle a receipt.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -301,16 +303,25 @@ fn a_runtime_source_left_out_of_the_record_is_refused_naming_it() {
     );
 }
 
-/// A copy whose bundled receipt went through `edit`; the directory check alone refuses it.
+/// A copy of the fixture's evidence (a throwaway repository's, with a real test-lane
+/// receipt: committed evidence need not bundle one) whose receipt went through `edit`; the
+/// directory check alone refuses it.
 fn forged_receipt_copy(edit: impl FnOnce(&mut Extension)) -> Copy {
-    let copy = copy();
-    assert!(
-        copy.dir.join("receipts/merged.json").exists(),
-        "the committed evidence bundles no receipt"
-    );
-    forge_receipt(&copy.dir, edit);
-    rebind_and_reseal(&copy.dir);
-    copy
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("evidence");
+    copy_tree(&fixture().out, &dir);
+    assert!(dir.join("receipts/merged.json").exists());
+    forge_receipt(&dir, edit);
+    rebind_and_reseal(&dir);
+    Copy { _tmp: tmp, dir }
+}
+
+/// `verify-release` of `dir` against the fixture's repository.
+fn with_fixture_repository(dir: &Path, more: &[&str]) -> Output {
+    let repository = &fixture().repo;
+    let mut args = vec!["--repository", repository.to_str().expect("UTF-8 path")];
+    args.extend_from_slice(more);
+    verify(dir, &args)
 }
 
 fn first_shard(ext: &mut Extension) -> &mut pipeline::receipt::schema::Shard {
@@ -407,8 +418,8 @@ fn carry_shard(ext: &mut Extension, from: &str) -> String {
 
 #[test]
 fn carried_shards_in_the_bundled_receipt_are_refused_unless_allowed_and_checked() {
-    let commit = recorded_commit(&committed_evidence());
-    let parent = git(&workspace(), &["rev-parse", &format!("{commit}~1")]);
+    let f = fixture();
+    let parent = git(&f.repo, &["rev-parse", &format!("{}~1", f.commit)]);
     let mut name = String::new();
     let copy = forged_receipt_copy(|ext| name = carry_shard(ext, &parent));
     assert_refused(
@@ -422,18 +433,17 @@ fn carried_shards_in_the_bundled_receipt_are_refused_unless_allowed_and_checked(
         verify(&copy.dir, &["--allow-carried"]).status.code(),
         Some(2)
     );
-    let record = assert_verified(&with_repository(&copy.dir, &["--allow-carried"]));
+    let record = assert_verified(&with_fixture_repository(&copy.dir, &["--allow-carried"]));
     assert_eq!(record["receipt"]["carried"], serde_json::json!([name]));
 }
 
 #[test]
 fn a_shard_carried_from_a_commit_that_does_not_exist_is_refused() {
-    recorded_commit(&committed_evidence());
     let zeros = "0".repeat(40);
     let mut name = String::new();
     let copy = forged_receipt_copy(|ext| name = carry_shard(ext, &zeros));
     assert_refused(
-        &with_repository(&copy.dir, &["--allow-carried"]),
+        &with_fixture_repository(&copy.dir, &["--allow-carried"]),
         "receipt-rejected",
         "receipts/merged.json",
         &[&format!(
