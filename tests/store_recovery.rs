@@ -5,7 +5,7 @@ use shardlift::core::digest::Digest;
 use shardlift::core::topology::Topology;
 use shardlift::lab::matrix::{
     build_corruption_base, corruption_case, corruption_cases, generation_expectation,
-    power_loss_scenario, Action, CheckPlan, ModelFaults,
+    power_loss_scenario, Action, CheckPlan, ModelFaults, ScenarioOutcome,
 };
 use shardlift::lab::powerloss::{tree_digest, EnumerationLimits};
 use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};
@@ -200,6 +200,22 @@ fn power_loss_correct_writer_has_no_violations() {
     assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
 }
 
+/// The power-loss model over `base` against a writer with `faults`, every state checked.
+fn writer_mutant_scenario(base: &Path, faults: WriterFaults) -> ScenarioOutcome {
+    let faults = ModelFaults {
+        writer: faults,
+        recovery: RecoveryFaults::NONE,
+    };
+    power_loss_scenario(
+        Some(base),
+        &action(),
+        faults,
+        small_limits(),
+        CheckPlan::exhaustive(2),
+    )
+    .expect("scenario")
+}
+
 #[test]
 fn power_loss_catches_a_writer_that_skips_the_commits_fsync() {
     let (_d, base) = base_store();
@@ -207,18 +223,7 @@ fn power_loss_catches_a_writer_that_skips_the_commits_fsync() {
         skip_commit_directory_fsync: true,
         ..WriterFaults::default()
     };
-    let faults = ModelFaults {
-        writer: faults,
-        recovery: RecoveryFaults::NONE,
-    };
-    let outcome = power_loss_scenario(
-        Some(&base),
-        &action(),
-        faults,
-        small_limits(),
-        CheckPlan::exhaustive(2),
-    )
-    .expect("scenario");
+    let outcome = writer_mutant_scenario(&base, faults);
     assert!(
         outcome
             .violations
@@ -236,18 +241,7 @@ fn power_loss_catches_a_writer_that_advances_latest_first() {
         latest_before_commit_rename: true,
         ..WriterFaults::default()
     };
-    let faults = ModelFaults {
-        writer: faults,
-        recovery: RecoveryFaults::NONE,
-    };
-    let outcome = power_loss_scenario(
-        Some(&base),
-        &action(),
-        faults,
-        small_limits(),
-        CheckPlan::exhaustive(2),
-    )
-    .expect("scenario");
+    let outcome = writer_mutant_scenario(&base, faults);
     assert!(
         outcome
             .violations

@@ -22,6 +22,8 @@ enum Command {
     ReleaseEvidence(cli::release::ReleaseEvidenceArgs),
     /// Re-check a release-evidence directory.
     VerifyRelease(cli::release::VerifyReleaseArgs),
+    /// Rerun both barriers of release evidence and compare the bundles byte for byte.
+    Reproduce(cli::release::ReproduceArgs),
     /// Test-lane receipts: record, merge, plan, verify.
     #[command(subcommand)]
     Receipt(cli::receipt::ReceiptCommand),
@@ -32,6 +34,7 @@ fn main() {
     let result = match cli.command {
         Command::ReleaseEvidence(args) => cli::release::run_release_evidence(args),
         Command::VerifyRelease(args) => cli::release::run_verify_release(args),
+        Command::Reproduce(args) => cli::release::run_reproduce(args),
         Command::Receipt(command) => cli::receipt::run(command),
     };
     if let Err(error) = result {

@@ -389,3 +389,114 @@ fn a_receipt_of_another_commit_is_refused_before_any_run() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("receipts/merged.json"));
     assert!(!out.exists());
 }
+
+/// Runs `pipeline reproduce` of `dir` against `repository`.
+fn reproduce(dir: &Path, repository: &Path) -> Output {
+    pipeline()
+        .args(["reproduce", "--dir"])
+        .arg(dir)
+        .arg("--repository")
+        .arg(repository)
+        .arg("--shardlift")
+        .arg(shardlift())
+        .output()
+        .expect("run reproduce")
+}
+
+#[test]
+fn a_rerun_reproduces_every_bundle_and_transcript_byte_for_byte() {
+    let f = fixture();
+    let output = reproduce(&f.out, &f.repo);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let record: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(record["status"], "reproduced");
+    let identical: Vec<&str> = record["identical"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    // Both bundles (four files each) and both runs' two transcripts.
+    assert_eq!(identical.len(), 12, "{identical:?}");
+    assert!(identical.contains(&"bundles/commit-after-rename/audit.json"));
+}
+
+#[test]
+fn two_runs_of_one_commit_write_identical_sha256sums() {
+    let f = fixture();
+    let second = f.root.join("second-run");
+    let output = pipeline()
+        .arg("release-evidence")
+        .arg("--receipt")
+        .arg(f.root.join("receipt.json"))
+        .arg("--repository")
+        .arg(&f.repo)
+        .arg("--out")
+        .arg(&second)
+        .arg("--sign-key")
+        .arg(&f.key)
+        .arg("--shardlift")
+        .arg(shardlift())
+        .output()
+        .expect("run pipeline");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let sums = |dir: &Path| std::fs::read(dir.join("SHA256SUMS")).expect("SHA256SUMS");
+    assert_eq!(
+        String::from_utf8_lossy(&sums(&second)),
+        String::from_utf8_lossy(&sums(&f.out))
+    );
+    assert_eq!(emitted_files(&second), emitted_files(&f.out));
+}
+
+#[test]
+fn a_checkout_with_other_runtime_sources_is_not_rerun_and_is_named() {
+    let f = fixture();
+    let clone = f.root.join("changed-for-reproduce");
+    git(
+        &f.root,
+        &[
+            "clone",
+            "-q",
+            f.repo.to_str().expect("UTF-8"),
+            clone.to_str().expect("UTF-8"),
+        ],
+    );
+    std::fs::write(clone.join("src/lib.rs"), "pub fn f() { let _ = 1; }\n").expect("write");
+    git(&clone, &["commit", "-q", "-am", "another runtime source"]);
+    let output = reproduce(&f.out, &clone);
+    assert_eq!(output.status.code(), Some(1));
+    let record: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(record["error_kind"], "not-reproducible", "{record}");
+    assert!(
+        record["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("src/lib.rs")),
+        "{record}"
+    );
+}
+
+#[test]
+fn a_recorded_byte_changed_is_not_reproduced_and_the_file_is_named() {
+    let f = fixture();
+    let dir = copy_of_evidence("reproduce-changed-byte");
+    let name = "bundles/commit-after-file-fsync/reference-evaluation.json";
+    let path = dir.join(name);
+    let mut bytes = std::fs::read(&path).expect("read");
+    let last = bytes.len() - 2;
+    bytes[last] ^= 1;
+    std::fs::write(&path, bytes).expect("write");
+    let output = reproduce(&dir, &f.repo);
+    assert_eq!(output.status.code(), Some(1));
+    let record: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(record["status"], "not-reproduced", "{record}");
+    assert_eq!(record["file"], name, "{record}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains(name));
+}

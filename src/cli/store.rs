@@ -252,7 +252,7 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
     if let Some(name) = &args.mutant {
         return run_one_mutant(name, &config, args.json);
     }
-    let summary = shardlift::lab::matrix::run_matrix(&exe, &config)?;
+    let summary = shardlift::lab::run::run_matrix(&exe, &config)?;
     let mutants = shardlift::lab::mutants::run_all(&config)?;
     if args.json {
         print_json(&CrashMatrixReport {
@@ -298,7 +298,7 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
 #[derive(serde::Serialize)]
 struct CrashMatrixReport<'a> {
     #[serde(flatten)]
-    summary: &'a shardlift::lab::matrix::MatrixSummary,
+    summary: &'a shardlift::lab::run::MatrixSummary,
     mutants: &'a shardlift::lab::mutants::MutantTally,
 }
 
@@ -358,8 +358,7 @@ pub fn run_child(args: StoreChildArgs) -> anyhow::Result<()> {
             Ok(())
         }
         StoreChildCommand::Recover { store } => {
-            let report = shardlift::store::recover(&store)?;
-            println!("{}", serde_json::to_string(&report)?);
+            shardlift::lab::harness::child_recover(&store)?;
             Ok(())
         }
     }

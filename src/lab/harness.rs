@@ -85,6 +85,32 @@ pub enum OperationKind {
     Unlink,
 }
 
+/// How a publisher child ended and what it left visible.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublisherExit {
+    /// The signal that killed it (none: it exited).
+    pub signal: Option<i32>,
+    pub exit: ExitRecord,
+    /// The generation it was writing.
+    pub candidate_generation: u64,
+    /// Whether `commits/<candidate>.json` exists after it ended.
+    pub candidate_visible: bool,
+}
+
+impl PublisherExit {
+    fn observe(exit: ExitRecord, store_dir: &Path, candidate_generation: u64) -> Self {
+        PublisherExit {
+            signal: exit_signal(&exit),
+            exit,
+            candidate_generation,
+            candidate_visible: store_dir
+                .join(commit_rel_path(candidate_generation))
+                .exists(),
+        }
+    }
+}
+
 /// What happened when a publisher was killed before one of its file-system operations.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,11 +119,7 @@ pub struct OperationKillReport {
     pub performed: Vec<OperationEvent>,
     /// The operation that was answered with SIGKILL instead (never performed).
     pub killed_before: OperationEvent,
-    pub signal: Option<i32>,
-    pub exit: ExitRecord,
-    pub candidate_generation: u64,
-    /// Whether `commits/<candidate>.json` exists after the kill.
-    pub candidate_visible: bool,
+    pub ended: PublisherExit,
 }
 
 /// What a free-running publisher did before a kill after a delay (or without one).
@@ -106,13 +128,11 @@ pub struct OperationKillReport {
 pub struct FreeRunReport {
     /// The delay between the child's `ready` and the SIGKILL (none: run to the end).
     pub kill_after_us: Option<u64>,
-    /// Microseconds from `ready` to the kill or to the child's exit.
+    /// Microseconds from `ready` to the kill, or to `done` when it ran to the end.
     pub elapsed_us: u64,
-    /// Killed by a signal, as opposed to having finished first.
-    pub signal: Option<i32>,
-    pub exit: ExitRecord,
-    pub candidate_generation: u64,
-    pub candidate_visible: bool,
+    /// Whether the child reported `done` (its publish completed) before it ended.
+    pub completed: bool,
+    pub ended: PublisherExit,
 }
 
 /// What happened when a publisher was killed at a barrier.
@@ -367,16 +387,10 @@ pub fn drive_operations(
                 }
                 if kill_before == Some(event.seq) {
                     let exit = publisher.child.kill_and_reap()?;
-                    let candidate_visible = store_dir
-                        .join(commit_rel_path(candidate_generation))
-                        .exists();
                     return Ok(OperationsEnd::Killed(OperationKillReport {
                         performed,
                         killed_before: event,
-                        signal: exit_signal(&exit),
-                        exit,
-                        candidate_generation,
-                        candidate_visible,
+                        ended: PublisherExit::observe(exit, store_dir, candidate_generation),
                     }));
                 }
                 publisher.acknowledge()?;
@@ -426,30 +440,36 @@ pub fn run_free_publisher(
         other => return Err(publisher.unexpected(&other)),
     }
     let started = Instant::now();
-    let exit = match kill_after {
+    let (exit, completed, elapsed) = match kill_after {
         Some(delay) => {
             std::thread::sleep(delay);
-            publisher.child.kill_and_reap()?
+            let exit = publisher.child.kill_and_reap()?;
+            let elapsed = started.elapsed();
+            // The child is dead: whatever it wrote is in the pipe, up to EOF.
+            let rest = publisher.reader.read_to_end(deadline(), MAX_LINE_BYTES)?;
+            let completed = rest.split(|&b| b == b'\n').any(|line| {
+                matches!(
+                    serde_json::from_slice::<ChildMessage>(line),
+                    Ok(ChildMessage::Done(_))
+                )
+            });
+            (exit, completed, elapsed)
         }
         None => {
             match publisher.next_message()? {
                 ChildMessage::Done(_) => {}
                 other => return Err(publisher.unexpected(&other)),
             }
-            publisher.child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?
+            let elapsed = started.elapsed();
+            let exit = publisher.child.wait_deadline(CHILD_MESSAGE_TIMEOUT_MS)?;
+            (exit, true, elapsed)
         }
     };
-    let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    let candidate_visible = store_dir
-        .join(commit_rel_path(candidate_generation))
-        .exists();
     Ok(FreeRunReport {
         kill_after_us: kill_after.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
-        elapsed_us,
-        signal: exit_signal(&exit),
-        exit,
-        candidate_generation,
-        candidate_visible,
+        elapsed_us: u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        completed,
+        ended: PublisherExit::observe(exit, store_dir, candidate_generation),
     })
 }
 
@@ -675,6 +695,17 @@ pub fn child_publish(
     };
     send(&ChildMessage::Done(summary.clone()))?;
     Ok(summary)
+}
+
+/// Child side of `store-child recover`: recovers and prints the report as one JSON line.
+pub fn child_recover(store_dir: &Path) -> Result<(), LabError> {
+    let report = crate::store::recover(store_dir)?;
+    let line =
+        serde_json::to_string(&report).map_err(|e| LabError::ChildProtocol(e.to_string()))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| LabError::ChildProtocol(e.to_string()))
 }
 
 /// Writes one protocol line to stdout.

@@ -27,6 +27,7 @@ use crate::lab::corruption::copy_tree;
 use crate::lab::error::LabError;
 use crate::lab::harness::{
     drive_operations, run_free_publisher, OperationEvent, OperationKind, OperationsEnd,
+    PublisherExit,
 };
 use crate::lab::matrix::{child_recovery_violations, scratch_dir, MatrixConfig};
 use crate::store::barrier::NoHooks;
@@ -59,7 +60,7 @@ pub struct OperationKills {
 pub struct RandomKills {
     /// Kills that landed while the publisher was still running.
     pub kills: u64,
-    /// Runs where the publisher finished before its kill came.
+    /// Runs where the publisher reported `done` before its kill came (counted apart).
     pub finished_first: u64,
     /// Landed kills after which the candidate's commit record was visible.
     pub candidate_visible: u64,
@@ -114,13 +115,22 @@ impl KillBase {
         Ok((dir, root))
     }
 
-    /// What recovery must select after a kill.
-    fn expected(&self, candidate_visible: bool, candidate_generation: u64) -> Option<u64> {
-        if candidate_visible {
-            Some(candidate_generation)
+    /// A fresh recovery process and the in-process checks, after a publisher ended as
+    /// `ended`: they must select the candidate when its record is visible, else the
+    /// previous generation.
+    fn recovery_violations(
+        &self,
+        exe: &Path,
+        root: &Path,
+        ended: &PublisherExit,
+        context: &str,
+    ) -> Result<Vec<String>, LabError> {
+        let expected = if ended.candidate_visible {
+            Some(ended.candidate_generation)
         } else {
             self.previous
-        }
+        };
+        child_recovery_violations(exe, root, &self.roots, expected, context)
     }
 }
 
@@ -193,10 +203,10 @@ pub fn operation_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<Operati
                 continue;
             }
         };
-        if report.signal != Some(9) {
+        if report.ended.signal != Some(9) {
             violations.push(format!(
                 "{context}: publisher not killed by signal 9 ({})",
-                report.exit.outcome
+                report.ended.exit.outcome
             ));
         }
         let performed: Vec<_> = report.performed.iter().map(comparable).collect();
@@ -208,24 +218,17 @@ pub fn operation_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<Operati
             ));
         }
         let visible_by_trace = commit_rename.is_some_and(|rename| index > rename);
-        if report.candidate_visible != visible_by_trace {
+        if report.ended.candidate_visible != visible_by_trace {
             violations.push(format!(
                 "{context}: candidate visible = {}, but the trace installs it {}",
-                report.candidate_visible,
+                report.ended.candidate_visible,
                 match commit_rename {
                     Some(rename) => format!("at operation {rename}"),
                     None => "never".to_owned(),
                 }
             ));
         }
-        let expected = base.expected(report.candidate_visible, report.candidate_generation);
-        violations.extend(child_recovery_violations(
-            exe,
-            &root,
-            &base.roots,
-            expected,
-            &context,
-        )?);
+        violations.extend(base.recovery_violations(exe, &root, &report.ended, &context)?);
     }
     Ok(OperationKills {
         trace_operations: trace.len() as u64,
@@ -235,19 +238,20 @@ pub fn operation_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<Operati
     })
 }
 
-/// Kills free-running publishers after random delays (drawn up to 1.25× the measured
-/// length of a publish) until `RANDOM_KILLS` landed mid-publish, checking recovery after
-/// every run.
+/// Kills free-running publishers after random delays until `RANDOM_KILLS` landed
+/// mid-publish (before the child reported `done`), checking recovery after every run. Of
+/// the delays, half are drawn up to 1.25× the measured length of a publish (from `ready`
+/// to `done`) and half from 0.85× to 1.1× of it, where the commit is written.
 pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKills, LabError> {
     let base = KillBase::build(config)?;
     let mut lengths_us = Vec::with_capacity(CALIBRATION_RUNS);
     for _ in 0..CALIBRATION_RUNS {
         let (_dir, root) = base.fresh_copy()?;
         let run = run_free_publisher(exe, &root, &base.candidate, base.topology, None)?;
-        if !run.exit.outcome.success() {
+        if !run.ended.exit.outcome.success() {
             return Err(LabError::ChildFailed(format!(
                 "a free-running publisher ended with {}",
-                run.exit.outcome
+                run.ended.exit.outcome
             )));
         }
         lengths_us.push(run.elapsed_us);
@@ -256,7 +260,7 @@ pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKill
     let publish_us = lengths_us[CALIBRATION_RUNS / 2];
     let max_delay_us = publish_us.saturating_mul(5) / 4 + 1;
     eprintln!(
-        "crash-matrix: a free-running publish takes {publish_us} µs; random kills after 0..{max_delay_us} µs"
+        "crash-matrix: a free-running publish takes {publish_us} µs; random kills after 0..{max_delay_us} µs, half of them in its last 15 %"
     );
     let mut rng = SplitMix64::keyed(config.seed, "shardlift/lab/random-kills", 0);
     let mut tally = RandomKills {
@@ -274,7 +278,14 @@ pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKill
                 tally.kills
             );
         }
-        let delay_us = rng.below(max_delay_us + 1);
+        // Half the delays anywhere in the publish; half in its last stretch, where the
+        // manifest, the commit record and LATEST are written (a few operations of 87).
+        let delay_us = if rng.below(2) == 0 {
+            rng.below(max_delay_us + 1)
+        } else {
+            let tail_start = publish_us.saturating_mul(17) / 20;
+            tail_start + rng.below(publish_us.saturating_mul(11) / 10 - tail_start + 1)
+        };
         let context = format!("random kill after {delay_us} µs (run {runs})");
         let (_dir, root) = base.fresh_copy()?;
         let report = run_free_publisher(
@@ -285,28 +296,30 @@ pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKill
             Some(Duration::from_micros(delay_us)),
         )
         .map_err(LabError::during(context.clone()))?;
-        match report.signal {
-            Some(9) => {
+        let ended = &report.ended;
+        match (ended.signal, report.completed) {
+            (Some(9), false) => {
                 tally.kills += 1;
-                if report.candidate_visible {
+                if ended.candidate_visible {
                     tally.candidate_visible += 1;
                 }
             }
-            None if report.exit.outcome.success() => tally.finished_first += 1,
+            // Killed after `done` (while exiting) or exited first: the publish completed.
+            (Some(9), true) => tally.finished_first += 1,
+            (None, true) if ended.exit.outcome.success() => tally.finished_first += 1,
             _ => tally.violations.push(format!(
                 "{context}: publisher ended with {}",
-                report.exit.outcome
+                ended.exit.outcome
             )),
         }
-        let expected = base.expected(report.candidate_visible, report.candidate_generation);
-        tally.violations.extend(child_recovery_violations(
-            exe,
-            &root,
-            &base.roots,
-            expected,
-            &context,
-        )?);
+        tally
+            .violations
+            .extend(base.recovery_violations(exe, &root, ended, &context)?);
     }
+    eprintln!(
+        "crash-matrix: {} random kills landed ({} left the commit record visible); {} runs finished first",
+        tally.kills, tally.candidate_visible, tally.finished_first
+    );
     if tally.kills < RANDOM_KILLS {
         tally.violations.push(format!(
             "only {} of {RANDOM_KILLS} random kills landed before the publisher finished in {runs} runs",

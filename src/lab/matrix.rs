@@ -899,9 +899,6 @@ pub fn corruption_case(
     Ok(violations)
 }
 
-/// The page-cache caveat every report carries.
-pub const PAGE_CACHE_CAVEAT: &str = "process kills (at barriers, before every operation, at random instants) leave the page cache intact: they test isolation and recovery from a dead writer, not durability; durability is tested by the power-loss model, which rebuilds what a power cut could leave on disk under the persistence model of RFC 0001 \u{a7}2";
-
 /// Counts of one power-loss scenario.
 #[derive(Clone, Debug, Serialize)]
 pub struct ScenarioFigures {
@@ -912,101 +909,15 @@ pub struct ScenarioFigures {
     pub states_checked: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct MatrixSummary {
-    /// The named barriers of RFC 0001 §4.
-    pub barriers: Vec<&'static str>,
-    /// Operations in the recorded publish that the operation-boundary kills cut.
-    pub trace_operations: u64,
-    /// Real SIGKILLs, one before each operation of that publish.
-    pub op_boundary_kills: u64,
-    /// That publish, operation by operation, as the publisher child reported it.
-    pub operation_trace: Vec<crate::lab::harness::OperationEvent>,
-    /// Real SIGKILLs at barriers (every barrier, last object occurrences, genesis).
-    pub barrier_kills: u64,
-    /// Real SIGKILLs of a free-running publisher after a random delay that landed before
-    /// it finished.
-    pub random_kills: u64,
-    /// Random-delay runs where the publisher finished before the kill (not counted above).
-    pub random_runs_finished_first: u64,
-    /// Random kills after which the candidate's commit record was visible.
-    pub random_kills_candidate_visible: u64,
-    /// Power-loss crash images generated, over all scenarios.
-    pub crash_images: u64,
-    /// Distinct states among them as recovery sees them; each was checked.
-    pub distinct_states: u64,
-    pub power_loss_scenarios: Vec<ScenarioFigures>,
-    pub corruption_cases: u64,
-    pub corruption_by_file_kind: BTreeMap<&'static str, u64>,
-    pub corruption_by_damage: BTreeMap<&'static str, u64>,
-    pub caveat: &'static str,
-    pub violations: Vec<String>,
-}
-
-/// Runs everything and returns the summary (violations listed, not raised).
-pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> Result<MatrixSummary, LabError> {
-    let started = std::time::Instant::now();
-    let (a, b) = matrix_states(config.seed);
-    let work = scratch_dir()?;
-    let base = work.path().join("base");
-    publish_with(
-        &RealFs,
-        &base,
-        &a,
-        topology(4)?,
-        &mut NoHooks,
-        WriterFaults::default(),
-    )?;
-    let barrier_kills = process_kill_phase(exe, &base, &a, &b)?;
-    let operation_kills = crate::lab::kills::operation_kill_phase(exe, config)?;
-    let random_kills = crate::lab::kills::random_kill_phase(exe, config)?;
-    let power_loss = power_loss_phase(&base, &a, &b, config, ModelFaults::NONE)?;
-    let corruption = corruption_phase(
-        &work.path().join("corrupt-base"),
-        config,
-        RecoveryFaults::NONE,
-    )?;
-    eprintln!(
-        "crash-matrix: done in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    let violations: Vec<String> = [
-        barrier_kills.violations,
-        operation_kills.violations,
-        random_kills.violations,
-        power_loss.violations,
-        corruption.violations,
-    ]
-    .concat();
-    Ok(MatrixSummary {
-        barriers: Barrier::ALL.iter().map(|b| b.name()).collect(),
-        trace_operations: operation_kills.trace_operations,
-        op_boundary_kills: operation_kills.kills,
-        operation_trace: operation_kills.trace,
-        barrier_kills: barrier_kills.count,
-        random_kills: random_kills.kills,
-        random_runs_finished_first: random_kills.finished_first,
-        random_kills_candidate_visible: random_kills.candidate_visible,
-        crash_images: power_loss.scenarios.iter().map(|s| s.crash_images).sum(),
-        distinct_states: power_loss.scenarios.iter().map(|s| s.distinct_states).sum(),
-        power_loss_scenarios: power_loss.scenarios,
-        corruption_cases: corruption.count,
-        corruption_by_file_kind: corruption.by_file_kind,
-        corruption_by_damage: corruption.by_damage,
-        caveat: PAGE_CACHE_CAVEAT,
-        violations,
-    })
-}
-
 /// What one phase of the matrix ran (kills, states or cases) and the violations it found.
-struct PhaseTally {
-    count: u64,
-    violations: Vec<String>,
+pub struct PhaseTally {
+    pub count: u64,
+    pub violations: Vec<String>,
 }
 
 /// Process kills: every barrier, plus the last occurrence of each object barrier and a
 /// genesis publish killed around the commit rename.
-fn process_kill_phase(
+pub fn process_kill_phase(
     exe: &Path,
     base: &Path,
     a: &LogicalState,

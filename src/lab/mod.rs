@@ -9,6 +9,7 @@ pub mod kills;
 pub mod matrix;
 pub mod mutants;
 pub mod powerloss;
+pub mod run;
 
 pub use error::LabError;
 pub use harness::{

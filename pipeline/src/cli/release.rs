@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use pipeline::release::{produce, verify};
+use pipeline::release::{produce, reproduce, verify};
 
 /// Bind a clean checkout, run both killer-demo barriers as child processes, verify their
 /// bundles, and write release evidence into a new directory.
@@ -167,4 +167,75 @@ pub fn run_verify_release(args: VerifyReleaseArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Rerun what release evidence records and compare: verify the evidence against the
+/// repository (as verify-release --repository does), refuse a checkout whose runtime
+/// sources differ from the recorded ones (naming them), rerun both killer-demo barriers
+/// exactly as release-evidence does (into a scratch directory; the checkout must be
+/// clean), and compare both bundles and both transcripts byte for byte with the recorded
+/// ones, naming the first file that differs. The Statement, summary and SHA256SUMS name
+/// the commit and are not compared. Checks out nothing.
+/// Prints one JSON record on stdout; progress on stderr. Exit codes: 0 reproduced; 1 not.
+#[derive(clap::Args, Debug)]
+pub struct ReproduceArgs {
+    /// The release-evidence directory to reproduce.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The clean git checkout to rerun from (its runtime sources must be the recorded ones).
+    #[arg(long, value_name = "PATH")]
+    pub repository: PathBuf,
+    /// The shardlift binary to run (default: `shardlift` next to this pipeline binary).
+    #[arg(long, value_name = "PATH")]
+    pub shardlift: Option<PathBuf>,
+    /// Dataset cache passed to killer-demo (default: shardlift's default cache).
+    #[arg(long, value_name = "DIR")]
+    pub cache_directory: Option<PathBuf>,
+    /// Take the dataset only from this directory (passed to killer-demo).
+    #[arg(long, value_name = "DIR")]
+    pub source_directory: Option<PathBuf>,
+}
+
+pub fn run_reproduce(args: ReproduceArgs) -> anyhow::Result<()> {
+    let shardlift = match args.shardlift {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .context("locating the pipeline binary")?
+            .with_file_name("shardlift"),
+    };
+    let options = reproduce::ReproduceOptions {
+        dir: args.dir.clone(),
+        repository: args.repository,
+        shardlift,
+        cache_directory: args
+            .cache_directory
+            .unwrap_or_else(shardlift::dataset::defaults::cache_directory),
+        source_directory: args.source_directory,
+    };
+    match reproduce::reproduce(&options) {
+        Ok(reproduced) => {
+            println!("{}", serde_json::to_string(&reproduced)?);
+            eprintln!(
+                "reproduce: {} files identical to the rerun from {}",
+                reproduced.identical.len(),
+                reproduced.rerun_commit
+            );
+            Ok(())
+        }
+        Err(error) => {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "status": "not-reproduced",
+                    "error_kind": error.kind(),
+                    "file": error.file(),
+                    "error": error.to_string(),
+                })
+            );
+            Err(anyhow::Error::new(error).context(format!(
+                "release evidence {} not reproduced",
+                args.dir.display()
+            )))
+        }
+    }
 }

@@ -122,6 +122,16 @@ pub enum ReleaseError {
         recorded: String,
         actual: Digest,
     },
+
+    // ---- reproducing ----
+    #[error("cannot reproduce evidence of {recorded} from HEAD {head}: its runtime sources differ: {}", differing.join(", "))]
+    NotReproducible {
+        recorded: String,
+        head: String,
+        differing: Vec<String>,
+    },
+    #[error("{name} {claim}")]
+    NotReproduced { name: String, claim: String },
 }
 
 impl ReleaseError {
@@ -164,6 +174,8 @@ impl ReleaseError {
             ReleaseError::TreeMismatch { .. } => "tree-mismatch",
             ReleaseError::SourceMismatch { .. } => "source-mismatch",
             ReleaseError::BinaryMismatch { .. } => "binary-mismatch",
+            ReleaseError::NotReproducible { .. } => "not-reproducible",
+            ReleaseError::NotReproduced { .. } => "not-reproduced",
         }
     }
 
@@ -193,7 +205,8 @@ impl ReleaseError {
             | ReleaseError::Malformed { name, .. }
             | ReleaseError::NonCanonical { name }
             | ReleaseError::Inconsistent { name, .. }
-            | ReleaseError::BundleRejected { name, .. } => Some(name.clone()),
+            | ReleaseError::BundleRejected { name, .. }
+            | ReleaseError::NotReproduced { name, .. } => Some(name.clone()),
             _ => None,
         }
     }

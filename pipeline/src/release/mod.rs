@@ -10,6 +10,7 @@
 pub mod error;
 pub mod pins;
 pub mod produce;
+pub mod reproduce;
 pub mod scan;
 pub mod sources;
 pub mod statement;

@@ -1,10 +1,11 @@
 //! `summary.json`: a path-free summary of both runs, closed schema, canonical JSON.
 use serde::{Deserialize, Serialize};
 use shardlift::core::digest::Digest;
-use shardlift::evidence::bundle::{BundleSummary, CheckpointEntry};
+use shardlift::evidence::bundle::{BundleSummary, RunOutcome};
 
 pub const SUMMARY_SCHEMA: &str = "shardlift.release.summary";
-pub const SUMMARY_VERSION: u32 = 1;
+/// Version 2: each run nests the bundle's `RunOutcome` instead of repeating its fields.
+pub const SUMMARY_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,17 +32,9 @@ pub struct SourceSummary {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunSummary {
-    pub barrier: String,
     pub status: RunStatus,
-    pub candidate_installed: bool,
-    pub selected_generation: u64,
-    pub selected_step: u64,
-    pub replayed_batches: u64,
-    pub final_checkpoint: CheckpointEntry,
-    pub logit_probe_equal: bool,
-    pub logical_state_roots_equal: bool,
-    pub ledger_digests_equal: bool,
-    pub worker_exits: u64,
+    /// What the run showed, as the bundle's audit states it.
+    pub outcome: RunOutcome,
     /// The bundle's folder inside the evidence directory.
     pub bundle: String,
     pub audit_sha256: Digest,
@@ -53,17 +46,8 @@ impl RunSummary {
     /// The summary of a verified bundle kept at `folder`.
     pub fn from_bundle(folder: &str, summary: &BundleSummary) -> Self {
         RunSummary {
-            barrier: summary.outcome.barrier.clone(),
             status: RunStatus::from(summary.run_status.as_str()),
-            candidate_installed: summary.outcome.candidate_installed,
-            selected_generation: summary.outcome.selected_generation,
-            selected_step: summary.outcome.selected_step,
-            replayed_batches: summary.outcome.replayed_batches,
-            final_checkpoint: summary.outcome.final_checkpoint.clone(),
-            logit_probe_equal: summary.outcome.logit_probe_equal,
-            logical_state_roots_equal: summary.outcome.logical_state_roots_equal,
-            ledger_digests_equal: summary.outcome.ledger_digests_equal,
-            worker_exits: summary.outcome.worker_exits,
+            outcome: summary.outcome.clone(),
             bundle: folder.to_owned(),
             audit_sha256: summary.audit_sha256,
             bundle_verified: BundleStatus::parse(summary.status) == Some(BundleStatus::Verified),

@@ -2,8 +2,9 @@
 //!
 //! `recovery-evidence.json` binds both evaluation files by SHA-256; `audit.json` binds all
 //! three and carries a digest of its own canonical body, so a change to any byte of any
-//! file is detected. Compared fields hold no paths, pids, hostnames or timestamps; the
-//! only wall-clock figure (`context.wall_time_ms`) is context, never compared.
+//! file is detected. The records hold no paths, pids, hostnames, timestamps or wall-clock
+//! figures, so two runs of one commit on one machine write identical bytes (the run's wall
+//! time is in killer-demo's stdout record only).
 use serde::{Deserialize, Serialize};
 
 use crate::core::barrier::Barrier;
@@ -28,7 +29,8 @@ pub const AUDIT_SCHEMA: &str = "shardlift.bundle.audit";
 /// Version 2: the reshard entry records two roots recomputed from chunk objects loaded
 /// back from the store beside the root the reshard's commit record states, and the
 /// reference is evaluated from a checkpoint of the reference store (`reference_checkpoint`).
-pub const BUNDLE_VERSION: u32 = 2;
+/// Version 3: the audit records no wall time (the bundle is byte-for-byte reproducible).
+pub const BUNDLE_VERSION: u32 = 3;
 
 /// What the evidence does not show, written into every audit as data.
 pub const NONCLAIMS: [&str; 5] = [
@@ -36,7 +38,7 @@ pub const NONCLAIMS: [&str; 5] = [
     "no authenticity: the bundle is not signed; anyone can write a bundle that verifies",
     "no freshness: nothing binds the bundle to a time or prevents replaying an old one",
     "local host only: one machine, CPU, one process tree; no multi-node or network file system",
-    "no performance claim: wall time is recorded as context only",
+    "no performance claim: the bundle records no time at all",
 ];
 
 /// One evaluated state.
@@ -244,13 +246,6 @@ pub struct BuildEntry {
     pub dataset_payload_sha256: Vec<Digest>,
 }
 
-/// Context that is never compared.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ContextEntry {
-    pub wall_time_ms: u64,
-}
-
 /// The bundle's commit marker: installed last, binds the other three files.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -270,7 +265,6 @@ pub struct AuditRecord {
     pub files: Vec<BoundFile>,
     pub build: BuildEntry,
     pub nonclaims: Vec<String>,
-    pub context: ContextEntry,
     /// SHA-256 of this record's canonical bytes with this field set to 64 zeros.
     pub self_sha256: Digest,
 }
@@ -279,7 +273,8 @@ crate::canonical_record!(AuditRecord, AUDIT_SCHEMA, BUNDLE_VERSION, 1 << 20);
 
 /// What a run showed, stated the same way by every report of it (killer-demo's stdout
 /// record and verify-bundle's summary): read from the audit, its one source.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunOutcome {
     pub barrier: String,
     pub candidate_installed: bool,

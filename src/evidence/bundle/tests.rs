@@ -164,7 +164,6 @@ fn fixture() -> Fixture {
             dataset_payload_sha256: vec![],
         },
         nonclaims: NONCLAIMS.iter().map(|s| (*s).to_owned()).collect(),
-        context: ContextEntry { wall_time_ms: 1 },
         self_sha256: Digest([0; 32]),
     };
     Fixture {

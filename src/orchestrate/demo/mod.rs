@@ -818,7 +818,6 @@ fn build_records(
     run: &Run,
     phases: &Phases,
     source: Option<SourceBinding>,
-    wall_time_ms: u64,
 ) -> Result<Records, DemoError> {
     let barrier = run.options.barrier;
     let status = phases.status(barrier);
@@ -846,7 +845,6 @@ fn build_records(
         ],
         build: build_entry(source),
         nonclaims: NONCLAIMS.iter().map(|s| (*s).to_owned()).collect(),
-        context: ContextEntry { wall_time_ms },
         // The self digest is defined over the body with this field zeroed.
         self_sha256: Digest([0; 32]),
     };
@@ -900,7 +898,7 @@ pub fn run(options: &DemoOptions, source: Option<SourceBinding>) -> Result<DemoR
         evaluations,
     };
     let wall_time_ms = started.elapsed().as_millis() as u64;
-    let records = build_records(&run, &phases, source, wall_time_ms)?;
+    let records = build_records(&run, &phases, source)?;
     bundle_phase(options, records, wall_time_ms)
 }
 
