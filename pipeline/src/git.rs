@@ -46,6 +46,36 @@ pub struct HeadState {
 }
 
 impl Repo {
+    /// Clones the local repository `source` into `into` (which must not exist) and checks
+    /// out `commit` there, detached: a clean checkout of exactly that commit that leaves
+    /// `source` and its working tree untouched.
+    pub fn clone_at(source: &Path, into: &Path, commit: &str) -> Result<Repo, GitError> {
+        let oid =
+            git2::Oid::from_str(commit).map_err(|_| GitError::BadCommit(commit.to_owned()))?;
+        let url = source.to_str().ok_or_else(|| GitError::Open {
+            path: source.to_owned(),
+            message: "the path is not UTF-8".into(),
+        })?;
+        let repo = git2::build::RepoBuilder::new()
+            .clone(url, into)
+            .map_err(|e| GitError::Open {
+                path: source.to_owned(),
+                message: e.message().to_owned(),
+            })?;
+        {
+            let target = repo.find_commit(oid).map_err(git)?;
+            let mut checkout = git2::build::CheckoutBuilder::new();
+            checkout.force();
+            repo.checkout_tree(target.as_object(), Some(&mut checkout))
+                .map_err(git)?;
+            repo.set_head_detached(oid).map_err(git)?;
+        }
+        Ok(Repo {
+            repo,
+            path: into.to_owned(),
+        })
+    }
+
     /// The repository containing `path` (any folder inside the working tree will do).
     pub fn discover(path: &Path) -> Result<Repo, GitError> {
         let repo = git2::Repository::discover(path).map_err(|e| GitError::Open {

@@ -170,19 +170,20 @@ pub fn run_verify_release(args: VerifyReleaseArgs) -> anyhow::Result<()> {
 }
 
 /// Rerun what release evidence records and compare: verify the evidence against the
-/// repository (as verify-release --repository does), refuse a checkout whose runtime
-/// sources differ from the recorded ones (naming them), rerun both killer-demo barriers
-/// exactly as release-evidence does (into a scratch directory; the checkout must be
-/// clean), and compare both bundles and both transcripts byte for byte with the recorded
-/// ones, naming the first file that differs. The Statement, summary and SHA256SUMS name
-/// the commit and are not compared. Checks out nothing.
+/// repository (as verify-release --repository does), refuse a checkout whose HEAD has
+/// other runtime sources than the recorded ones (naming them; the shardlift binary run is
+/// built from it), rerun both killer-demo barriers exactly as release-evidence does, bound
+/// to a fresh clone of the repository at the recorded commit in a scratch directory (your
+/// checkout is not touched), and compare both bundles and both transcripts byte for byte
+/// with the recorded ones, naming the first file that differs. The Statement, summary and
+/// SHA256SUMS also bind binary digests and are not compared.
 /// Prints one JSON record on stdout; progress on stderr. Exit codes: 0 reproduced; 1 not.
 #[derive(clap::Args, Debug)]
 pub struct ReproduceArgs {
     /// The release-evidence directory to reproduce.
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
-    /// The clean git checkout to rerun from (its runtime sources must be the recorded ones).
+    /// A repository holding the recorded commit, whose HEAD has the recorded runtime sources.
     #[arg(long, value_name = "PATH")]
     pub repository: PathBuf,
     /// The shardlift binary to run (default: `shardlift` next to this pipeline binary).

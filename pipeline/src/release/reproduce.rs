@@ -1,12 +1,13 @@
 //! `reproduce`: the strongest check of release evidence is a rerun. Verify the evidence
-//! against the repository, refuse a checkout whose runtime sources differ from the
-//! recorded ones, rerun both barriers exactly as `release-evidence` does (into a scratch
-//! directory), and compare every file the runs produce — both bundles and both
-//! transcripts — byte for byte with the recorded ones, naming the first difference.
+//! against the repository, refuse a checkout whose HEAD has other runtime sources than the
+//! recorded ones (the binary being run is built from it), rerun both barriers exactly as
+//! `release-evidence` does — bound to a fresh clone of the repository at the recorded
+//! commit in a scratch directory, so the runs bind the same commit and the caller's
+//! checkout is never touched — and compare every file the runs produce (both bundles and
+//! both transcripts) byte for byte with the recorded ones, naming the first difference.
 //!
-//! Not compared: the Statement, the summary and SHA256SUMS name the commit (a later
-//! commit with the same runtime sources reproduces the runs but not those bytes), and
-//! the receipt records a test run, not a demo run.
+//! Not compared: the Statement, the summary and SHA256SUMS also bind the binaries' digests
+//! (a build from another checkout path differs), and the receipt records a test run.
 use std::path::{Path, PathBuf};
 
 use super::error::ReleaseError;
@@ -33,7 +34,7 @@ pub struct Reproduced {
     pub status: &'static str,
     /// The commit the evidence records.
     pub recorded_commit: String,
-    /// The checkout's HEAD the runs were made from.
+    /// The commit the reruns were bound to (a fresh clone of it).
     pub rerun_commit: String,
     /// Every file compared (all identical).
     pub identical: Vec<String>,
@@ -65,9 +66,12 @@ pub fn reproduce(options: &ReproduceOptions) -> Result<Reproduced, ReleaseError>
         .prefix("shardlift-reproduce-")
         .tempdir()
         .map_err(|e| super::error::io(&std::env::temp_dir())(e))?;
+    let source = scratch.path().join("source");
+    crate::git::Repo::clone_at(&options.repository, &source, &verified.commit)
+        .map_err(|e| ReleaseError::Git(e.to_string()))?;
     let rerun = scratch.path().join("evidence");
     let produced = produce(&ProduceOptions {
-        repository: options.repository.clone(),
+        repository: source,
         out: rerun.clone(),
         sign_key: None,
         shardlift: options.shardlift.clone(),
