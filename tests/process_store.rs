@@ -276,6 +276,32 @@ fn single_mutants_exit_one_naming_the_broken_invariant() {
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("the mutants are"));
 }
 
+/// Every registered mutant, run alone, exits 1 with its violations and the rule it breaks
+/// (slow lane: all sixteen take about two minutes).
+#[test]
+#[ignore]
+fn every_mutant_run_alone_exits_one_naming_the_rule_it_breaks() {
+    let names = run(&["crash-matrix", "--list-mutants"]);
+    assert!(names.status.success());
+    let names = String::from_utf8_lossy(&names.stdout).into_owned();
+    assert!(names.lines().count() >= 16);
+    for mutant in names.lines() {
+        let out = run(&["crash-matrix", "--mutant", mutant, "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{mutant} survived");
+        let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(outcome["name"], mutant);
+        assert_eq!(outcome["killed"], true, "{mutant}");
+        assert!(
+            outcome["breaks"].as_str().is_some_and(|b| !b.is_empty()),
+            "{mutant}"
+        );
+        assert!(
+            !outcome["violations"].as_array().expect("list").is_empty(),
+            "{mutant}"
+        );
+    }
+}
+
 /// The kill section's in-process recovery checks count: a generation whose published root
 /// the checker was told differently (as if recovery loaded other bytes) is reported. The
 /// old matrix passed these checks a throwaway list and reported nothing.

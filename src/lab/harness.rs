@@ -308,12 +308,11 @@ fn drive_publisher(
     topology: Topology,
     stop: Option<(Barrier, u32)>,
 ) -> Result<PublisherEnd, LabError> {
-    let handoff = write_handoff(state, topology)?;
-    let candidate_generation = next_generation(&RealFs, store_dir)?;
-    let mut publisher = Publisher::spawn(
+    let (mut publisher, _handoff, candidate_generation) = Publisher::start(
         shardlift_exe,
         store_dir,
-        handoff.path(),
+        state,
+        topology,
         PublisherPause::Barriers,
     )?;
     let mut acknowledged: Vec<BarrierEvent> = Vec::new();
@@ -366,12 +365,11 @@ pub fn drive_operations(
     topology: Topology,
     kill_before: Option<u64>,
 ) -> Result<OperationsEnd, LabError> {
-    let handoff = write_handoff(state, topology)?;
-    let candidate_generation = next_generation(&RealFs, store_dir)?;
-    let mut publisher = Publisher::spawn(
+    let (mut publisher, _handoff, candidate_generation) = Publisher::start(
         shardlift_exe,
         store_dir,
-        handoff.path(),
+        state,
+        topology,
         PublisherPause::Operations,
     )?;
     let mut performed: Vec<OperationEvent> = Vec::new();
@@ -427,12 +425,11 @@ pub fn run_free_publisher(
     topology: Topology,
     kill_after: Option<Duration>,
 ) -> Result<FreeRunReport, LabError> {
-    let handoff = write_handoff(state, topology)?;
-    let candidate_generation = next_generation(&RealFs, store_dir)?;
-    let mut publisher = Publisher::spawn(
+    let (mut publisher, _handoff, candidate_generation) = Publisher::start(
         shardlift_exe,
         store_dir,
-        handoff.path(),
+        state,
+        topology,
         PublisherPause::Nowhere,
     )?;
     match publisher.next_message()? {
@@ -504,6 +501,21 @@ struct Publisher {
 }
 
 impl Publisher {
+    /// Writes the handoff for `state`, notes the generation the child will claim, and
+    /// spawns it pausing at `pause`. The handoff file must outlive the child's read of it.
+    fn start(
+        shardlift_exe: &Path,
+        store_dir: &Path,
+        state: &LogicalState,
+        topology: Topology,
+        pause: PublisherPause,
+    ) -> Result<(Self, tempfile::NamedTempFile, u64), LabError> {
+        let handoff = write_handoff(state, topology)?;
+        let candidate_generation = next_generation(&RealFs, store_dir)?;
+        let publisher = Publisher::spawn(shardlift_exe, store_dir, handoff.path(), pause)?;
+        Ok((publisher, handoff, candidate_generation))
+    }
+
     fn spawn(
         shardlift_exe: &Path,
         store: &Path,

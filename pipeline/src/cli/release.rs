@@ -76,13 +76,18 @@ pub struct VerifyReleaseArgs {
     pub pipeline: Option<PathBuf>,
 }
 
-pub fn run_release_evidence(args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
-    let shardlift = match args.shardlift {
-        Some(path) => path,
-        None => std::env::current_exe()
+/// `--shardlift`, or the `shardlift` binary next to this pipeline binary.
+fn shardlift_binary(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(path) => Ok(path),
+        None => Ok(std::env::current_exe()
             .context("locating the pipeline binary")?
-            .with_file_name("shardlift"),
-    };
+            .with_file_name("shardlift")),
+    }
+}
+
+pub fn run_release_evidence(args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
+    let shardlift = shardlift_binary(args.shardlift)?;
     let options = produce::ProduceOptions {
         repository: args.repository,
         out: args.out,
@@ -198,12 +203,7 @@ pub struct ReproduceArgs {
 }
 
 pub fn run_reproduce(args: ReproduceArgs) -> anyhow::Result<()> {
-    let shardlift = match args.shardlift {
-        Some(path) => path,
-        None => std::env::current_exe()
-            .context("locating the pipeline binary")?
-            .with_file_name("shardlift"),
-    };
+    let shardlift = shardlift_binary(args.shardlift)?;
     let options = reproduce::ReproduceOptions {
         dir: args.dir.clone(),
         repository: args.repository,

@@ -84,13 +84,22 @@ pub struct SessionEntry {
 /// The coordinator sessions of a killer-demo run, in order, with their worker counts:
 /// genesis, the uninterrupted reference, the crashed run, the recovered W4 continuation
 /// and the resharded continuation (4 + 4 + 4 + 4 + 3 = 19 worker exits).
-pub const DEMO_SESSIONS: [(&str, u32); 5] = [
-    ("genesis", 4),
-    ("reference", 4),
-    ("crash", 4),
-    ("recovered", 4),
-    ("resharded", 3),
+pub const DEMO_SESSIONS: [DemoSession; 5] = [
+    SESSION_GENESIS,
+    SESSION_REFERENCE,
+    SESSION_CRASH,
+    SESSION_RECOVERED,
+    SESSION_RESHARDED,
 ];
+
+/// A coordinator session of the demo: its name and worker count (the demo runs them and
+/// the verifier expects them from this one table).
+pub type DemoSession = (&'static str, u32);
+pub const SESSION_GENESIS: DemoSession = ("genesis", 4);
+pub const SESSION_REFERENCE: DemoSession = ("reference", 4);
+pub const SESSION_CRASH: DemoSession = ("crash", 4);
+pub const SESSION_RECOVERED: DemoSession = ("recovered", 4);
+pub const SESSION_RESHARDED: DemoSession = ("resharded", 3);
 
 /// The recorded outcome of a worker that ended cleanly.
 pub const CLEAN_WORKER_EXIT: &str = "code:0";

@@ -176,12 +176,12 @@ fn topology(workers: u32) -> Result<Topology, DemoError> {
 }
 
 impl Run<'_> {
-    /// Runs one coordinator session of `workers` for `steps` steps from `state`,
-    /// returning the final state and the state after every step.
+    /// Runs one coordinator session (its name and worker count from the bundle's
+    /// `DEMO_SESSIONS` table) for `steps` steps from `state`, returning the final state and
+    /// the state after every step.
     fn session(
         &mut self,
-        name: &'static str,
-        workers: u32,
+        (name, workers): DemoSession,
         state: LogicalState,
         steps: u64,
     ) -> Result<(LogicalState, Vec<LogicalState>), DemoError> {
@@ -327,7 +327,7 @@ struct Genesis {
 
 fn genesis_phase(run: &mut Run, stores: &Stores) -> Result<Genesis, DemoError> {
     let initial = LogicalState::genesis(Hyperparameters::with_seed(run.options.seed));
-    let (step1, _) = run.session("genesis", 4, initial, 1)?;
+    let (step1, _) = run.session(SESSION_GENESIS, initial, 1)?;
     let reference_genesis = run.publish(&stores.reference, &step1, 4)?;
     let crash_genesis = run.publish(&stores.crash, &step1, 4)?;
     invariant(
@@ -356,7 +356,7 @@ fn reference_phase(
 ) -> Result<Reference, DemoError> {
     let (from_store, _) = store::load_generation(&stores.reference, 0)
         .map_err(store_error("loading the reference genesis"))?;
-    let (_, after_genesis) = run.session("reference", 4, from_store, 2)?;
+    let (_, after_genesis) = run.session(SESSION_REFERENCE, from_store, 2)?;
     let mut checkpoints = vec![(genesis.step1.step, 0)];
     for state in &after_genesis {
         let summary = run.publish(&stores.reference, state, 4)?;
@@ -378,7 +378,7 @@ fn crash_phase(run: &mut Run, stores: &Stores) -> Result<Crash, DemoError> {
     let barrier = run.options.barrier;
     let (from_store, _) = store::load_generation(&stores.crash, 0)
         .map_err(store_error("loading the crash genesis"))?;
-    let (step2, _) = run.session("crash", 4, from_store, 1)?;
+    let (step2, _) = run.session(SESSION_CRASH, from_store, 1)?;
     let w4 = topology(4)?;
     progress(
         barrier,
@@ -455,7 +455,7 @@ fn continuation_phase(
 ) -> Result<Continuation, DemoError> {
     let (selected_state, _) = store::load_generation(&stores.crash, recovery.selected.generation)
         .map_err(store_error("loading the selected generation"))?;
-    let (recovered_w4, _) = run.session("recovered", 4, selected_state, 1)?;
+    let (recovered_w4, _) = run.session(SESSION_RECOVERED, selected_state, 1)?;
     Ok(Continuation { recovered_w4 })
 }
 
@@ -510,7 +510,7 @@ fn reshard_phase(
     })?;
     // Recomputed over the chunk objects just loaded, not copied from any record.
     let resharded_root_from_chunks = resharded_state.logical_state_root();
-    let (resharded_w3, _) = run.session("resharded", 3, resharded_state, 1)?;
+    let (resharded_w3, _) = run.session(SESSION_RESHARDED, resharded_state, 1)?;
     let final_commit = run.publish(&stores.crash, &resharded_w3, 3)?;
     let final_recovery = crate::lab::recover_in_child(&run.options.shardlift_exe, &stores.crash)
         .map_err(lab_error("recovering the final checkpoint"))?;
