@@ -5,6 +5,36 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use pipeline::release::{produce, reproduce, verify};
 
+/// How the killer-demo runs are made (release-evidence and reproduce).
+#[derive(clap::Args, Debug)]
+pub struct DemoRunArgs {
+    /// The shardlift binary to run (default: `shardlift` next to this pipeline binary).
+    #[arg(long, value_name = "PATH")]
+    pub shardlift: Option<PathBuf>,
+    /// Dataset cache passed to killer-demo (default: shardlift's default cache).
+    #[arg(long, value_name = "DIR")]
+    pub cache_directory: Option<PathBuf>,
+    /// Take the dataset only from this directory (passed to killer-demo).
+    #[arg(long, value_name = "DIR")]
+    pub source_directory: Option<PathBuf>,
+}
+
+impl DemoRunArgs {
+    /// The shardlift binary, the dataset cache and the source directory to run with.
+    fn resolve(self) -> anyhow::Result<(PathBuf, PathBuf, Option<PathBuf>)> {
+        let shardlift = match self.shardlift {
+            Some(path) => path,
+            None => std::env::current_exe()
+                .context("locating the pipeline binary")?
+                .with_file_name("shardlift"),
+        };
+        let cache = self
+            .cache_directory
+            .unwrap_or_else(shardlift::dataset::defaults::cache_directory);
+        Ok((shardlift, cache, self.source_directory))
+    }
+}
+
 /// Bind a clean checkout, run both killer-demo barriers as child processes, verify their
 /// bundles, and write release evidence into a new directory.
 ///
@@ -23,15 +53,8 @@ pub struct ReleaseEvidenceArgs {
     /// namespace shardlift-release-evidence-v1), writing SHA256SUMS.sig.
     #[arg(long, value_name = "SSH_PRIVATE_KEY")]
     pub sign_key: Option<PathBuf>,
-    /// The shardlift binary to run (default: `shardlift` next to this pipeline binary).
-    #[arg(long, value_name = "PATH")]
-    pub shardlift: Option<PathBuf>,
-    /// Dataset cache passed to killer-demo (default: shardlift's default cache).
-    #[arg(long, value_name = "DIR")]
-    pub cache_directory: Option<PathBuf>,
-    /// Take the dataset only from this directory (passed to killer-demo).
-    #[arg(long, value_name = "DIR")]
-    pub source_directory: Option<PathBuf>,
+    #[command(flatten)]
+    pub runs: DemoRunArgs,
     /// Include this merged test-lane receipt (ci/test writes target/receipts/merged.json);
     /// it must record HEAD. It is emitted as receipts/merged.json, listed in SHA256SUMS,
     /// and bound by digest in the Statement.
@@ -76,27 +99,15 @@ pub struct VerifyReleaseArgs {
     pub pipeline: Option<PathBuf>,
 }
 
-/// `--shardlift`, or the `shardlift` binary next to this pipeline binary.
-fn shardlift_binary(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    match given {
-        Some(path) => Ok(path),
-        None => Ok(std::env::current_exe()
-            .context("locating the pipeline binary")?
-            .with_file_name("shardlift")),
-    }
-}
-
 pub fn run_release_evidence(args: ReleaseEvidenceArgs) -> anyhow::Result<()> {
-    let shardlift = shardlift_binary(args.shardlift)?;
+    let (shardlift, cache_directory, source_directory) = args.runs.resolve()?;
     let options = produce::ProduceOptions {
         repository: args.repository,
         out: args.out,
         sign_key: args.sign_key,
         shardlift,
-        cache_directory: args
-            .cache_directory
-            .unwrap_or_else(shardlift::dataset::defaults::cache_directory),
-        source_directory: args.source_directory,
+        cache_directory,
+        source_directory,
         receipt: args.receipt,
     };
     let produced = produce::produce(&options).context("release-evidence refused or failed")?;
@@ -191,27 +202,18 @@ pub struct ReproduceArgs {
     /// A repository holding the recorded commit, whose HEAD has the recorded runtime sources.
     #[arg(long, value_name = "PATH")]
     pub repository: PathBuf,
-    /// The shardlift binary to run (default: `shardlift` next to this pipeline binary).
-    #[arg(long, value_name = "PATH")]
-    pub shardlift: Option<PathBuf>,
-    /// Dataset cache passed to killer-demo (default: shardlift's default cache).
-    #[arg(long, value_name = "DIR")]
-    pub cache_directory: Option<PathBuf>,
-    /// Take the dataset only from this directory (passed to killer-demo).
-    #[arg(long, value_name = "DIR")]
-    pub source_directory: Option<PathBuf>,
+    #[command(flatten)]
+    pub runs: DemoRunArgs,
 }
 
 pub fn run_reproduce(args: ReproduceArgs) -> anyhow::Result<()> {
-    let shardlift = shardlift_binary(args.shardlift)?;
+    let (shardlift, cache_directory, source_directory) = args.runs.resolve()?;
     let options = reproduce::ReproduceOptions {
         dir: args.dir.clone(),
         repository: args.repository,
         shardlift,
-        cache_directory: args
-            .cache_directory
-            .unwrap_or_else(shardlift::dataset::defaults::cache_directory),
-        source_directory: args.source_directory,
+        cache_directory,
+        source_directory,
     };
     match reproduce::reproduce(&options) {
         Ok(reproduced) => {

@@ -188,18 +188,7 @@ impl<'a> BundleDir<'a> {
             return Err(BundleError::NotRegularFile { name: named(name) });
         }
         let opened = identity_of(&opened);
-        if let Some(field) = listed.object_differs(&opened) {
-            return Err(BundleError::Replaced {
-                name: named(name),
-                field,
-            });
-        }
-        if let Some(field) = listed.content_differs(&opened) {
-            return Err(BundleError::ChangedWhileRead {
-                name: named(name),
-                field,
-            });
-        }
+        same_file(name, &listed, &opened)?;
         hook(ReadStage::BeforeRead, &path);
         let mut file = std::fs::File::from(fd);
         let mut bytes = Vec::with_capacity(usize::try_from(opened.size).unwrap_or(0));
@@ -239,18 +228,25 @@ impl<'a> BundleDir<'a> {
             }
             Err(errno) => return Err(io(&path, errno)),
         };
-        if let Some(field) = after.object_differs(&relisted) {
-            return Err(BundleError::Replaced {
-                name: named(name),
-                field,
-            });
-        }
-        if let Some(field) = after.content_differs(&relisted) {
-            return Err(BundleError::ChangedWhileRead {
-                name: named(name),
-                field,
-            });
-        }
+        same_file(name, &after, &relisted)?;
         Ok(bytes)
     }
+}
+
+/// `after` is still the file `before` saw, unchanged: another object (device or inode)
+/// is a replaced file, another size or modification time a file changed while read.
+fn same_file(name: &str, before: &FileIdentity, after: &FileIdentity) -> Result<(), BundleError> {
+    if let Some(field) = before.object_differs(after) {
+        return Err(BundleError::Replaced {
+            name: name.to_owned(),
+            field,
+        });
+    }
+    if let Some(field) = before.content_differs(after) {
+        return Err(BundleError::ChangedWhileRead {
+            name: name.to_owned(),
+            field,
+        });
+    }
+    Ok(())
 }
