@@ -6,21 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn git(repo: &Path, args: &[&str]) {
-    let status = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args([
-            "-c",
-            "user.name=test",
-            "-c",
-            "user.email=test@example.invalid",
-        ])
-        .args(args)
-        .status()
-        .expect("run git");
-    assert!(status.success(), "git {args:?}");
-}
+use release_support::git;
+
+mod release_support;
 
 fn workspace_file(relative: &str) -> Vec<u8> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
