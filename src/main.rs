@@ -28,6 +28,12 @@ enum Command {
     /// Kill a real publisher at every barrier, replay power-loss states and inject
     /// corruption on a synthetic state; report every invariant violation.
     CrashMatrix(cli::store::CrashMatrixArgs),
+    /// Crash-test another program's checkpoint writer: record its file operations with
+    /// ptrace, rebuild every crash state and run your check on each.
+    CrashTest(cli::crash_test::CrashTestArgs),
+    /// Internal: waits for the crash-test recorder, then execs the writer (traced).
+    #[command(hide = true)]
+    CrashTestExec(cli::crash_test::CrashTestExecArgs),
     /// Train with W worker processes (or in-process) and print the resulting state digests.
     Train(cli::train::TrainArgs),
     #[cfg(feature = "torch")]
@@ -62,6 +68,8 @@ fn main() {
         Command::Dataset(command) => cli::dataset::run(command),
         Command::Store(command) => cli::store::run(command),
         Command::CrashMatrix(args) => cli::store::run_crash_matrix(args),
+        Command::CrashTest(args) => cli::crash_test::run(args),
+        Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),
         Command::Train(args) => cli::train::run_train(args),
         #[cfg(feature = "torch")]
         Command::Bench(command) => cli::train::run_bench(command),

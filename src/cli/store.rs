@@ -33,6 +33,11 @@ pub enum StoreCommand {
         /// Rewrite refs/LATEST to name the selected generation if it does not.
         #[arg(long)]
         repair_latest: bool,
+        /// Fail (exit 1) unless the selected generation's logical-state root is one of
+        /// these (repeatable; e.g. the previous and the new checkpoint, as a crash-test
+        /// check).
+        #[arg(long, value_name = "ROOT")]
+        expect_root: Vec<String>,
     },
     /// Offline reshard: commit the next generation with the same chunk objects and the
     /// ownership map for N workers.
@@ -69,6 +74,10 @@ pub enum StoreCommand {
         chunk_elements: u32,
         #[arg(long)]
         json: bool,
+        /// With --json, add `operation_trace`: every mutating file-system operation the
+        /// writer issued through its seam, in order.
+        #[arg(long, requires = "json")]
+        trace_operations: bool,
     },
     /// Measure publish, reshard and recovery against plain writes, copies and SHA-256.
     Bench(BenchArgs),
@@ -132,7 +141,8 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             store,
             json,
             repair_latest,
-        } => recover(&store, json, repair_latest),
+            expect_root,
+        } => recover(&store, json, repair_latest, &expect_root),
         StoreCommand::Reshard {
             store,
             generation,
@@ -151,9 +161,10 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             workers,
             chunk_elements,
             json,
+            trace_operations,
         } => {
             let state = synthetic_state(seed, step, chunk_elements);
-            publish_synthetic(&store, &state, workers, json)
+            publish_synthetic(&store, &state, workers, json, trace_operations)
         }
         StoreCommand::Bench(args) => {
             let report = shardlift::lab::bench::run(args.bytes, args.dir.as_deref())?;
@@ -163,19 +174,44 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
     }
 }
 
-fn recover(store: &Path, json: bool, repair_latest: bool) -> anyhow::Result<()> {
+fn recover(
+    store: &Path,
+    json: bool,
+    repair_latest: bool,
+    expect_root: &[String],
+) -> anyhow::Result<()> {
     let report = shardlift::store::recover(store)?;
     let repaired = if repair_latest {
         shardlift::store::repair_latest(store, &report)?
     } else {
         false
     };
-    if json {
-        return print_json(&serde_json::json!({
+    let printed = if json {
+        print_json(&serde_json::json!({
             "report": report,
             "latest_repaired": repaired,
-        }));
+        }))
+    } else {
+        print_recovery(&report)
+    };
+    printed?;
+    if !expect_root.is_empty() {
+        let selected = report
+            .selected
+            .as_ref()
+            .map(|s| s.logical_state_root.to_string());
+        match selected {
+            Some(root) if expect_root.iter().any(|e| e.eq_ignore_ascii_case(&root)) => {}
+            Some(root) => {
+                anyhow::bail!("the selected generation's root {root} is not an expected one")
+            }
+            None => anyhow::bail!("no valid generation (expected one with a given root)"),
+        }
     }
+    Ok(())
+}
+
+fn print_recovery(report: &shardlift::store::recovery::RecoveryReport) -> anyhow::Result<()> {
     match &report.selected {
         Some(s) => println!(
             "selected generation {} (step {}, {} workers, root {})",
@@ -226,8 +262,16 @@ fn publish_synthetic(
     state: &LogicalState,
     workers: u32,
     json: bool,
+    trace_operations: bool,
 ) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
+    if trace_operations {
+        let (summary, trace) = shardlift::lab::harness::publish_traced(store, state, topology)?;
+        return print_json(&serde_json::json!({
+            "summary": summary,
+            "operation_trace": trace,
+        }));
+    }
     let summary = shardlift::store::publish(store, state, topology, &mut NoHooks)?;
     if json {
         return print_json(&summary);

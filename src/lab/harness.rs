@@ -683,6 +683,7 @@ pub fn child_publish(
             let stepping = SteppingFs {
                 root: store_dir,
                 next_seq: std::cell::Cell::new(0),
+                log: None,
             };
             publish_with(
                 &stepping,
@@ -747,11 +748,38 @@ fn send_and_wait(message: &ChildMessage) -> Result<(), LabError> {
     Ok(())
 }
 
-/// The real file system, stopping before every mutating operation until the parent
-/// acknowledges it (reads pass straight through).
+/// Publishes on the real file system and returns, with the summary, every mutating
+/// file-system operation the writer issued through its seam, in order (the trace
+/// `crash-test`'s recorder must reproduce from outside).
+pub fn publish_traced(
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+) -> Result<(CommitSummary, Vec<OperationEvent>), LabError> {
+    let tracing = SteppingFs {
+        root: store_dir,
+        next_seq: std::cell::Cell::new(0),
+        log: Some(std::cell::RefCell::new(Vec::new())),
+    };
+    let summary = publish_with(
+        &tracing,
+        store_dir,
+        state,
+        topology,
+        &mut NoHooks,
+        WriterFaults::default(),
+    )?;
+    let trace = tracing.log.map(|log| log.into_inner()).unwrap_or_default();
+    Ok((summary, trace))
+}
+
+/// The real file system, announcing every mutating operation before it runs: to the
+/// parent, waiting for its acknowledgement (`log: None`), or into `log`. Reads pass
+/// straight through.
 struct SteppingFs<'a> {
     root: &'a Path,
     next_seq: std::cell::Cell<u64>,
+    log: Option<std::cell::RefCell<Vec<OperationEvent>>>,
 }
 
 impl SteppingFs<'_> {
@@ -779,7 +807,13 @@ impl SteppingFs<'_> {
             to: to.map(|t| self.name(t)),
             bytes: bytes.map(|b| b as u64),
         };
-        send_and_wait(&ChildMessage::Operation(event)).map_err(std::io::Error::other)
+        match &self.log {
+            Some(log) => {
+                log.borrow_mut().push(event);
+                Ok(())
+            }
+            None => send_and_wait(&ChildMessage::Operation(event)).map_err(std::io::Error::other),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod corruption;
 pub mod error;
+pub mod external;
 pub mod handoff;
 pub mod harness;
 pub mod kills;

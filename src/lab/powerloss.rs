@@ -639,7 +639,11 @@ impl Recording {
 }
 
 /// Index subsets of `0..n` to try.
-fn subsets(n: usize, limits: EnumerationLimits, rng: &mut SplitMix64) -> Vec<Vec<usize>> {
+pub(crate) fn subsets(
+    n: usize,
+    limits: EnumerationLimits,
+    rng: &mut SplitMix64,
+) -> Vec<Vec<usize>> {
     if n <= limits.all_subsets_up_to {
         return (0u32..(1u32 << n))
             .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).collect())

@@ -61,7 +61,7 @@ impl std::fmt::Display for ExitOutcome {
 }
 
 /// The part a child plays. Recorded (in exit records, errors and evidence) as its
-/// lower-case name: `worker`, `publisher`, `recovery`, `launcher`.
+/// lower-case name: `worker`, `publisher`, `recovery`, `launcher`, `setup`, `check`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -73,6 +73,10 @@ pub enum Role {
     Recovery,
     /// The elastic invariant's torch.distributed launcher.
     Launcher,
+    /// `crash-test`'s setup command (untraced; it builds the starting image).
+    Setup,
+    /// `crash-test`'s check command, run on one materialised crash state.
+    Check,
 }
 
 impl Role {
@@ -83,6 +87,8 @@ impl Role {
             Role::Publisher => "publisher",
             Role::Recovery => "recovery",
             Role::Launcher => "launcher",
+            Role::Setup => "setup",
+            Role::Check => "check",
         }
     }
 }
@@ -113,6 +119,11 @@ pub struct ChildSpec {
     pub pipe_stdin: bool,
     /// Give the parent a pipe from the child's stdout (else inherited).
     pub pipe_stdout: bool,
+    /// Working directory (else the parent's).
+    pub cwd: Option<PathBuf>,
+    /// Send stdout and stderr to this new file (else as `pipe_stdout` says, and stderr
+    /// inherited).
+    pub output_to: Option<PathBuf>,
     pub role: Role,
     pub session: String,
     pub rank: Option<u32>,
@@ -190,6 +201,8 @@ impl ChildSpec {
             env: Vec::new(),
             pipe_stdin: false,
             pipe_stdout: false,
+            cwd: None,
+            output_to: None,
             role,
             session: session.to_owned(),
             rank: None,
@@ -263,6 +276,18 @@ impl ChildSpec {
     /// Gives the parent a pipe from the child's stdout.
     pub fn piped_stdout(mut self) -> Self {
         self.pipe_stdout = true;
+        self
+    }
+
+    /// Runs the child in `dir`.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Sends the child's stdout and stderr to a new file at `path`.
+    pub fn output_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.output_to = Some(path.into());
         self
     }
 }
@@ -369,6 +394,19 @@ impl SupervisedChild {
         } else {
             Stdio::inherit()
         });
+        if let Some(dir) = &spec.cwd {
+            command.current_dir(dir);
+        }
+        if let Some(path) = &spec.output_to {
+            let spawn_error = |source| ProcessError::Spawn {
+                role: spec.role,
+                program: spec.program.display().to_string(),
+                source,
+            };
+            let file = std::fs::File::create(path).map_err(spawn_error)?;
+            let copy = file.try_clone().map_err(spawn_error)?;
+            command.stdout(file).stderr(copy);
+        }
         let child = command.spawn().map_err(|source| ProcessError::Spawn {
             role: spec.role,
             program: spec.program.display().to_string(),

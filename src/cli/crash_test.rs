@@ -1,0 +1,147 @@
+//! `shardlift crash-test` and its hidden stub `shardlift crash-test-exec`.
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use shardlift::lab::external::{self, CheckLimits, CrashTestConfig, ModelLimits, RecordLimits};
+
+/// `crash-test` arguments.
+///
+/// Runs WRITER (after `--`, no shell) in OUT/scratch under ptrace, recording every
+/// file-system operation it and its threads and children make there. Rebuilds every
+/// crash state a power cut could leave (un-fsynced data lost, short, zeroed or torn;
+/// entries durable only after their directory's fsync; renames atomic), writes each into
+/// its own directory and runs CHECK there (`sh -c`): exit 0 means "the checkpoint loads
+/// and is the old or the new one". Exits 0 when every state passes, 1 otherwise.
+///
+/// Example: shardlift crash-test --out /tmp/ct --setup 'python save.py 1'
+///   --check 'python load.py' -- python save.py 2
+#[derive(clap::Args, Debug)]
+pub struct CrashTestArgs {
+    /// Output directory (created; must be empty): scratch/, trace.json, failing states
+    /// under states/, report.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The loader to run on each crash state (`sh -c`, in the state's directory).
+    #[arg(long)]
+    pub check: String,
+    /// Run first, untraced, in the scratch directory; what it leaves is the durable
+    /// starting image (e.g. the previous checkpoint).
+    #[arg(long)]
+    pub setup: Option<String>,
+    /// A path (relative to the scratch directory) the check never reads, such as the
+    /// writer's private staging directory: its operations are applied in every state
+    /// instead of multiplying states (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub unread: Vec<String>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Check at most this many distinct states, spread evenly (the report says when
+    /// it was not exhaustive).
+    #[arg(long, default_value_t = CheckLimits::default().max_states)]
+    pub max_states: usize,
+    /// Refuse a trace with more distinct crash states than this.
+    #[arg(long, default_value_t = ModelLimits::default().max_distinct_states)]
+    pub max_distinct_states: usize,
+    /// Kill a check (and its process group) after this long.
+    #[arg(long, default_value_t = CheckLimits::default().timeout_ms)]
+    pub check_timeout_ms: u64,
+    /// Kill the writer (and every process it started) after this long.
+    #[arg(long, default_value_t = RecordLimits::default().timeout_ms)]
+    pub writer_timeout_ms: u64,
+    /// Refuse a writer that records more operations than this.
+    #[arg(long, default_value_t = RecordLimits::default().max_operations)]
+    pub max_operations: usize,
+    /// Refuse a writer that writes more bytes than this in the scratch directory.
+    #[arg(long, default_value_t = RecordLimits::default().max_written_bytes)]
+    pub max_written_bytes: u64,
+    /// Checks run at once (default: the number of CPUs).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Keep the directories of passing states too.
+    #[arg(long)]
+    pub keep_states: bool,
+    /// The writer command and its arguments.
+    #[arg(last = true, required = true, value_name = "WRITER")]
+    pub writer: Vec<OsString>,
+}
+
+/// The stub's arguments: the writer's argv.
+#[derive(clap::Args, Debug)]
+pub struct CrashTestExecArgs {
+    #[arg(last = true, required = true)]
+    pub argv: Vec<OsString>,
+}
+
+pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
+    let stub_exe = std::env::current_exe().context("locating the shardlift executable")?;
+    let checks = CheckLimits {
+        max_states: args.max_states,
+        timeout_ms: args.check_timeout_ms,
+        jobs: args.jobs.unwrap_or(CheckLimits::default().jobs).max(1),
+        keep_passing: args.keep_states,
+        ..CheckLimits::default()
+    };
+    let config = CrashTestConfig {
+        stub_exe,
+        out: args.out.clone(),
+        writer: args.writer,
+        check: args.check,
+        setup: args.setup,
+        unread: args.unread,
+        record: RecordLimits {
+            max_operations: args.max_operations,
+            max_written_bytes: args.max_written_bytes,
+            timeout_ms: args.writer_timeout_ms,
+            ..RecordLimits::default()
+        },
+        model: ModelLimits {
+            max_distinct_states: args.max_distinct_states,
+            ..ModelLimits::default()
+        },
+        checks,
+    };
+    let report = external::run(&config, &mut |line| eprintln!("crash-test: {line}"))
+        .context("crash-test")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} operations traced; {} distinct crash states, {} checked{}; {} failing",
+            report.trace_operations,
+            report.states_total,
+            report.states,
+            if report.exhaustive { "" } else { " (sampled)" },
+            report.failing_states
+        );
+        for class in &report.failure_classes {
+            println!(
+                "  {} state(s), shortest prefix {} operations (e.g. states/{}): {}",
+                class.states, class.smallest_crash_point, class.example_state, class.message
+            );
+        }
+        println!("report: {}", args.out.join("report.json").display());
+    }
+    if report.failing_states > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Waits for the recorder's go byte on stdin, then replaces itself with the writer.
+pub fn exec_writer(args: CrashTestExecArgs) -> anyhow::Result<()> {
+    let mut go = [0u8; 1];
+    std::io::stdin()
+        .read_exact(&mut go)
+        .context("waiting for the crash-test recorder")?;
+    anyhow::ensure!(go == *b"G", "unexpected byte from the crash-test recorder");
+    let (program, rest) = args.argv.split_first().context("no writer command")?;
+    let error = std::process::Command::new(program)
+        .args(rest)
+        .stdin(std::process::Stdio::null())
+        .exec();
+    Err(error).with_context(|| format!("starting the writer {}", program.to_string_lossy()))
+}

@@ -1,0 +1,269 @@
+//! Materialises crash states and runs the user's check command on each, bounded: at most
+//! `max_states` states (spread evenly over the distinct ones when there are more), a
+//! deadline per check after which its whole process group is killed, and the last
+//! `output_tail_bytes` of its output kept. Checks run `jobs` at a time; results are
+//! gathered by state index, so the report does not depend on scheduling.
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use crate::lab::external::error::CrashTestError;
+use crate::lab::external::model::{state_files, CrashState, StateEntry};
+use crate::lab::external::trace::Trace;
+use crate::supervise::process::{ChildSpec, ExitOutcome, Role, Signal, SupervisedChild};
+
+/// Bounds of the checking phase.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckLimits {
+    pub max_states: usize,
+    pub timeout_ms: u64,
+    pub output_tail_bytes: usize,
+    pub jobs: usize,
+    /// Keep passing states' directories and logs too.
+    pub keep_passing: bool,
+}
+
+impl Default for CheckLimits {
+    fn default() -> Self {
+        CheckLimits {
+            max_states: 5_000,
+            timeout_ms: 60_000,
+            output_tail_bytes: 2_048,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            keep_passing: false,
+        }
+    }
+}
+
+/// How one check ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckOutcome {
+    Exited(ExitOutcome),
+    /// Killed at the deadline.
+    TimedOut {
+        timeout_ms: u64,
+    },
+}
+
+impl CheckOutcome {
+    fn passed(&self) -> bool {
+        matches!(self, CheckOutcome::Exited(outcome) if outcome.success())
+    }
+}
+
+/// One failing state.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    /// Index among the distinct states (`states/N/` in the output directory).
+    pub state: usize,
+    /// Trace operations completed at the crash: the failing trace prefix is `0..crash_point`.
+    pub crash_point: usize,
+    /// The last completed operation, described.
+    pub last_operation: Option<String>,
+    /// Pending entry operations that did not persist, described with their index.
+    pub dropped_operations: Vec<String>,
+    /// What persisted: every path with its kind, size, digest and data variant.
+    pub persisted: BTreeMap<String, StateEntry>,
+    pub check: CheckOutcome,
+    pub output_tail: String,
+}
+
+/// Failures sharing the check's last output line.
+#[derive(Clone, Debug, Serialize)]
+pub struct FailureClass {
+    pub message: String,
+    pub states: usize,
+    /// The shortest trace prefix that leads to this failure.
+    pub smallest_crash_point: usize,
+    pub example_state: usize,
+}
+
+/// What the checking phase gave.
+pub struct Checked {
+    pub checked: usize,
+    pub failures: Vec<Failure>,
+}
+
+/// Checks (a bounded, evenly spread selection of) `states`.
+pub fn check_states(
+    trace: &Trace,
+    states: &[CrashState],
+    command: &str,
+    states_dir: &Path,
+    limits: CheckLimits,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Checked, CrashTestError> {
+    let selected = select(states.len(), limits.max_states);
+    let total = selected.len();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<BTreeMap<usize, Result<Option<Failure>, CrashTestError>>> =
+        Mutex::new(BTreeMap::new());
+    let done = AtomicUsize::new(0);
+    let (tick_tx, tick_rx) = std::sync::mpsc::channel::<usize>();
+    std::thread::scope(|scope| {
+        for _ in 0..limits.jobs.max(1) {
+            let tick = tick_tx.clone();
+            let (next, results, done, selected) = (&next, &results, &done, &selected);
+            scope.spawn(move || loop {
+                let slot = next.fetch_add(1, Ordering::SeqCst);
+                let Some(&index) = selected.get(slot) else {
+                    break;
+                };
+                let result = check_one(trace, &states[index], index, command, states_dir, limits);
+                let stop = result.is_err();
+                if let Ok(mut map) = results.lock() {
+                    map.insert(index, result);
+                }
+                let _ = tick.send(done.fetch_add(1, Ordering::SeqCst) + 1);
+                if stop {
+                    next.store(usize::MAX / 2, Ordering::SeqCst);
+                    break;
+                }
+            });
+        }
+        drop(tick_tx);
+        let step = (total / 20).max(1);
+        for finished in tick_rx {
+            if finished % step == 0 || finished == total {
+                progress(&format!("checked {finished}/{total} crash states"));
+            }
+        }
+    });
+    let results = results.into_inner().unwrap_or_default();
+    let mut failures = Vec::new();
+    let checked = results.len();
+    for (_, result) in results {
+        if let Some(failure) = result? {
+            failures.push(failure);
+        }
+    }
+    Ok(Checked { checked, failures })
+}
+
+/// `count` indices spread evenly over `0..total` (all of them when `total <= count`).
+fn select(total: usize, count: usize) -> Vec<usize> {
+    if total <= count {
+        return (0..total).collect();
+    }
+    (0..count).map(|i| i * total / count).collect()
+}
+
+fn check_one(
+    trace: &Trace,
+    state: &CrashState,
+    index: usize,
+    command: &str,
+    states_dir: &Path,
+    limits: CheckLimits,
+) -> Result<Option<Failure>, CrashTestError> {
+    let dir = states_dir.join(index.to_string());
+    let log = states_dir.join(format!("{index}.log"));
+    materialise(trace, state, &dir)?;
+    let spec = ChildSpec::new("/bin/sh", Role::Check, "crash-test")
+        .arg("-c")
+        .arg(command)
+        .current_dir(&dir)
+        .output_to(&log);
+    let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::CheckSpawn {
+        command: command.to_owned(),
+        source,
+    })?;
+    let outcome = match child.wait_timeout(limits.timeout_ms) {
+        Ok(Some(record)) => CheckOutcome::Exited(record.outcome),
+        Ok(None) | Err(_) => {
+            let _ = child.signal_group(Signal::KILL);
+            let _ = child.kill_and_reap();
+            CheckOutcome::TimedOut {
+                timeout_ms: limits.timeout_ms,
+            }
+        }
+    };
+    // A check's children may outlive it in its process group: end them too.
+    let _ = child.signal_group(Signal::KILL);
+    let output_tail = tail(&log, limits.output_tail_bytes)?;
+    if outcome.passed() {
+        if !limits.keep_passing {
+            std::fs::remove_dir_all(&dir)
+                .map_err(CrashTestError::io("removing a checked state"))?;
+            std::fs::remove_file(&log).map_err(CrashTestError::io("removing a check log"))?;
+        }
+        return Ok(None);
+    }
+    Ok(Some(Failure {
+        state: index,
+        crash_point: state.crash_point,
+        last_operation: state
+            .crash_point
+            .checked_sub(1)
+            .and_then(|seq| trace.ops.get(seq))
+            .map(|op| format!("#{} {}", state.crash_point - 1, op.describe())),
+        dropped_operations: state
+            .dropped_operations
+            .iter()
+            .filter_map(|&seq| {
+                trace
+                    .ops
+                    .get(seq)
+                    .map(|op| format!("#{seq} {}", op.describe()))
+            })
+            .collect(),
+        persisted: state.entries.clone(),
+        check: outcome,
+        output_tail,
+    }))
+}
+
+/// Writes a state's tree under `dir` (which must not exist).
+fn materialise(trace: &Trace, state: &CrashState, dir: &Path) -> Result<(), CrashTestError> {
+    std::fs::create_dir(dir).map_err(CrashTestError::io("creating a state directory"))?;
+    for (path, bytes) in state_files(trace, state) {
+        let target = dir.join(&path);
+        match bytes {
+            None => std::fs::create_dir(&target),
+            Some(bytes) => std::fs::write(&target, bytes),
+        }
+        .map_err(CrashTestError::io(format!("materialising {path}")))?;
+    }
+    Ok(())
+}
+
+/// The last `max_bytes` of a log, as text.
+fn tail(path: &Path, max_bytes: usize) -> Result<String, CrashTestError> {
+    let bytes = std::fs::read(path).map_err(CrashTestError::io("reading a check log"))?;
+    let start = bytes.len().saturating_sub(max_bytes);
+    Ok(String::from_utf8_lossy(&bytes[start..]).into_owned())
+}
+
+/// Groups failures by the last non-empty line of their output (or the timeout).
+pub fn classes(failures: &[Failure]) -> Vec<FailureClass> {
+    let mut by_message: BTreeMap<String, FailureClass> = BTreeMap::new();
+    for failure in failures {
+        let message = match &failure.check {
+            CheckOutcome::TimedOut { timeout_ms } => format!("timed out after {timeout_ms} ms"),
+            CheckOutcome::Exited(outcome) => failure
+                .output_tail
+                .lines()
+                .rev()
+                .find(|line| !line.trim().is_empty())
+                .map_or_else(|| format!("no output ({outcome})"), |l| l.trim().to_owned()),
+        };
+        let class = by_message
+            .entry(message.clone())
+            .or_insert_with(|| FailureClass {
+                message,
+                states: 0,
+                smallest_crash_point: failure.crash_point,
+                example_state: failure.state,
+            });
+        class.states += 1;
+        if failure.crash_point < class.smallest_crash_point {
+            class.smallest_crash_point = failure.crash_point;
+            class.example_state = failure.state;
+        }
+    }
+    by_message.into_values().collect()
+}

@@ -1,0 +1,293 @@
+//! Crash-testing someone else's checkpoint writer (`shardlift crash-test`): record a real
+//! process tree's file-system operations with ptrace ([`recorder`]), build the crash
+//! states of that trace under the crash matrix's persistence model ([`model`]),
+//! materialise each one and run the user's check command on it ([`check`]).
+//!
+//! Phases, each a function returning a typed value: prepare the output directory → run
+//! the setup command untraced (its result is the durable starting image) → record the
+//! writer (it must exit 0) → enumerate distinct crash states → check them (bounded:
+//! states, time per check, output kept) → one report, written once, complete.
+//!
+//! Output directory layout: `scratch/` (the writer's directory; after the run it holds
+//! what the writer left), `tmp/` (the writer's TMPDIR, not modelled), `setup.log`,
+//! `writer.stdout`, `writer.stderr`, `trace.json`, `states/N/` and `states/N.log` for
+//! each failing state (passing ones are removed unless asked to keep them), and
+//! `report.json` (canonical JSON, path-free, the same record `--json` prints).
+pub mod check;
+pub mod error;
+pub mod model;
+pub mod recorder;
+pub mod trace;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::core::digest::Digest;
+use crate::durable::file::{write_file, WriteOptions};
+use crate::supervise::process::{ChildSpec, ExitOutcome, Role, SupervisedChild};
+
+pub use check::{CheckLimits, CheckOutcome, Failure, FailureClass};
+pub use error::CrashTestError;
+pub use model::{CrashState, FileData, ModelLimits, StateEntry, Unread};
+pub use recorder::{RecordLimits, FOLLOWED};
+pub use trace::{Trace, TraceOp};
+
+/// The persistence model, in words, as the report states it.
+pub const MODEL: &str = "un-fsynced file data may be whole, lost (as last fsynced), short (cut at a 512- or 4096-byte boundary), zeroed (from the first unsynced byte or in the last 4 KiB sector) or torn (only the first unsynced writes); a create, link, mkdir, rename, unlink or rmdir is durable only once the directory holding the new entry is fsynced, before that any subset of the pending ones happened, in program order; a rename is atomic; sync makes everything durable; an entry whose parent directory is absent is lost";
+
+/// Everything one crash test needs.
+#[derive(Clone, Debug)]
+pub struct CrashTestConfig {
+    /// The `shardlift` binary (its hidden `crash-test-exec` starts the writer traced).
+    pub stub_exe: PathBuf,
+    pub out: PathBuf,
+    /// The writer's argv (run directly, no shell), in `scratch/`.
+    pub writer: Vec<OsString>,
+    /// Shell command run on each state (`sh -c`), with the state as its working directory.
+    pub check: String,
+    /// Shell command run untraced in `scratch/` first.
+    pub setup: Option<String>,
+    /// Paths the check never reads (see [`model::Unread`]).
+    pub unread: Vec<String>,
+    pub record: RecordLimits,
+    pub model: ModelLimits,
+    pub checks: CheckLimits,
+}
+
+/// What the writer did when nothing crashed.
+#[derive(Clone, Debug, Serialize)]
+pub struct WriterSummary {
+    pub exit: ExitOutcome,
+    /// System calls traced across every thread and process.
+    pub syscalls: u64,
+    /// Threads and processes traced.
+    pub tasks: u64,
+}
+
+/// The result of one crash test (`report.json`, and stdout with `--json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct CrashTestReport {
+    pub schema: &'static str,
+    pub version: u32,
+    pub model: &'static str,
+    pub followed_syscalls: &'static str,
+    pub writer: WriterSummary,
+    pub trace_operations: usize,
+    /// Digest of the trace's operations and written bytes.
+    pub trace_digest: Digest,
+    /// Distinct crash states of the trace.
+    pub states_total: usize,
+    /// Distinct crash states checked (all of them unless over `--max-states`).
+    pub states: usize,
+    pub exhaustive: bool,
+    pub passing_states: usize,
+    pub failing_states: usize,
+    /// Failures grouped by the last line the check printed.
+    pub failure_classes: Vec<FailureClass>,
+    pub failures: Vec<Failure>,
+}
+
+/// Schema name of [`CrashTestReport`].
+pub const REPORT_SCHEMA: &str = "shardlift-crash-test-report";
+
+/// Runs a whole crash test; `progress` receives one line per phase and check batch.
+pub fn run(
+    config: &CrashTestConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<CrashTestReport, CrashTestError> {
+    if config.writer.is_empty() {
+        return Err(CrashTestError::NoWriterCommand);
+    }
+    let dirs = prepare_output(&config.out)?;
+    if let Some(setup) = &config.setup {
+        progress("running the setup command (untraced)");
+        run_setup(setup, &dirs, config.record.timeout_ms)?;
+    }
+    progress("recording the writer");
+    let run = recorder::record(
+        &recorder::WriterSetup {
+            stub_exe: &config.stub_exe,
+            scratch: &dirs.scratch,
+            tmpdir: &dirs.tmp,
+            argv: &config.writer,
+            stdout_log: &config.out.join("writer.stdout"),
+            stderr_log: &config.out.join("writer.stderr"),
+        },
+        config.record,
+    )?;
+    if !run.exit.success() {
+        return Err(CrashTestError::WriterFailed {
+            outcome: run.exit.to_string(),
+            log: config.out.join("writer.stderr"),
+        });
+    }
+    write_trace(&config.out, &run.trace)?;
+    progress(&format!(
+        "recorded {} operations ({} system calls, {} tasks); building crash states",
+        run.trace.ops.len(),
+        run.syscalls,
+        run.tasks
+    ));
+    let states = model::crash_states(
+        &run.trace,
+        config.model,
+        &model::Unread::new(&config.unread),
+    )?;
+    let checked = check::check_states(
+        &run.trace,
+        &states,
+        &config.check,
+        &dirs.states,
+        config.checks,
+        progress,
+    )?;
+    let report = CrashTestReport {
+        schema: REPORT_SCHEMA,
+        version: 1,
+        model: MODEL,
+        followed_syscalls: FOLLOWED,
+        writer: WriterSummary {
+            exit: run.exit,
+            syscalls: run.syscalls,
+            tasks: run.tasks,
+        },
+        trace_operations: run.trace.ops.len(),
+        trace_digest: run.trace.digest(),
+        states_total: states.len(),
+        states: checked.checked,
+        exhaustive: checked.checked == states.len(),
+        passing_states: checked.checked - checked.failures.len(),
+        failing_states: checked.failures.len(),
+        failure_classes: check::classes(&checked.failures),
+        failures: checked.failures,
+    };
+    let bytes = serde_json_canonicalizer::to_vec(&report).map_err(|e| CrashTestError::Io {
+        context: "encoding the report".to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    write_file(
+        &config.out.join("report.json"),
+        &bytes,
+        WriteOptions::REPLACEABLE,
+    )
+    .map_err(|e| CrashTestError::Io {
+        context: "writing report.json".to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(report)
+}
+
+struct OutputDirs {
+    scratch: PathBuf,
+    tmp: PathBuf,
+    states: PathBuf,
+    setup_log: PathBuf,
+}
+
+fn prepare_output(out: &Path) -> Result<OutputDirs, CrashTestError> {
+    match std::fs::read_dir(out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(CrashTestError::OutputNotEmpty {
+                    path: out.to_owned(),
+                });
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(out)
+            .map_err(CrashTestError::io("creating the output directory"))?,
+        Err(e) => return Err(CrashTestError::io("reading the output directory")(e)),
+    }
+    let dirs = OutputDirs {
+        scratch: out.join("scratch"),
+        tmp: out.join("tmp"),
+        states: out.join("states"),
+        setup_log: out.join("setup.log"),
+    };
+    for dir in [&dirs.scratch, &dirs.tmp, &dirs.states] {
+        std::fs::create_dir(dir).map_err(CrashTestError::io("creating the output layout"))?;
+    }
+    Ok(dirs)
+}
+
+fn run_setup(command: &str, dirs: &OutputDirs, timeout_ms: u64) -> Result<(), CrashTestError> {
+    let spec = ChildSpec::new("/bin/sh", Role::Setup, "crash-test")
+        .arg("-c")
+        .arg(command)
+        .env("TMPDIR", &dirs.tmp)
+        .current_dir(&dirs.scratch)
+        .output_to(&dirs.setup_log);
+    let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::CheckSpawn {
+        command: command.to_owned(),
+        source,
+    })?;
+    let outcome = match child.wait_timeout(timeout_ms) {
+        Ok(Some(record)) => record.outcome.to_string(),
+        Ok(None) => {
+            let _ = child.signal_group(crate::supervise::process::Signal::KILL);
+            let _ = child.kill_and_reap();
+            format!("timed out after {timeout_ms} ms")
+        }
+        Err(e) => e.to_string(),
+    };
+    match child.exit_record() {
+        Some(record) if record.outcome.success() => Ok(()),
+        _ => Err(CrashTestError::SetupFailed {
+            command: command.to_owned(),
+            outcome,
+            log: dirs.setup_log.clone(),
+        }),
+    }
+}
+
+/// `trace.json`: the recorded operations in order (path-relative, canonical).
+#[derive(Serialize)]
+struct TraceFile<'a> {
+    schema: &'static str,
+    version: u32,
+    initial: Vec<(&'a str, &'static str)>,
+    operations: Vec<TraceLine<'a>>,
+}
+
+#[derive(Serialize)]
+struct TraceLine<'a> {
+    seq: usize,
+    #[serde(flatten)]
+    op: &'a TraceOp,
+}
+
+fn write_trace(out: &Path, trace: &Trace) -> Result<(), CrashTestError> {
+    let file = TraceFile {
+        schema: "shardlift-crash-test-trace",
+        version: 1,
+        initial: trace
+            .initial
+            .iter()
+            .map(|(path, entry)| {
+                let kind = match entry {
+                    trace::InitialEntry::Dir => "dir",
+                    trace::InitialEntry::File(_) => "file",
+                };
+                (path.as_str(), kind)
+            })
+            .collect(),
+        operations: trace
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(seq, op)| TraceLine { seq, op })
+            .collect(),
+    };
+    let bytes = serde_json_canonicalizer::to_vec(&file).map_err(|e| CrashTestError::Io {
+        context: "encoding trace.json".to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    write_file(&out.join("trace.json"), &bytes, WriteOptions::REPLACEABLE).map_err(|e| {
+        CrashTestError::Io {
+            context: "writing trace.json".to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        }
+    })?;
+    Ok(())
+}

@@ -1,0 +1,636 @@
+//! Crash states of a recorded trace, under the crash matrix's persistence model
+//! (RFC 0001 §Failure model, `lab::powerloss`):
+//!
+//! - a file's data and size are durable once it is fsynced (or after `sync`); before
+//!   that a crash may leave it whole, as last fsynced ("lost"), cut at a 512- or 4096-byte
+//!   boundary ("short"), with its unsynced range or last sector read as zeros ("zeroed"),
+//!   or with only the first of its unsynced writes ("torn");
+//! - an entry operation (create, link, mkdir, rename, unlink, rmdir) is durable once the
+//!   directory holding the new entry is fsynced after it; before that any subset of the
+//!   pending ones may have happened, applied in program order; a rename is atomic;
+//! - an entry whose parent directory is absent is lost.
+//!
+//! Crash points are every operation boundary. Subsets of pending entry operations: all
+//! when at most `all_subsets_up_to` are pending, else every prefix, every omit-one and
+//! seeded samples. Per-file data variants are taken where every pending operation
+//! happened (the namespace with the most names); every other subset gets "all whole" and
+//! "all lost". States are deduplicated by a digest of what a loader can see: every path,
+//! its kind and its bytes.
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+
+use serde::Serialize;
+
+use crate::core::digest::{Digest, FramedHasher};
+use crate::core::rng::SplitMix64;
+use crate::lab::external::trace::{parent, InitialEntry, InodeId, Trace, TraceOp};
+use crate::lab::powerloss::{subsets, EnumerationLimits};
+
+/// How one file's bytes in a crash state relate to the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "data", content = "at", rename_all = "snake_case")]
+pub enum FileData {
+    /// Every write up to the crash point.
+    Whole,
+    /// Only what was durable: the last fsynced contents (empty for a new file).
+    Lost,
+    /// The whole contents cut to this length.
+    Short(u64),
+    /// The whole contents with every byte from this offset on read as zeros.
+    ZeroedFrom(u64),
+    /// The durable contents plus only the first N unsynced writes.
+    FirstWrites(usize),
+}
+
+/// One entry of a crash state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StateEntry {
+    Dir,
+    File {
+        inode: InodeId,
+        #[serde(flatten)]
+        data: FileData,
+        len: u64,
+        sha256: Digest,
+    },
+}
+
+/// One distinct crash state.
+#[derive(Clone, Debug, Serialize)]
+pub struct CrashState {
+    /// How many trace operations had completed at the crash.
+    pub crash_point: usize,
+    /// Pending entry operations (trace indices) that did not persist.
+    pub dropped_operations: Vec<usize>,
+    pub entries: BTreeMap<String, StateEntry>,
+    /// What a loader can see (paths, kinds, bytes).
+    pub digest: Digest,
+}
+
+/// Paths (relative to the scratch directory) the check never reads, such as a writer's
+/// private staging directory: entry operations in them are applied in every state, their
+/// files are always whole, and they do not tell states apart (the crash matrix does the
+/// same for the store's `staging/`).
+#[derive(Clone, Debug, Default)]
+pub struct Unread(Vec<String>);
+
+impl Unread {
+    /// Normalises `paths` (no leading `./` or trailing `/`).
+    pub fn new(paths: &[String]) -> Self {
+        Unread(
+            paths
+                .iter()
+                .map(|p| {
+                    let p = p.trim_start_matches("./").trim_end_matches('/');
+                    p.to_owned()
+                })
+                .filter(|p| !p.is_empty())
+                .collect(),
+        )
+    }
+
+    /// Whether `path` is one of the unread paths or below one.
+    pub fn covers(&self, path: &str) -> bool {
+        self.0.iter().any(|unread| {
+            path == unread
+                || (path.len() > unread.len()
+                    && path.starts_with(unread.as_str())
+                    && path.as_bytes()[unread.len()] == b'/')
+        })
+    }
+}
+
+/// Bounds of one enumeration.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelLimits {
+    pub subsets: EnumerationLimits,
+    /// Torn variants per volatile file (evenly spaced write counts).
+    pub write_prefixes: usize,
+    /// Fail once this many distinct states exist (the trace is over the limits).
+    pub max_distinct_states: usize,
+}
+
+impl Default for ModelLimits {
+    fn default() -> Self {
+        ModelLimits {
+            subsets: EnumerationLimits::default(),
+            write_prefixes: 3,
+            max_distinct_states: 50_000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Node {
+    Dir,
+    File(InodeId),
+}
+
+/// Contents of every inode at one crash point.
+#[derive(Clone, Debug, Default)]
+struct DataAt {
+    current: Vec<Vec<u8>>,
+    durable: Vec<Vec<u8>>,
+    /// Data operations (trace indices) since the last fsync, per inode.
+    unsynced: Vec<Vec<usize>>,
+}
+
+impl DataAt {
+    fn initial(trace: &Trace) -> Self {
+        let mut current = vec![Vec::new(); trace.inode_count];
+        for (inode, bytes) in trace.initial_contents.iter().enumerate() {
+            current[inode] = bytes.clone();
+        }
+        DataAt {
+            durable: current.clone(),
+            current,
+            unsynced: vec![Vec::new(); trace.inode_count],
+        }
+    }
+
+    /// Applies operation `seq` of `trace`.
+    fn apply(&mut self, trace: &Trace, seq: usize) {
+        match &trace.ops[seq] {
+            TraceOp::Write {
+                inode,
+                offset,
+                len,
+                data_at,
+            } => {
+                if let Some(bytes) = trace.write_bytes(*data_at, *len) {
+                    write_at(&mut self.current[*inode], *offset, bytes);
+                    self.unsynced[*inode].push(seq);
+                }
+            }
+            TraceOp::Truncate { inode, len } => {
+                resize(&mut self.current[*inode], *len);
+                self.unsynced[*inode].push(seq);
+            }
+            TraceOp::Fsync { inode } => {
+                self.durable[*inode] = self.current[*inode].clone();
+                self.unsynced[*inode].clear();
+            }
+            TraceOp::SyncAll => {
+                self.durable = self.current.clone();
+                self.unsynced.iter_mut().for_each(Vec::clear);
+            }
+            _ => {}
+        }
+    }
+
+    /// The bytes of `inode` under `data`.
+    fn bytes(&self, trace: &Trace, inode: InodeId, data: FileData) -> Cow<'_, [u8]> {
+        let current = &self.current[inode];
+        Cow::Owned(match data {
+            FileData::Whole => return Cow::Borrowed(current),
+            FileData::Lost => return Cow::Borrowed(&self.durable[inode]),
+            FileData::Short(len) => return Cow::Borrowed(&current[..clamp(len, current.len())]),
+            FileData::ZeroedFrom(from) => {
+                let mut out = current.clone();
+                let from = clamp(from, out.len());
+                out[from..].fill(0);
+                out
+            }
+            FileData::FirstWrites(count) => {
+                let mut out = self.durable[inode].clone();
+                for &seq in self.unsynced[inode].iter().take(count) {
+                    match &trace.ops[seq] {
+                        TraceOp::Write {
+                            offset,
+                            len,
+                            data_at,
+                            ..
+                        } => {
+                            if let Some(bytes) = trace.write_bytes(*data_at, *len) {
+                                write_at(&mut out, *offset, bytes);
+                            }
+                        }
+                        TraceOp::Truncate { len, .. } => resize(&mut out, *len),
+                        _ => {}
+                    }
+                }
+                out
+            }
+        })
+    }
+
+    /// The data variants of one volatile file, besides whole and lost.
+    fn torn_variants(&self, inode: InodeId, write_prefixes: usize) -> Vec<FileData> {
+        let current = &self.current[inode];
+        let len = current.len();
+        let mut out = Vec::new();
+        for boundary in [512usize, 4096] {
+            if len > boundary {
+                out.push(FileData::Short(((len - 1) / boundary * boundary) as u64));
+            }
+        }
+        let durable = &self.durable[inode];
+        let first_change = current
+            .iter()
+            .zip(durable.iter())
+            .position(|(a, b)| a != b)
+            .unwrap_or(durable.len().min(len));
+        if first_change < len {
+            out.push(FileData::ZeroedFrom((first_change / 4096 * 4096) as u64));
+            if len > 4096 {
+                out.push(FileData::ZeroedFrom(((len - 1) / 4096 * 4096) as u64));
+            }
+        }
+        let unsynced = self.unsynced[inode].len();
+        if unsynced > 1 {
+            let steps = write_prefixes.min(unsynced - 1);
+            for step in 1..=steps {
+                out.push(FileData::FirstWrites(step * unsynced / (steps + 1)));
+            }
+        }
+        out.retain(|variant| *variant != FileData::FirstWrites(0));
+        out.dedup();
+        out
+    }
+}
+
+fn clamp(value: u64, max: usize) -> usize {
+    usize::try_from(value).map_or(max, |v| v.min(max))
+}
+
+fn resize(bytes: &mut Vec<u8>, len: u64) {
+    // Lengths come from the recorder, which caps them; an impossible one empties the file.
+    let len = usize::try_from(len).unwrap_or(0);
+    bytes.resize(len, 0);
+}
+
+fn write_at(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let Ok(offset) = usize::try_from(offset) else {
+        return;
+    };
+    let Some(end) = offset.checked_add(data.len()) else {
+        return;
+    };
+    if bytes.len() < end {
+        bytes.resize(end, 0);
+    }
+    bytes[offset..end].copy_from_slice(data);
+}
+
+/// Why enumeration stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("the trace is inconsistent: {0}")]
+    BadTrace(String),
+    #[error("more than {limit} distinct crash states (raise --max-distinct-states or shorten the writer's run)")]
+    TooManyStates { limit: usize },
+}
+
+/// Every distinct crash state of `trace`, in order of first appearance (crash point).
+pub fn crash_states(
+    trace: &Trace,
+    limits: ModelLimits,
+    unread: &Unread,
+) -> Result<Vec<CrashState>, ModelError> {
+    trace.validate().map_err(ModelError::BadTrace)?;
+    let mut rng = SplitMix64::keyed(limits.subsets.seed, "shardlift/crash-test/subsets", 0);
+    let mut seen: HashSet<Digest> = HashSet::new();
+    let mut out = Vec::new();
+    let mut data = DataAt::initial(trace);
+    let mut pending: Vec<usize> = Vec::new();
+    for crash_point in 0..=trace.ops.len() {
+        for subset in subsets(pending.len(), limits.subsets, &mut rng) {
+            let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
+            let names = namespace(trace, crash_point, &pending, &chosen);
+            let everything = subset.len() == pending.len();
+            for files in variants(&names, &data, everything, limits.write_prefixes, unread) {
+                let state = build_state(
+                    trace,
+                    &data,
+                    (crash_point, &pending, &chosen),
+                    &names,
+                    &files,
+                    unread,
+                );
+                if seen.insert(state.digest) {
+                    if out.len() == limits.max_distinct_states {
+                        return Err(ModelError::TooManyStates {
+                            limit: limits.max_distinct_states,
+                        });
+                    }
+                    out.push(state);
+                }
+            }
+        }
+        let Some(op) = trace.ops.get(crash_point) else {
+            break;
+        };
+        data.apply(trace, crash_point);
+        match op {
+            TraceOp::FsyncDir { path } => {
+                pending.retain(|&seq| trace.ops[seq].durable_in() != Some(path.as_str()));
+            }
+            TraceOp::SyncAll => pending.clear(),
+            _ => match op.durable_in() {
+                Some(dir) if !unread.covers(dir) => pending.push(crash_point),
+                _ => {}
+            },
+        }
+    }
+    Ok(out)
+}
+
+/// The names after the durable entry operations and the chosen pending ones of the
+/// first `crash_point` operations, applied in program order.
+fn namespace(
+    trace: &Trace,
+    crash_point: usize,
+    pending: &[usize],
+    chosen: &HashSet<usize>,
+) -> BTreeMap<String, Node> {
+    let pending: HashSet<usize> = pending.iter().copied().collect();
+    let mut names: BTreeMap<String, Node> = trace
+        .initial
+        .iter()
+        .map(|(path, entry)| {
+            let node = match entry {
+                InitialEntry::Dir => Node::Dir,
+                InitialEntry::File(inode) => Node::File(*inode),
+            };
+            (path.clone(), node)
+        })
+        .collect();
+    for (seq, op) in trace.ops[..crash_point].iter().enumerate() {
+        if pending.contains(&seq) && !chosen.contains(&seq) {
+            continue;
+        }
+        match op {
+            TraceOp::Mkdir { path } => {
+                names.insert(path.clone(), Node::Dir);
+            }
+            TraceOp::Create { path, inode } | TraceOp::Link { path, inode } => {
+                names.insert(path.clone(), Node::File(*inode));
+            }
+            TraceOp::Rename { from, to, .. } => {
+                if let Some(node) = names.remove(from) {
+                    names.insert(to.clone(), node);
+                }
+            }
+            TraceOp::Unlink { path } | TraceOp::Rmdir { path } => {
+                names.remove(path);
+            }
+            _ => {}
+        }
+    }
+    // BTreeMap order visits a directory before its entries.
+    let mut reachable = BTreeMap::new();
+    for (path, node) in names {
+        let dir = parent(&path);
+        if dir.is_empty() || reachable.get(dir) == Some(&Node::Dir) {
+            reachable.insert(path, node);
+        }
+    }
+    reachable
+}
+
+/// Per-inode data choices for one namespace.
+fn variants(
+    names: &BTreeMap<String, Node>,
+    data: &DataAt,
+    each_torn: bool,
+    write_prefixes: usize,
+    unread: &Unread,
+) -> Vec<BTreeMap<InodeId, FileData>> {
+    let mut volatile: Vec<InodeId> = names
+        .iter()
+        .filter_map(|(path, node)| match node {
+            Node::File(inode)
+                if data.current[*inode] != data.durable[*inode] && !unread.covers(path) =>
+            {
+                Some(*inode)
+            }
+            _ => None,
+        })
+        .collect();
+    volatile.sort_unstable();
+    volatile.dedup();
+    let whole: BTreeMap<InodeId, FileData> =
+        volatile.iter().map(|&i| (i, FileData::Whole)).collect();
+    let mut out = vec![whole.clone()];
+    if volatile.is_empty() {
+        return out;
+    }
+    out.push(volatile.iter().map(|&i| (i, FileData::Lost)).collect());
+    if each_torn {
+        for &inode in &volatile {
+            let mut alone = vec![FileData::Lost];
+            alone.extend(data.torn_variants(inode, write_prefixes));
+            for variant in alone {
+                let mut choice = whole.clone();
+                choice.insert(inode, variant);
+                out.push(choice);
+            }
+        }
+    }
+    out
+}
+
+/// The crash point, the pending entry operations and the chosen ones among them.
+type Point<'a> = (usize, &'a [usize], &'a HashSet<usize>);
+
+fn build_state(
+    trace: &Trace,
+    data: &DataAt,
+    (crash_point, pending, chosen): Point<'_>,
+    names: &BTreeMap<String, Node>,
+    files: &BTreeMap<InodeId, FileData>,
+    unread: &Unread,
+) -> CrashState {
+    let mut hasher = FramedHasher::new("shardlift/crash-test/state/v1");
+    let mut entries = BTreeMap::new();
+    for (path, node) in names {
+        let seen = !unread.covers(path);
+        if seen {
+            hasher.field(path.as_bytes());
+        }
+        let entry = match node {
+            Node::Dir => {
+                if seen {
+                    hasher.field(b"<dir>");
+                }
+                StateEntry::Dir
+            }
+            Node::File(inode) => {
+                let variant = files.get(inode).copied().unwrap_or(FileData::Whole);
+                let bytes = data.bytes(trace, *inode, variant);
+                if seen {
+                    hasher.field(&bytes);
+                }
+                StateEntry::File {
+                    inode: *inode,
+                    data: variant,
+                    len: bytes.len() as u64,
+                    sha256: Digest::of(&bytes),
+                }
+            }
+        };
+        entries.insert(path.clone(), entry);
+    }
+    CrashState {
+        crash_point,
+        dropped_operations: pending
+            .iter()
+            .copied()
+            .filter(|seq| !chosen.contains(seq))
+            .collect(),
+        entries,
+        digest: hasher.finish(),
+    }
+}
+
+/// The bytes of every file of `state`, rebuilt from the trace (states keep digests, not
+/// bytes, so thousands of them fit in memory).
+pub fn state_files(trace: &Trace, state: &CrashState) -> Vec<(String, Option<Vec<u8>>)> {
+    let mut data = DataAt::initial(trace);
+    for seq in 0..state.crash_point.min(trace.ops.len()) {
+        data.apply(trace, seq);
+    }
+    state
+        .entries
+        .iter()
+        .map(|(path, entry)| match entry {
+            StateEntry::Dir => (path.clone(), None),
+            StateEntry::File { inode, data: d, .. } => (
+                path.clone(),
+                Some(data.bytes(trace, *inode, *d).into_owned()),
+            ),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &[u8] = b"old checkpoint";
+    const NEW: &[u8] = b"the new checkpoint, longer than the old one";
+
+    /// A starting image holding `ckpt` (inode 0) and a trace that writes `ckpt.tmp`
+    /// (inode 1), optionally fsyncs it, renames it over `ckpt` and fsyncs the directory.
+    fn replace_trace(fsync_file: bool) -> Trace {
+        let mut trace = Trace {
+            initial: BTreeMap::from([("ckpt".to_owned(), InitialEntry::File(0))]),
+            initial_contents: vec![OLD.to_vec()],
+            inode_count: 2,
+            data: NEW.to_vec(),
+            ..Trace::default()
+        };
+        trace.ops.push(TraceOp::Create {
+            path: "ckpt.tmp".into(),
+            inode: 1,
+        });
+        trace.ops.push(TraceOp::Write {
+            inode: 1,
+            offset: 0,
+            len: NEW.len() as u64,
+            data_at: 0,
+        });
+        if fsync_file {
+            trace.ops.push(TraceOp::Fsync { inode: 1 });
+        }
+        trace.ops.push(TraceOp::Rename {
+            from: "ckpt.tmp".into(),
+            to: "ckpt".into(),
+            noreplace: false,
+        });
+        trace.ops.push(TraceOp::FsyncDir {
+            path: String::new(),
+        });
+        trace
+    }
+
+    fn ckpt_contents(trace: &Trace, states: &[CrashState]) -> Vec<Option<Vec<u8>>> {
+        states
+            .iter()
+            .map(|state| {
+                state_files(trace, state)
+                    .into_iter()
+                    .find(|(path, _)| path == "ckpt")
+                    .and_then(|(_, bytes)| bytes)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_correct_replace_leaves_the_old_or_the_new_checkpoint_in_every_state() {
+        let trace = replace_trace(true);
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let contents = ckpt_contents(&trace, &states);
+        assert!(contents.iter().any(|c| c.as_deref() == Some(OLD)));
+        assert!(contents.iter().any(|c| c.as_deref() == Some(NEW)));
+        for content in contents {
+            assert!(
+                matches!(content.as_deref(), Some(OLD) | Some(NEW)),
+                "{content:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_replace_without_fsync_can_leave_an_empty_or_torn_checkpoint() {
+        let trace = replace_trace(false);
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let contents = ckpt_contents(&trace, &states);
+        assert!(
+            contents.iter().any(|c| c.as_deref() == Some(&[][..])),
+            "lost data"
+        );
+        assert!(
+            contents.iter().any(|c| c
+                .as_ref()
+                .is_some_and(|c| c.len() == NEW.len() && c[..] != *NEW)),
+            "zeroed data"
+        );
+    }
+
+    #[test]
+    fn states_are_distinct_and_start_from_the_initial_image() {
+        let trace = replace_trace(false);
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let digests: HashSet<Digest> = states.iter().map(|s| s.digest).collect();
+        assert_eq!(digests.len(), states.len());
+        assert_eq!(states[0].crash_point, 0);
+        assert_eq!(ckpt_contents(&trace, &states[..1])[0].as_deref(), Some(OLD));
+    }
+
+    #[test]
+    fn unread_paths_do_not_multiply_states() {
+        let mut trace = replace_trace(false);
+        for op in &mut trace.ops {
+            match op {
+                TraceOp::Create { path, .. } => *path = "staging/ckpt.tmp".into(),
+                TraceOp::Rename { from, .. } => *from = "staging/ckpt.tmp".into(),
+                _ => {}
+            }
+        }
+        trace.initial.insert("staging".into(), InitialEntry::Dir);
+        let all = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let unread = Unread::new(&["staging/".to_owned()]);
+        let fewer = crash_states(&trace, ModelLimits::default(), &unread).unwrap();
+        assert!(fewer.len() < all.len(), "{} vs {}", fewer.len(), all.len());
+        assert!(unread.covers("staging") && unread.covers("staging/x"));
+        assert!(!unread.covers("staging2") && !unread.covers("stag"));
+    }
+
+    #[test]
+    fn an_inconsistent_trace_and_too_many_states_are_refused() {
+        let mut trace = replace_trace(true);
+        trace.ops.insert(0, TraceOp::Fsync { inode: 1 });
+        let error = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap_err();
+        assert!(matches!(error, ModelError::BadTrace(_)), "{error}");
+
+        let trace = replace_trace(false);
+        let limits = ModelLimits {
+            max_distinct_states: 2,
+            ..ModelLimits::default()
+        };
+        let error = crash_states(&trace, limits, &Unread::default()).unwrap_err();
+        assert!(matches!(error, ModelError::TooManyStates { limit: 2 }));
+    }
+}

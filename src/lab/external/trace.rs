@@ -1,0 +1,205 @@
+//! The recorded trace of an external writer: every file-system effect it had under its
+//! scratch directory, in completion order, with paths relative to that directory
+//! (`/`-separated; `""` is the directory itself) and file identity by inode.
+//!
+//! Invariants (asserted by the recorder and checked by [`Trace::validate`]): every inode
+//! an operation names is either in the initial image or created earlier in the trace;
+//! write data is stored once, in `data`, and each `Write` names its slice exactly.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::core::digest::Digest;
+
+/// A model inode: an index into [`Trace::initial_contents`] for files of the initial
+/// image, and new indices for files the writer created.
+pub type InodeId = usize;
+
+/// One recorded effect.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum TraceOp {
+    /// `mkdir`.
+    Mkdir { path: String },
+    /// A new, empty regular file (`open` with `O_CREAT` of a name that did not exist).
+    Create { path: String, inode: InodeId },
+    /// A hard link: a new name for an existing file.
+    Link { path: String, inode: InodeId },
+    /// `len` bytes at `offset` (`write`, `pwrite64`, `writev`, `pwritev`, `pwritev2`).
+    Write {
+        inode: InodeId,
+        offset: u64,
+        len: u64,
+        /// Where the bytes lie in [`Trace::data`] (not serialised).
+        #[serde(skip)]
+        data_at: usize,
+    },
+    /// `truncate`, `ftruncate`, or `open` with `O_TRUNC` of an existing file (to 0).
+    Truncate { inode: InodeId, len: u64 },
+    /// `fsync` or `fdatasync` of a regular file: its data and size are durable.
+    Fsync { inode: InodeId },
+    /// `fsync` of a directory: every entry operation in it so far is durable.
+    FsyncDir { path: String },
+    /// `rename`, `renameat`, `renameat2` (`RENAME_NOREPLACE` or no flag) of a file.
+    Rename {
+        from: String,
+        to: String,
+        noreplace: bool,
+    },
+    /// `unlink`, `unlinkat`.
+    Unlink { path: String },
+    /// `rmdir`, `unlinkat` with `AT_REMOVEDIR`.
+    Rmdir { path: String },
+    /// `sync` or `syncfs`: everything so far is durable.
+    SyncAll,
+}
+
+impl TraceOp {
+    /// The directory whose fsync makes this entry operation durable (`None` for data
+    /// operations and barriers).
+    pub fn durable_in(&self) -> Option<&str> {
+        match self {
+            TraceOp::Mkdir { path }
+            | TraceOp::Create { path, .. }
+            | TraceOp::Link { path, .. }
+            | TraceOp::Unlink { path }
+            | TraceOp::Rmdir { path } => Some(parent(path)),
+            TraceOp::Rename { to, .. } => Some(parent(to)),
+            TraceOp::Write { .. }
+            | TraceOp::Truncate { .. }
+            | TraceOp::Fsync { .. }
+            | TraceOp::FsyncDir { .. }
+            | TraceOp::SyncAll => None,
+        }
+    }
+
+    /// A short, path-relative description (`rename a -> b`).
+    pub fn describe(&self) -> String {
+        match self {
+            TraceOp::Mkdir { path } => format!("mkdir {path}"),
+            TraceOp::Create { path, inode } => format!("create {path} (inode {inode})"),
+            TraceOp::Link { path, inode } => format!("link {path} (inode {inode})"),
+            TraceOp::Write {
+                inode, offset, len, ..
+            } => format!("write inode {inode} [{offset}, +{len})"),
+            TraceOp::Truncate { inode, len } => format!("truncate inode {inode} to {len}"),
+            TraceOp::Fsync { inode } => format!("fsync inode {inode}"),
+            TraceOp::FsyncDir { path } => format!("fsync dir {}", display_dir(path)),
+            TraceOp::Rename {
+                from,
+                to,
+                noreplace,
+            } => {
+                let flag = if *noreplace { " (noreplace)" } else { "" };
+                format!("rename {from} -> {to}{flag}")
+            }
+            TraceOp::Unlink { path } => format!("unlink {path}"),
+            TraceOp::Rmdir { path } => format!("rmdir {path}"),
+            TraceOp::SyncAll => "sync".to_owned(),
+        }
+    }
+}
+
+fn display_dir(path: &str) -> &str {
+    if path.is_empty() {
+        "."
+    } else {
+        path
+    }
+}
+
+/// The parent of a relative path (`""` for a top-level name).
+pub fn parent(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(i) => &path[..i],
+        None => "",
+    }
+}
+
+/// One entry of the initial (durable) image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InitialEntry {
+    Dir,
+    File(InodeId),
+}
+
+/// A recorded writer run.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The scratch directory before the writer ran (all durable).
+    pub initial: BTreeMap<String, InitialEntry>,
+    /// Contents of the initial image's files, by inode.
+    pub initial_contents: Vec<Vec<u8>>,
+    /// How many inodes the trace uses (initial ones first).
+    pub inode_count: usize,
+    pub ops: Vec<TraceOp>,
+    /// Every byte written, concatenated in operation order.
+    pub data: Vec<u8>,
+}
+
+impl Trace {
+    /// The bytes of a `Write` operation.
+    pub fn write_bytes(&self, data_at: usize, len: u64) -> Option<&[u8]> {
+        let end = data_at.checked_add(usize::try_from(len).ok()?)?;
+        self.data.get(data_at..end)
+    }
+
+    /// Checks the module invariants; the first broken one is returned.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.initial_contents.len() > self.inode_count {
+            return Err("more initial contents than inodes".to_owned());
+        }
+        let mut known = vec![false; self.inode_count];
+        for entry in self.initial.values() {
+            if let InitialEntry::File(inode) = entry {
+                *known
+                    .get_mut(*inode)
+                    .ok_or_else(|| format!("initial inode {inode} out of range"))? = true;
+            }
+        }
+        for (seq, op) in self.ops.iter().enumerate() {
+            let named = match op {
+                TraceOp::Create { inode, .. } => {
+                    let slot = known
+                        .get_mut(*inode)
+                        .ok_or_else(|| format!("op {seq}: inode {inode} out of range"))?;
+                    *slot = true;
+                    None
+                }
+                TraceOp::Link { inode, .. }
+                | TraceOp::Truncate { inode, .. }
+                | TraceOp::Fsync { inode } => Some(*inode),
+                TraceOp::Write {
+                    inode,
+                    data_at,
+                    len,
+                    ..
+                } => {
+                    if self.write_bytes(*data_at, *len).is_none() {
+                        return Err(format!("op {seq}: write data out of range"));
+                    }
+                    Some(*inode)
+                }
+                _ => None,
+            };
+            if let Some(inode) = named {
+                if !known.get(inode).copied().unwrap_or(false) {
+                    return Err(format!("op {seq}: inode {inode} used before it exists"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A digest of the trace (operations and written bytes), for reports.
+    pub fn digest(&self) -> Digest {
+        let mut hasher = crate::core::digest::FramedHasher::new("shardlift/crash-test/trace/v1");
+        for op in &self.ops {
+            hasher.field(op.describe().as_bytes());
+            if let TraceOp::Write { data_at, len, .. } = op {
+                hasher.field(self.write_bytes(*data_at, *len).unwrap_or(b"<bad write>"));
+            }
+        }
+        hasher.finish()
+    }
+}
