@@ -8,6 +8,7 @@
 //! - [`durable`]: the one file-system seam and durable-file writer.
 //! - [`dataset`]: the pinned Fashion-MNIST bytes.
 //! - [`store`]: the content-addressed checkpoint store and its commit protocol (RFC 0001).
+//! - [`interop`]: generations as safetensors files PyTorch loads, and back.
 //! - [`lab`]: the crash lab that tests the store (kills, power loss, corruption).
 //! - [`supervise`]: child processes and framed IPC.
 //! - [`engine`] (feature `torch`): the tch arithmetic of one micro-batch.
@@ -22,6 +23,7 @@ pub mod durable;
 #[cfg(feature = "torch")]
 pub mod engine;
 pub mod evidence;
+pub mod interop;
 pub mod lab;
 #[cfg(feature = "torch")]
 pub mod orchestrate;

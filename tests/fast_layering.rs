@@ -14,6 +14,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("durable", &["core"]),
     ("dataset", &["core", "durable"]),
     ("store", &["core", "durable"]),
+    ("interop", &["core", "durable", "store"]),
     ("lab", &["core", "durable", "store", "supervise"]),
     ("supervise", &["core"]),
     ("engine", &["core"]),

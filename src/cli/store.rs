@@ -81,6 +81,33 @@ pub enum StoreCommand {
     },
     /// Measure publish, reshard and recovery against plain writes, copies and SHA-256.
     Bench(BenchArgs),
+    /// Verify a generation and write it as PyTorch-loadable safetensors: OUT/
+    /// model.safetensors (nn.Linear names and shapes), optimizer.safetensors (AdamW
+    /// exp_avg, exp_avg_sq per parameter) and metadata.json. OUT must not exist; it
+    /// appears whole or not at all.
+    Export {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long)]
+        generation: u64,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check an export directory (digests, safetensors header, names, F32, shapes, root)
+    /// and commit its state as a new generation on N workers. Nothing is committed
+    /// unless every check passes.
+    Import {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long)]
+        from: PathBuf,
+        #[arg(long)]
+        workers: u32,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -165,6 +192,44 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
         } => {
             let state = synthetic_state(seed, step, chunk_elements);
             publish_synthetic(&store, &state, workers, json, trace_operations)
+        }
+        StoreCommand::Export {
+            store,
+            generation,
+            out,
+            json,
+        } => {
+            let summary = shardlift::interop::export(&store, generation, &out)
+                .with_context(|| format!("exporting generation {generation}"))?;
+            if json {
+                return print_json(&summary);
+            }
+            println!(
+                "exported generation {generation} (root {}) to {}",
+                summary
+                    .metadata
+                    .logical_state_root
+                    .map_or_else(String::new, |r| r.to_string()),
+                out.display()
+            );
+            Ok(())
+        }
+        StoreCommand::Import {
+            store,
+            from,
+            workers,
+            json,
+        } => {
+            let summary = shardlift::interop::import(&store, &from, workers)
+                .with_context(|| format!("importing {}", from.display()))?;
+            if json {
+                return print_json(&summary);
+            }
+            println!(
+                "imported as generation {} (root {})",
+                summary.commit.generation, summary.imported_root
+            );
+            Ok(())
         }
         StoreCommand::Bench(args) => {
             let report = shardlift::lab::bench::run(args.bytes, args.dir.as_deref())?;
