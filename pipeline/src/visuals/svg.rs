@@ -161,7 +161,7 @@ impl Svg {
     ) -> f32 {
         let h = 28.0 + 17.0 * lines.len() as f32;
         self.rect(x, y, w, h, fill, Some(stroke));
-        self.text(x + 10.0, y + 19.0, 14.0, INK, heading);
+        self.text(x + 10.0, y + 19.0, 13.0, INK, heading);
         for (i, line) in lines.iter().enumerate() {
             self.text(x + 10.0, y + 38.0 + 17.0 * i as f32, 12.0, MUTED, line);
         }

@@ -659,15 +659,15 @@ pub fn ledger(evidence: &Evidence) -> Svg {
         svg.card(
             30.0,
             y0 + 76.0,
-            300.0,
+            260.0,
             (fill, stroke),
             &format!("recovered W4 step {}", e.recovered_w4.step),
             &[short(&e.recovered_w4.ledger_digest)],
         );
         svg.card(
-            345.0,
+            305.0,
             y0 + 76.0,
-            300.0,
+            260.0,
             (fill, stroke),
             &format!("continued W3 step {}", e.resharded_w3.step),
             &[short(&e.resharded_w3.ledger_digest)],
@@ -684,7 +684,7 @@ pub fn ledger(evidence: &Evidence) -> Svg {
             ),
         ];
         for (i, line) in lines.iter().enumerate() {
-            svg.text(665.0, y0 + 94.0 + 17.0 * i as f32, 12.0, INK, line);
+            svg.text(585.0, y0 + 94.0 + 17.0 * i as f32, 12.0, INK, line);
         }
     }
     svg
@@ -856,7 +856,7 @@ pub fn bundle(evidence: &Evidence) -> Svg {
             };
             let mut lines = vec![format!("{bytes} bytes"), short(digest)];
             if last {
-                lines.push("installed last (commit marker)".into());
+                lines.push("installed last".into());
             }
             svg.card(x, y0 + 12.0, 215.0, (fill, stroke), name, &lines);
             if !last {
