@@ -23,7 +23,7 @@ pub struct Common {
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub root: PathBuf,
     /// The release-evidence directory (default: the single evidence/release-* under
-    /// --root).
+    /// --root; for check, with several, the one manifest.json names).
     #[arg(long, value_name = "DIR")]
     pub evidence: Option<PathBuf>,
 }
@@ -76,7 +76,10 @@ pub fn run(command: VisualsCommand) -> anyhow::Result<()> {
             );
         }
         VisualsCommand::Check(args) => {
-            let evidence = args.common.evidence_dir()?;
+            let evidence = match &args.common.evidence {
+                Some(dir) => dir.clone(),
+                None => visuals::evidence_for_check(&args.common.root, &args.visuals)?,
+            };
             let checked = visuals::check(&args.common.root, &evidence, &args.visuals)
                 .with_context(|| format!("checking {}", shown(&args.visuals)))?;
             println!("{}", serde_json::to_string(&checked)?);

@@ -195,6 +195,26 @@ pub fn decode_manifest(bytes: &[u8]) -> Result<VisualsManifest, VisualsError> {
     })
 }
 
+/// The evidence directory `check` compares with when none is given: the single
+/// `evidence/release-*` under `root`; with several, the one `manifest.json` names.
+pub fn evidence_for_check(
+    root: &Path,
+    visuals_dir: &Path,
+) -> Result<std::path::PathBuf, VisualsError> {
+    match evidence::default_evidence_dir(root) {
+        Err(VisualsError::AmbiguousEvidence(found)) => {
+            let path = visuals_dir.join(MANIFEST);
+            let recorded = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| decode_manifest(&bytes).ok())
+                .map(|manifest| root.join(manifest.evidence))
+                .filter(|dir| dir.is_dir());
+            recorded.ok_or(VisualsError::AmbiguousEvidence(found))
+        }
+        other => other,
+    }
+}
+
 /// What a passing check saw.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Checked {
