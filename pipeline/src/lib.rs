@@ -5,3 +5,4 @@ pub mod intoto;
 pub mod receipt;
 pub mod release;
 pub mod sshsig;
+pub mod visuals;

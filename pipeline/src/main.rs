@@ -27,6 +27,9 @@ enum Command {
     /// Test-lane receipts: record, merge, plan, verify.
     #[command(subcommand)]
     Receipt(cli::receipt::ReceiptCommand),
+    /// Pictures of the committed release evidence: render, check.
+    #[command(subcommand)]
+    Visuals(cli::visuals::VisualsCommand),
 }
 
 fn main() {
@@ -36,6 +39,7 @@ fn main() {
         Command::VerifyRelease(args) => cli::release::run_verify_release(args),
         Command::Reproduce(args) => cli::release::run_reproduce(args),
         Command::Receipt(command) => cli::receipt::run(command),
+        Command::Visuals(command) => cli::visuals::run(command),
     };
     if let Err(error) = result {
         eprintln!("pipeline: error: {error:#}");
