@@ -45,6 +45,14 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Runs a crash test that must be refused: exit 1, no report; returns its stderr.
+fn refused(out: &Path, extra: &[&str], writer: &[&str]) -> String {
+    let output = crash_test(out, extra, writer);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(output.stdout.is_empty(), "a refused run prints no report");
+    stderr(&output)
+}
+
 /// Runs a toy writer mode with its own check; returns the report.
 fn toy(mode: &str) -> (tempfile::TempDir, Output) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -240,18 +248,15 @@ fn threads_and_child_processes_are_recorded() {
 #[test]
 fn a_failing_writer_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = crash_test(
+    let text = refused(
         &dir.path().join("out"),
         &["--check", "true"],
         &["sh", "-c", "echo partial > ckpt; exit 3"],
     );
-    assert_eq!(output.status.code(), Some(1));
     assert!(
-        stderr(&output).contains("the writer exited with exit code 3"),
-        "{}",
-        stderr(&output)
+        text.contains("the writer exited with exit code 3"),
+        "{text}"
     );
-    assert!(output.stdout.is_empty());
 }
 
 /// Whether a process with the pid in `file` is still running (a zombie waiting for
@@ -301,24 +306,20 @@ fn a_hanging_writer_is_killed_with_its_whole_tree() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pid_file = dir.path().join("writer.pid");
     let script = format!("sleep 600 & echo $! > {}; wait", pid_file.display());
-    let output = crash_test(
+    // The pid file lies outside the scratch directory: the escape is caught first.
+    let text = refused(
         &dir.path().join("out"),
         &["--check", "true"],
         &["sh", "-c", &script],
     );
-    assert_eq!(output.status.code(), Some(1));
-    // The pid file lies outside the scratch directory: the escape is caught first.
-    let text = stderr(&output);
     assert!(text.contains("escaped its scratch directory"), "{text}");
     assert!(!pid_file.exists(), "the escaping write must not have run");
 
-    let output = crash_test(
+    let text = refused(
         &dir.path().join("out2"),
         &["--check", "true", "--writer-timeout-ms", "3000"],
         &["sh", "-c", "sleep 600 & echo $! > sleeper.pid; wait"],
     );
-    assert_eq!(output.status.code(), Some(1));
-    let text = stderr(&output);
     assert!(text.contains("ran longer than 3000 ms"), "{text}");
     assert!(!alive(&dir.path().join("out2/scratch/sleeper.pid")));
 }
@@ -328,13 +329,11 @@ fn an_escaping_writer_is_killed_before_the_write_lands() {
     let dir = tempfile::tempdir().expect("tempdir");
     let outside = dir.path().join("outside.txt");
     let script = format!("echo inside > ckpt; echo escaped > {}", outside.display());
-    let output = crash_test(
+    let text = refused(
         &dir.path().join("out"),
         &["--check", "true"],
         &["sh", "-c", &script],
     );
-    assert_eq!(output.status.code(), Some(1));
-    let text = stderr(&output);
     assert!(text.contains("escaped its scratch directory"), "{text}");
     assert!(text.contains("outside.txt"), "{text}");
     assert!(!outside.exists());
@@ -342,12 +341,12 @@ fn an_escaping_writer_is_killed_before_the_write_lands() {
     // A rename out of the scratch directory is an escape too.
     let target = dir.path().join("moved");
     let script = format!("echo x > a; mv a {}", target.display());
-    let output = crash_test(
+    let text = refused(
         &dir.path().join("out2"),
         &["--check", "true"],
         &["sh", "-c", &script],
     );
-    assert!(stderr(&output).contains("escaped its scratch directory"));
+    assert!(text.contains("escaped its scratch directory"), "{text}");
     assert!(!target.exists());
 }
 
@@ -366,13 +365,11 @@ fn unmodelled_system_calls_are_refused_by_name() {
     ];
     for (program, name) in cases {
         let dir = tempfile::tempdir().expect("tempdir");
-        let output = crash_test(
+        let text = refused(
             &dir.path().join("out"),
             &["--check", "true"],
             &["python3", "-c", program],
         );
-        assert_eq!(output.status.code(), Some(1));
-        let text = stderr(&output);
         assert!(
             text.contains("does not model") && text.contains(name),
             "{name}: {text}"
@@ -383,21 +380,22 @@ fn unmodelled_system_calls_are_refused_by_name() {
 #[test]
 fn a_trace_over_the_limits_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = crash_test(
+    let writer = ["sh", "-c", "for i in 1 2 3 4 5; do echo $i > f$i; done"];
+    let text = refused(
         &dir.path().join("out"),
         &["--check", "true", "--max-operations", "3"],
-        &["sh", "-c", "for i in 1 2 3 4 5; do echo $i > f$i; done"],
+        &writer,
     );
-    assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("over the limits: recorded operations (limit 3)"));
-
-    let output = crash_test(
+    assert!(
+        text.contains("over the limits: recorded operations (limit 3)"),
+        "{text}"
+    );
+    let text = refused(
         &dir.path().join("out2"),
         &["--check", "true", "--max-distinct-states", "2"],
-        &["sh", "-c", "for i in 1 2 3 4 5; do echo $i > f$i; done"],
+        &writer,
     );
-    assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("more than 2 distinct crash states"));
+    assert!(text.contains("more than 2 distinct crash states"), "{text}");
 }
 
 #[test]
@@ -406,9 +404,8 @@ fn a_used_output_directory_is_refused_and_left_alone() {
     let out = dir.path().join("out");
     std::fs::create_dir(&out).expect("mkdir");
     std::fs::write(out.join("keep.txt"), b"mine").expect("write");
-    let output = crash_test(&out, &["--check", "true"], &["true"]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("exists and is not empty"));
+    let text = refused(&out, &["--check", "true"], &["true"]);
+    assert!(text.contains("exists and is not empty"), "{text}");
     assert_eq!(std::fs::read(out.join("keep.txt")).expect("kept"), b"mine");
     assert_eq!(std::fs::read_dir(&out).expect("list").count(), 1);
 }
@@ -416,25 +413,21 @@ fn a_used_output_directory_is_refused_and_left_alone() {
 #[test]
 fn a_failing_setup_and_an_unsupported_starting_image_are_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = crash_test(
+    let text = refused(
         &dir.path().join("out"),
         &["--setup", "exit 4", "--check", "true"],
         &["true"],
     );
-    assert_eq!(output.status.code(), Some(1));
-    let text = stderr(&output);
     assert!(
         text.contains("the setup command `exit 4` failed (exit code 4)"),
         "{text}"
     );
 
-    let output = crash_test(
+    let text = refused(
         &dir.path().join("out2"),
         &["--setup", "ln -s elsewhere link", "--check", "true"],
         &["true"],
     );
-    assert_eq!(output.status.code(), Some(1));
-    let text = stderr(&output);
     assert!(
         text.contains("neither a regular file nor a directory"),
         "{text}"

@@ -7,7 +7,9 @@
 //!
 //! These are observations under the stated model (`model` in each file), not claims about
 //! real hardware.
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
@@ -16,21 +18,6 @@ const SHARDLIFT: &str = env!("CARGO_BIN_EXE_shardlift");
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The hash-locked Python (beside the torchrun ci/python-torch prints).
-fn python() -> PathBuf {
-    let output = Command::new(repo().join("ci/python-torch"))
-        .output()
-        .expect("run ci/python-torch");
-    assert!(
-        output.status.success(),
-        "ci/python-torch failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).expect("utf-8");
-    let torchrun = PathBuf::from(stdout.lines().last().expect("a torchrun path").trim());
-    torchrun.with_file_name("python")
 }
 
 fn torch_version(python: &Path) -> String {
@@ -174,7 +161,7 @@ fn compare_or_update(name: &str, record: &Value) {
 #[test]
 #[ignore = "slow lane: installs the hash-locked Python torch (ci/python-torch)"]
 fn torch_writers_and_the_shardlift_control_match_the_committed_evidence() {
-    let python = python();
+    let python = common::python_torch();
     let torch = torch_version(&python);
     assert!(torch.starts_with("2.13.0"), "{torch}");
     let quiet = " 2>/dev/null";

@@ -16,20 +16,6 @@ use shardlift::orchestrate::invariants::evidence::{derive, Observation, Verdict}
 use shardlift::orchestrate::invariants::registry::REGISTRY;
 use shardlift::orchestrate::invariants::scenarios::Context;
 
-fn torchrun() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/python-torch");
-    let output = Command::new(&script).output().expect("run ci/python-torch");
-    assert!(
-        output.status.success(),
-        "ci/python-torch failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).expect("utf-8");
-    let path = PathBuf::from(stdout.lines().last().expect("a torchrun path").trim());
-    assert!(path.is_file(), "{} is not a file", path.display());
-    path
-}
-
 fn check<'a>(observation: &'a Observation, name: &str) -> (&'a str, &'a str) {
     let check = observation
         .checks
@@ -42,7 +28,7 @@ fn check<'a>(observation: &'a Observation, name: &str) -> (&'a str, &'a str) {
 #[test]
 #[ignore = "slow lane: installs the hash-locked Python torch (ci/python-torch) and runs torchrun"]
 fn all_eleven_scenarios_pass_with_a_real_elastic_restart_and_the_artifact_verifies() {
-    let torchrun = torchrun();
+    let torchrun = common::torchrun();
     let root = tempfile::tempdir().expect("tempdir");
     let out = root.path().join("evidence");
     let run = Command::new(common::shardlift_exe())
@@ -129,7 +115,7 @@ fn all_eleven_scenarios_pass_with_a_real_elastic_restart_and_the_artifact_verifi
 #[test]
 #[ignore = "slow lane: installs the hash-locked Python torch (ci/python-torch) and runs torchrun"]
 fn elastic_scenario_detects_a_restarted_rank_resuming_from_a_perturbed_state() {
-    let torchrun = torchrun();
+    let torchrun = common::torchrun();
     let data =
         shardlift::dataset::ensure_and_load(&common::cache_directory(), None).expect("dataset");
     let work = tempfile::tempdir().expect("tempdir");

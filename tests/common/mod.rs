@@ -12,3 +12,26 @@ pub fn cache_directory() -> PathBuf {
 pub fn shardlift_exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shardlift"))
 }
+
+/// The hash-locked Python torch environment's `torchrun` (`ci/python-torch` installs it
+/// on demand, cached per user; the slow lane only).
+pub fn torchrun() -> PathBuf {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/python-torch");
+    let output = std::process::Command::new(&script)
+        .output()
+        .expect("run ci/python-torch");
+    assert!(
+        output.status.success(),
+        "ci/python-torch failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).expect("utf-8");
+    let path = PathBuf::from(stdout.lines().last().expect("a torchrun path").trim());
+    assert!(path.is_file(), "{} is not a file", path.display());
+    path
+}
+
+/// The Python interpreter of that environment.
+pub fn python_torch() -> PathBuf {
+    torchrun().with_file_name("python")
+}
