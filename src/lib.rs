@@ -1,7 +1,7 @@
 //! ShardLift: a crash-consistency lab for sharded training state.
 //!
 //! The crate is layered; a module may use the ones above it in this list, never below
-//! (checked by `tests/store_layering.rs`, drawn in `docs/architecture.md`):
+//! (checked by `tests/fast_layering.rs`, drawn in `docs/architecture.md`):
 //!
 //! - [`core`]: digests, canonical JSON, the logical state and its root, data cursor and
 //!   ledger, per-chunk AdamW — torch-free, no I/O.
@@ -16,17 +16,29 @@
 //! - [`evidence`]: bundle records, install and verify, the source binding.
 //! - [`orchestrate`] (feature `torch`): the killer demo, the invariant suite, benches.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
+// Every public item of `core` and `store` is documented. The other rooms still have
+// undocumented public fields and variants (about 650 in all, #15); each `allow` below
+// goes once its room is documented, and new rooms get none.
 pub mod core;
+#[allow(missing_docs)]
 pub mod dataset;
+#[allow(missing_docs)]
 pub mod durable;
 #[cfg(feature = "torch")]
+#[allow(missing_docs)]
 pub mod engine;
+#[allow(missing_docs)]
 pub mod evidence;
 pub mod interop;
+#[allow(missing_docs)]
 pub mod lab;
 #[cfg(feature = "torch")]
+#[allow(missing_docs)]
 pub mod orchestrate;
 pub mod store;
+#[allow(missing_docs)]
 pub mod supervise;
+#[allow(missing_docs)]
 pub mod trainer;

@@ -1,8 +1,16 @@
 //! `pipeline`: ShardLift's release evidence and test-lane receipts, as a library; the
 //! `pipeline` binary (`main.rs`, `cli/`) is a thin clap front end over it.
+#![warn(missing_docs)]
+// Modules with undocumented public fields and variants (about 570 in all when this lint
+// was enabled, #15); each `allow` goes once its module is documented.
+#[allow(missing_docs)]
 pub mod git;
+#[allow(missing_docs)]
 pub mod intoto;
+#[allow(missing_docs)]
 pub mod receipt;
+#[allow(missing_docs)]
 pub mod release;
+#[allow(missing_docs)]
 pub mod sshsig;
 pub mod visuals;

@@ -9,12 +9,17 @@ use crate::core::logical::{ChunkState, Hyperparameters};
 /// Why an update was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AdamwError {
+    /// The gradient slice is not as long as the chunk.
     #[error("chunk {id}: gradient holds {found} values, chunk holds {expected}")]
     GradientLength {
+        /// The chunk's id.
         id: u32,
+        /// Values the chunk holds.
         expected: usize,
+        /// Values the gradient slice holds.
         found: usize,
     },
+    /// The step count was 0 (AdamW's bias correction needs t >= 1).
     #[error("AdamW step must be at least 1")]
     ZeroStep,
 }

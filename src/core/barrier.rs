@@ -9,21 +9,37 @@ use serde::{Deserialize, Serialize};
 /// RFC's numbered list equals it. Object barriers repeat once per chunk payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Barrier {
+    /// A chunk object's bytes are written to its temporary file.
     ObjectAfterWrite,
+    /// The chunk object's temporary file is fsynced.
     ObjectAfterFileFsync,
+    /// The chunk object is renamed into `objects/`.
     ObjectAfterRename,
+    /// The object's directory is fsynced.
     ObjectAfterDirectoryFsync,
+    /// The manifest's bytes are written to its temporary file.
     ManifestAfterWrite,
+    /// The manifest's temporary file is fsynced.
     ManifestAfterFileFsync,
+    /// The manifest is renamed into `objects/`.
     ManifestAfterRename,
+    /// The manifest's directory is fsynced.
     ManifestAfterDirectoryFsync,
+    /// The commit record's bytes are written to its temporary file.
     CommitAfterWrite,
+    /// The commit record's temporary file is fsynced (a demo barrier).
     CommitAfterFileFsync,
+    /// The commit record is renamed into `commits/`: the generation is visible (a demo barrier).
     CommitAfterRename,
+    /// `commits/` is fsynced: the generation is durable.
     CommitAfterDirectoryFsync,
+    /// The new `refs/LATEST` hint is written to its temporary file.
     LatestAfterWrite,
+    /// The `refs/LATEST` temporary file is fsynced.
     LatestAfterFileFsync,
+    /// `refs/LATEST` is replaced by rename.
     LatestAfterRename,
+    /// `refs/` is fsynced.
     LatestAfterDirectoryFsync,
 }
 
@@ -70,6 +86,7 @@ impl Barrier {
         }
     }
 
+    /// The barrier with this kebab-case name, if any.
     pub fn from_name(name: &str) -> Option<Barrier> {
         Barrier::ALL.into_iter().find(|b| b.name() == name)
     }

@@ -9,8 +9,11 @@ use serde::{Deserialize, Serialize};
 
 /// A record type with a schema id, one accepted version and a size cap.
 pub trait CanonicalRecord: Serialize + DeserializeOwned {
+    /// The schema id every record of this type carries.
     const SCHEMA: &'static str;
+    /// The one schema version this build reads and writes.
     const VERSION: u32;
+    /// The largest encoding, in bytes, that is decoded at all.
     const CAP: u64;
 }
 
@@ -29,35 +32,56 @@ macro_rules! canonical_record {
 /// Why bytes are not a valid canonical record.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CanonicalError {
+    /// The bytes exceed the record type's cap.
     #[error("{schema}: {found} bytes exceeds the cap of {cap}")]
     TooLarge {
+        /// The record's schema id.
         schema: &'static str,
+        /// The cap, in bytes.
         cap: u64,
+        /// The length found, in bytes.
         found: u64,
     },
+    /// The bytes are not JSON of the record's closed schema.
     #[error("{schema}: not decodable: {message}")]
     Undecodable {
+        /// The record's schema id.
         schema: &'static str,
+        /// The decoder's message.
         message: String,
     },
+    /// The record names another schema.
     #[error("expected schema {expected}, found {found}")]
     WrongSchema {
+        /// The schema id expected.
         expected: &'static str,
+        /// The schema id found.
         found: String,
     },
+    /// The record has a version this build does not read.
     #[error(
         "{schema}: version {found} is not supported (this build reads exactly version {expected})"
     )]
     UnsupportedVersion {
+        /// The record's schema id.
         schema: &'static str,
+        /// The one version this build reads.
         expected: u32,
+        /// The version found, as text.
         found: String,
     },
+    /// The bytes decode but are not their own canonical encoding.
     #[error("{schema}: the bytes are valid JSON but not the canonical (RFC 8785) encoding")]
-    NotCanonical { schema: &'static str },
+    NotCanonical {
+        /// The record's schema id.
+        schema: &'static str,
+    },
+    /// The record could not be serialised.
     #[error("{schema}: cannot encode: {message}")]
     Encode {
+        /// The record's schema id.
         schema: &'static str,
+        /// The serialiser's message.
         message: String,
     },
 }

@@ -10,8 +10,10 @@ pub struct Digest(pub [u8; 32]);
 /// Why a string is not a digest.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DigestParseError {
+    /// The text is not 64 characters long (its length).
     #[error("a SHA-256 digest is 64 hex digits, got {0} characters")]
     WrongLength(usize),
+    /// The text holds a character outside `[0-9a-f]`.
     #[error("a SHA-256 digest is lowercase hex, got a character outside [0-9a-f]")]
     NotLowercaseHex,
 }
@@ -95,6 +97,7 @@ impl FramedHasher {
         self.field(&value.to_le_bytes())
     }
 
+    /// The digest of the domain and every field, in order.
     pub fn finish(self) -> Digest {
         Digest(self.0.finalize().into())
     }

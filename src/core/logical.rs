@@ -35,11 +35,17 @@ pub const PARAMETER_COUNT: usize =
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Hyperparameters {
+    /// Seed of the initial parameters and the data permutations.
     pub seed: u64,
+    /// AdamW learning rate.
     pub learning_rate: f32,
+    /// AdamW first-moment decay.
     pub beta1: f32,
+    /// AdamW second-moment decay.
     pub beta2: f32,
+    /// AdamW denominator epsilon.
     pub epsilon: f32,
+    /// AdamW decoupled weight decay.
     pub weight_decay: f32,
     /// Samples per logical micro-batch.
     pub micro_batch_size: u32,
@@ -100,28 +106,51 @@ impl Hyperparameters {
 /// moments. The AdamW step count is the state's `step`, shared by every chunk.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkState {
+    /// The chunk's stable id: its index in logical order.
     pub id: u32,
+    /// The chunk's parameter values.
     pub parameters: Vec<f32>,
+    /// AdamW's first moment, one value per parameter.
     pub exp_avg: Vec<f32>,
+    /// AdamW's second moment, one value per parameter.
     pub exp_avg_sq: Vec<f32>,
 }
 
 /// Why a logical state is malformed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LogicalStateError {
+    /// `chunk_elements` is 0.
     #[error("chunk_elements must be at least 1")]
     ZeroChunkElements,
+    /// The state holds the wrong number of chunks.
     #[error("expected {expected} chunks, found {found}")]
-    ChunkCount { expected: usize, found: usize },
-    #[error("chunk at position {position} has id {id}")]
-    ChunkId { position: usize, id: u32 },
-    #[error("chunk {id}: {slot} holds {found} values, expected {expected}")]
-    ChunkLength {
-        id: u32,
-        slot: &'static str,
+    ChunkCount {
+        /// Chunks the parameter count needs.
         expected: usize,
+        /// Chunks the state holds.
         found: usize,
     },
+    /// A chunk's id is not its position.
+    #[error("chunk at position {position} has id {id}")]
+    ChunkId {
+        /// Where the chunk stands in the list.
+        position: usize,
+        /// The id it carries (it must equal its position).
+        id: u32,
+    },
+    /// A chunk's slot holds the wrong number of values.
+    #[error("chunk {id}: {slot} holds {found} values, expected {expected}")]
+    ChunkLength {
+        /// The chunk's id.
+        id: u32,
+        /// The slot: `parameters`, `exp_avg` or `exp_avg_sq`.
+        slot: &'static str,
+        /// Values the chunk should hold.
+        expected: usize,
+        /// Values it holds.
+        found: usize,
+    },
+    /// A batch dimension is 0.
     #[error("micro_batch_size and logical_micro_batches must be at least 1")]
     EmptyBatch,
 }
@@ -129,6 +158,7 @@ pub enum LogicalStateError {
 /// The complete logical training state at an optimizer step boundary.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogicalState {
+    /// The hyper-parameters the state trains under.
     pub hyperparameters: Hyperparameters,
     /// Optimizer steps taken so far (AdamW's `t`).
     pub step: u64,
@@ -136,6 +166,7 @@ pub struct LogicalState {
     pub cursor: u64,
     /// Running digest of the data ledger up to `step` (see `sampling`).
     pub ledger_digest: Digest,
+    /// Every chunk, in logical order (id = index).
     pub chunks: Vec<ChunkState>,
 }
 

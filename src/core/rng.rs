@@ -16,6 +16,7 @@ impl SplitMix64 {
         SplitMix64(u64::from_le_bytes(key))
     }
 
+    /// The next value of the SplitMix64 sequence.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

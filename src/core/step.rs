@@ -20,24 +20,44 @@ pub const LOGIT_PROBE_IMAGES: usize = 128;
 /// Why a step's arithmetic failed (outside the gradient engine itself).
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
+    /// AdamW refused the update.
     #[error("optimizer: {0}")]
     Adamw(#[from] adamw::AdamwError),
+    /// The gradients do not cover every micro-batch exactly once.
     #[error("micro-batch results do not cover 0..{expected} exactly once (got {got:?})")]
-    MicroBatchCoverage { expected: u32, got: Vec<u32> },
+    MicroBatchCoverage {
+        /// The number of logical micro-batches.
+        expected: u32,
+        /// The micro-batch indices received.
+        got: Vec<u32>,
+    },
+    /// A micro-batch gradient has the wrong length.
     #[error(
         "gradient of micro-batch {micro_batch} holds {found} values, expected {PARAMETER_COUNT}"
     )]
-    GradientLength { micro_batch: u32, found: usize },
+    GradientLength {
+        /// The micro-batch index.
+        micro_batch: u32,
+        /// Values its gradient holds.
+        found: usize,
+    },
+    /// A split's byte counts disagree with its sample count (or it is empty).
     #[error("split holds {count} samples but {images} image bytes and {labels} labels")]
     SplitShape {
+        /// Samples the split claims.
         count: usize,
+        /// Image bytes it holds.
         images: usize,
+        /// Labels it holds.
         labels: usize,
     },
+    /// A sample id is past the end of the split (the id).
     #[error("sample id {0} is outside the split")]
     SampleOutOfRange(u32),
+    /// The flat parameter vector has the wrong length (its length).
     #[error("parameter vector holds {0} values, expected {PARAMETER_COUNT}")]
     ParameterLength(usize),
+    /// The gradient engine failed (its message).
     #[error("gradient engine: {0}")]
     Engine(String),
 }
@@ -66,8 +86,11 @@ pub trait GradientEngine {
 /// Images and labels of one split, borrowed (row-major 28×28 u8 images).
 #[derive(Clone, Copy, Debug)]
 pub struct SplitView<'a> {
+    /// `count` images of 784 bytes each.
     pub images: &'a [u8],
+    /// One label per image.
     pub labels: &'a [u8],
+    /// The number of samples.
     pub count: usize,
 }
 
@@ -91,18 +114,24 @@ impl SplitView<'_> {
 /// One logical micro-batch with the exact bytes it trains on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MicroBatch {
+    /// The micro-batch's logical index m.
     pub index: u32,
+    /// The ids of its samples, in order.
     pub sample_ids: Vec<u32>,
+    /// Their images, concatenated.
     pub pixels: Vec<u8>,
+    /// Their labels.
     pub labels: Vec<u8>,
 }
 
 /// The gradient of one micro-batch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MicroBatchGradient {
+    /// The micro-batch's logical index m.
     pub index: u32,
     /// Sum of the micro-batch's cross-entropy divided by the global batch size.
     pub loss: f32,
+    /// The gradient over the flat parameter vector.
     pub gradient: Vec<f32>,
 }
 
@@ -178,7 +207,9 @@ pub fn advance_counters(state: &mut LogicalState, batches: &[MicroBatch]) {
 /// What one step produced.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepOutcome {
+    /// The step count after the update.
     pub step: u64,
+    /// The step's loss: the sum of its micro-batches' losses.
     pub loss: f32,
 }
 

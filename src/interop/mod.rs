@@ -37,13 +37,16 @@ pub mod error;
 
 pub use error::InteropError;
 
-/// The three files of an export directory.
+/// The model's parameters in an export directory.
 pub const MODEL_FILE: &str = "model.safetensors";
+/// AdamW's moments in an export directory.
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// The export's record (canonical JSON).
 pub const METADATA_FILE: &str = "metadata.json";
 
-/// Schema name and version of `metadata.json`.
+/// Schema name of `metadata.json`.
 pub const METADATA_SCHEMA: &str = "shardlift-safetensors-export";
+/// The one version of `metadata.json` this build reads and writes.
 pub const METADATA_VERSION: u32 = 1;
 
 /// Caps on what import reads.
@@ -54,17 +57,23 @@ const MAX_SAFETENSORS_BYTES: u64 = 64 * 1024 * 1024;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExportMetadata {
+    /// [`METADATA_SCHEMA`].
     pub schema: String,
+    /// [`METADATA_VERSION`].
     pub version: u32,
     /// The generation exported (absent in a state written outside ShardLift).
     pub generation: Option<u64>,
     /// The digest of the commit record it came from.
     pub commit_digest: Option<Digest>,
+    /// Optimizer steps taken (AdamW's `t`).
     pub step: u64,
+    /// The data cursor: the next unconsumed sample position.
     pub cursor: u64,
+    /// The training hyper-parameters, seed included.
     pub hyperparameters: Hyperparameters,
     /// Checked against the imported state when present.
     pub logical_state_root: Option<Digest>,
+    /// The data ledger's running digest.
     pub ledger_digest: Digest,
     /// SHA-256 of `model.safetensors` and `optimizer.safetensors`.
     pub files: BTreeMap<String, Digest>,
@@ -73,14 +82,18 @@ pub struct ExportMetadata {
 /// What an export wrote.
 #[derive(Clone, Debug, Serialize)]
 pub struct ExportSummary {
+    /// What `metadata.json` holds.
     pub metadata: ExportMetadata,
+    /// The export directory.
     pub directory: PathBuf,
 }
 
 /// What an import committed.
 #[derive(Clone, Debug, Serialize)]
 pub struct ImportSummary {
+    /// The new generation's commit.
     pub commit: CommitSummary,
+    /// The imported state's logical-state root.
     pub imported_root: Digest,
 }
 

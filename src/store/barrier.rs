@@ -9,15 +9,20 @@ pub use crate::core::barrier::Barrier;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BarrierEvent {
+    /// Its sequence number in the run, from 0.
     pub seq: u64,
+    /// The barrier reached.
     pub barrier: Barrier,
+    /// Its 1-based occurrence in this run (object barriers repeat per chunk).
     pub occurrence: u32,
+    /// The path it concerns, relative to the store.
     pub path: String,
 }
 
 /// Called by the writer at every barrier; returning `Err` stops the publisher there
 /// (nothing after the barrier happens).
 pub trait BarrierHook {
+    /// Called when the writer reaches `event`; `Err(reason)` stops the publisher.
     fn reached(&mut self, event: &BarrierEvent) -> Result<(), String>;
 }
 
@@ -34,6 +39,7 @@ impl BarrierHook for NoHooks {
 /// Records every event.
 #[derive(Debug, Default, Clone)]
 pub struct RecordingHooks {
+    /// Every event reached, in order.
     pub events: Vec<BarrierEvent>,
 }
 

@@ -15,8 +15,11 @@ use crate::core::logical::{Hyperparameters, PARAMETER_COUNT};
 
 use crate::store::error::StoreError;
 
+/// Schema id of manifests.
 pub const MANIFEST_SCHEMA: &str = "shardlift.store.manifest";
+/// Schema id of commit records.
 pub const COMMIT_SCHEMA: &str = "shardlift.store.commit";
+/// Schema id of `refs/LATEST`.
 pub const LATEST_SCHEMA: &str = "shardlift.store.latest";
 /// The one schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -34,10 +37,12 @@ pub const MAX_CHUNK_OBJECT_BYTES: u64 = (PARAMETER_COUNT as u64) * 4;
 pub mod dec_u64 {
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// Writes the value as a decimal string.
     pub fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&value.to_string())
     }
 
+    /// Reads a canonical decimal string (see [`parse`]).
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
         parse(&text).map_err(serde::de::Error::custom)
@@ -61,6 +66,7 @@ pub mod dec_u64 {
 pub mod dec_u64_opt {
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// Writes a decimal string, or null for `None`.
     pub fn serialize<S: Serializer>(value: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
         match value {
             Some(v) => serializer.serialize_str(&v.to_string()),
@@ -68,6 +74,7 @@ pub mod dec_u64_opt {
         }
     }
 
+    /// Reads null as `None`, else a canonical decimal string.
     pub fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<u64>, D::Error> {
@@ -85,15 +92,24 @@ pub mod dec_u64_opt {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HyperparametersRecord {
+    /// The seed (a decimal string in JSON).
     #[serde(with = "dec_u64")]
     pub seed: u64,
+    /// Bits of the FP32 learning rate.
     pub learning_rate_bits: u32,
+    /// Bits of the FP32 AdamW beta1.
     pub beta1_bits: u32,
+    /// Bits of the FP32 AdamW beta2.
     pub beta2_bits: u32,
+    /// Bits of the FP32 AdamW epsilon.
     pub epsilon_bits: u32,
+    /// Bits of the FP32 weight decay.
     pub weight_decay_bits: u32,
+    /// Samples per logical micro-batch.
     pub micro_batch_size: u32,
+    /// Logical micro-batches per global batch.
     pub logical_micro_batches: u32,
+    /// FP32 values per optimizer chunk.
     pub chunk_elements: u32,
 }
 
@@ -114,6 +130,7 @@ impl From<&Hyperparameters> for HyperparametersRecord {
 }
 
 impl HyperparametersRecord {
+    /// The hyper-parameters these bits encode, exactly.
     pub fn to_hyperparameters(&self) -> Hyperparameters {
         Hyperparameters {
             seed: self.seed,
@@ -134,14 +151,20 @@ impl HyperparametersRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChunkEntry {
+    /// The chunk's stable id.
     pub id: u32,
+    /// FP32 values in the chunk.
     pub elements: u32,
+    /// Address of the parameter payload.
     pub parameters: Digest,
+    /// Address of the first-moment payload.
     pub exp_avg: Digest,
+    /// Address of the second-moment payload.
     pub exp_avg_sq: Digest,
 }
 
 impl ChunkEntry {
+    /// The three payload addresses with their slot names, in slot order.
     pub fn digests(&self) -> [(&'static str, Digest); 3] {
         [
             ("parameters", self.parameters),
@@ -156,17 +179,25 @@ impl ChunkEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ManifestRecord {
+    /// Always [`MANIFEST_SCHEMA`].
     pub schema: String,
+    /// Always [`SCHEMA_VERSION`].
     pub version: u32,
+    /// Optimizer steps taken.
     #[serde(with = "dec_u64")]
     pub step: u64,
+    /// Global index of the next unconsumed sample.
     #[serde(with = "dec_u64")]
     pub cursor: u64,
+    /// Digest of the data ledger up to `step`.
     pub ledger_digest: Digest,
+    /// The hyper-parameters, as bits.
     pub hyperparameters: HyperparametersRecord,
+    /// The worker count of the placement.
     pub workers: u32,
     /// Owner rank of each chunk, by chunk id (`chunk_owner(c) = c mod workers`).
     pub ownership: Vec<u32>,
+    /// Every chunk, in logical order.
     pub chunks: Vec<ChunkEntry>,
     /// The projected logical-state root of the state this manifest describes.
     pub logical_state_root: Digest,
@@ -176,7 +207,9 @@ pub struct ManifestRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CommitKind {
+    /// A publish of a trained state.
     Publish,
+    /// An offline reshard of an earlier generation onto another worker count.
     Reshard,
 }
 
@@ -184,19 +217,26 @@ pub enum CommitKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommitRecord {
+    /// Always [`COMMIT_SCHEMA`].
     pub schema: String,
+    /// Always [`SCHEMA_VERSION`].
     pub version: u32,
+    /// The generation this record commits.
     #[serde(with = "dec_u64")]
     pub generation: u64,
+    /// Publish or reshard.
     pub kind: CommitKind,
     /// For a reshard: the generation it was derived from.
     #[serde(with = "dec_u64_opt")]
     pub source_generation: Option<u64>,
+    /// Address of the generation's manifest.
     pub manifest: Digest,
     /// Copies of manifest fields, bound: recovery checks they agree.
     pub workers: u32,
+    /// The manifest's step (bound copy).
     #[serde(with = "dec_u64")]
     pub step: u64,
+    /// The manifest's logical-state root (bound copy).
     pub logical_state_root: Digest,
 }
 
@@ -204,10 +244,14 @@ pub struct CommitRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LatestRecord {
+    /// Always [`LATEST_SCHEMA`].
     pub schema: String,
+    /// Always [`SCHEMA_VERSION`].
     pub version: u32,
+    /// The generation named.
     #[serde(with = "dec_u64")]
     pub generation: u64,
+    /// SHA-256 of that generation's commit record bytes.
     pub commit: Digest,
 }
 

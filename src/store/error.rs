@@ -8,102 +8,206 @@ use crate::core::topology::TopologyError;
 /// Why a store operation failed. Each variant names the file it concerns where there is one.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The store directory does not exist.
     #[error("store directory {} does not exist", path.display())]
-    NoStore { path: PathBuf },
+    NoStore {
+        /// The file or directory concerned.
+        path: PathBuf,
+    },
+    /// An I/O operation on a file or directory failed.
     #[error("I/O error on {}: {source}", path.display())]
     Io {
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// An fsync failed; the generation being published is aborted, never retried.
     #[error("fsync of {} failed; generation {generation} is aborted: {source}", path.display())]
     FsyncFailed {
+        /// The file or directory whose fsync failed.
         path: PathBuf,
+        /// The generation that is aborted.
         generation: u64,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// A record file is larger than its cap.
     #[error("{}: more than the cap of {cap} bytes", path.display())]
-    TooLarge { path: PathBuf, cap: u64 },
+    TooLarge {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The cap, in bytes.
+        cap: u64,
+    },
+    /// A record file is not a valid record of its schema.
     #[error("{}: not a valid {schema} record: {message}", path.display())]
     Undecodable {
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The record's schema id.
         schema: &'static str,
+        /// The underlying message.
         message: String,
     },
+    /// A record names another schema.
     #[error("{}: schema id {found:?}, expected {expected:?}", path.display())]
     WrongSchema {
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The schema id expected.
         expected: &'static str,
+        /// The schema id found.
         found: String,
     },
+    /// A record has a schema version this build does not read.
     #[error("{}: schema version {found}, this build reads version {expected}", path.display())]
     UnsupportedVersion {
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The one version this build reads.
         expected: u32,
+        /// The version found, as text.
         found: String,
     },
+    /// A record's bytes are not its canonical (RFC 8785) encoding.
     #[error("{}: bytes are not the canonical (RFC 8785) encoding of the record", path.display())]
-    NotCanonical { path: PathBuf },
+    NotCanonical {
+        /// The file or directory concerned.
+        path: PathBuf,
+    },
+    /// An object a record references is missing.
     #[error("{}: referenced object {digest} is missing", path.display())]
-    MissingObject { path: PathBuf, digest: Digest },
+    MissingObject {
+        /// Where the object should be.
+        path: PathBuf,
+        /// The object's digest.
+        digest: Digest,
+    },
+    /// An object's content digest is not its address.
     #[error("{}: content digest {actual} does not match its address {expected}", path.display())]
     DigestMismatch {
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The digest the object is addressed by.
         expected: Digest,
+        /// The digest of its content.
         actual: Digest,
     },
+    /// A commit record's file name and content name different generations.
     #[error("{}: file name says generation {named}, the record says {recorded}", path.display())]
     GenerationNameMismatch {
+        /// The commit record.
         path: PathBuf,
+        /// The generation in the file name.
         named: u64,
+        /// The generation in the record.
         recorded: u64,
     },
+    /// A commit record disagrees with its manifest.
     #[error("{}: {what} in the commit record does not match its manifest", path.display())]
-    BindingMismatch { path: PathBuf, what: &'static str },
+    BindingMismatch {
+        /// The commit record.
+        path: PathBuf,
+        /// The field that disagrees.
+        what: &'static str,
+    },
+    /// A manifest is malformed.
     #[error("{}: manifest is malformed: {reason}", path.display())]
-    MalformedManifest { path: PathBuf, reason: String },
+    MalformedManifest {
+        /// The manifest.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A manifest's ownership map is not the map for its worker count.
     #[error("{}: ownership map is not the map for {workers} workers", path.display())]
-    OwnershipMismatch { path: PathBuf, workers: u32 },
+    OwnershipMismatch {
+        /// The manifest.
+        path: PathBuf,
+        /// The worker count the manifest records.
+        workers: u32,
+    },
+    /// A chunk object's size is not the one its manifest records.
     #[error("{}: chunk {id} object holds {found} bytes, the manifest says {expected}", path.display())]
     ChunkSize {
+        /// The manifest that records the chunk.
         path: PathBuf,
+        /// The chunk's id.
         id: u32,
+        /// The size the manifest records, in bytes.
         expected: u64,
+        /// The object's size, in bytes.
         found: u64,
     },
+    /// The state loaded from the store is malformed.
     #[error("{}: the stored state is malformed: {source}", path.display())]
     MalformedState {
+        /// The manifest the state was loaded from.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: LogicalStateError,
     },
+    /// The logical-state root recomputed from the loaded chunks is not the recorded one.
     #[error("{}: logical-state root {actual} differs from the recorded {expected}", path.display())]
     RootMismatch {
+        /// The manifest the state was loaded from.
         path: PathBuf,
+        /// The recorded root.
         expected: Digest,
+        /// The recomputed root.
         actual: Digest,
     },
+    /// The state to publish is invalid.
     #[error("the state to publish is invalid: {0}")]
     InvalidState(#[from] LogicalStateError),
+    /// The topology is invalid.
     #[error("invalid topology: {0}")]
     InvalidTopology(#[from] TopologyError),
+    /// The generation asked for has no commit record.
     #[error("generation {generation} has no commit record ({})", path.display())]
-    GenerationNotFound { path: PathBuf, generation: u64 },
+    GenerationNotFound {
+        /// Where its commit record would be.
+        path: PathBuf,
+        /// The generation concerned.
+        generation: u64,
+    },
+    /// The generation already has a commit record (records are never replaced).
     #[error("generation {generation} is already taken ({}); commit records are never replaced", path.display())]
-    GenerationTaken { path: PathBuf, generation: u64 },
+    GenerationTaken {
+        /// The existing commit record.
+        path: PathBuf,
+        /// The generation that is taken.
+        generation: u64,
+    },
+    /// The next generation number would overflow.
     #[error("the generation counter would overflow")]
     GenerationOverflow,
+    /// The publisher was stopped at a barrier (the crash harness's pause).
     #[error("the publisher was stopped at barrier {barrier}: {reason}")]
     Stopped {
+        /// The barrier's name.
         barrier: &'static str,
+        /// Why it stopped.
         reason: String,
     },
+    /// A state handoff file is invalid.
     #[error("{}: not a valid state handoff file: {reason}", path.display())]
-    BadHandoff { path: PathBuf, reason: String },
+    BadHandoff {
+        /// The handoff file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record could not be encoded.
     #[error("cannot encode a {schema} record: {message}")]
     Encode {
+        /// The record's schema id.
         schema: &'static str,
+        /// The underlying message.
         message: String,
     },
 }

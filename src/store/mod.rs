@@ -5,9 +5,9 @@
 //! installed with a rename that never replaces), `staging/` (temp files), `refs/LATEST`
 //! (a hint). Only a commit record that verifies end to end makes a generation selectable.
 //!
-//! Entry points: [`publish`], [`recover`], [`load_generation`], [`reshard`],
-//! [`kill_publisher_at`], [`recover_in_child`]; the crash, power-loss and corruption
-//! checks live in [`matrix`].
+//! Entry points: [`publish`], [`recover`], [`load_generation`], [`reshard`]. The crash
+//! lab above the store tests it: `lab::harness` (`kill_publisher_at`, `recover_in_child`)
+//! and the crash, power-loss and corruption checks of `lab::matrix`.
 use std::path::Path;
 
 use crate::core::logical::LogicalState;

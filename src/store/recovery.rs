@@ -35,11 +35,15 @@ pub enum LatestStatus {
     Consistent,
 }
 
+/// What recovery found in `refs/LATEST` (reported, never trusted).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LatestReport {
+    /// How LATEST compares with the selected generation.
     pub status: LatestStatus,
+    /// The generation LATEST names, when it names one.
     pub generation: Option<u64>,
+    /// Why LATEST is garbage, when it is.
     pub reason: Option<String>,
 }
 
@@ -47,11 +51,17 @@ pub struct LatestReport {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelectedGeneration {
+    /// The generation number.
     pub generation: u64,
+    /// SHA-256 of its commit record.
     pub commit_digest: Digest,
+    /// SHA-256 of its manifest.
     pub manifest_digest: Digest,
+    /// The worker count of its topology.
     pub workers: u32,
+    /// The optimizer step of its state.
     pub step: u64,
+    /// Its manifest's logical-state root.
     pub logical_state_root: Digest,
 }
 
@@ -74,9 +84,11 @@ impl SelectedGeneration {
 pub struct Rejection {
     /// The commit record file, relative to the store.
     pub file: String,
+    /// The generation the record's file name gives, when known.
     pub generation: Option<u64>,
     /// `StoreError::kind` of the first failed check.
     pub kind: String,
+    /// The failed check's message.
     pub reason: String,
 }
 
@@ -84,10 +96,13 @@ pub struct Rejection {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecoveryReport {
+    /// The highest fully valid generation, if any.
     pub selected: Option<SelectedGeneration>,
     /// Every generation that fully verified, ascending.
     pub valid_generations: Vec<u64>,
+    /// Every commit record that did not verify, and why.
     pub rejected: Vec<Rejection>,
+    /// What `refs/LATEST` says, compared with the selection.
     pub latest: LatestReport,
     /// Entries in `commits/` that are not commit record names (temp files, clutter).
     pub ignored: Vec<String>,
@@ -96,13 +111,19 @@ pub struct RecoveryReport {
 /// A generation that verified end to end.
 #[derive(Clone, Debug)]
 pub struct VerifiedGeneration {
+    /// The generation number.
     pub generation: u64,
+    /// Its decoded commit record.
     pub commit: CommitRecord,
+    /// SHA-256 of the commit record.
     pub commit_digest: Digest,
+    /// Its decoded manifest.
     pub manifest: ManifestRecord,
+    /// SHA-256 of the manifest.
     pub manifest_digest: Digest,
     /// The decoded state (only when asked for; recovery's scan does not decode FP32).
     pub state: Option<LogicalState>,
+    /// The topology the manifest records.
     pub topology: Topology,
 }
 

@@ -83,12 +83,19 @@ impl WriterFaults {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommitSummary {
+    /// The generation committed.
     pub generation: u64,
+    /// Publish or reshard.
     pub kind: CommitKind,
+    /// SHA-256 of the commit record.
     pub commit_digest: Digest,
+    /// SHA-256 of the manifest.
     pub manifest_digest: Digest,
+    /// The worker count of the committed topology.
     pub workers: u32,
+    /// The optimizer step of the committed state.
     pub step: u64,
+    /// The committed logical-state root.
     pub logical_state_root: Digest,
     /// Chunk objects this run installed (not already present).
     pub objects_written: u64,
@@ -207,6 +214,7 @@ impl<'a> Writer<'a> {
         })
     }
 
+    /// The generation this run claimed.
     pub fn generation(&self) -> u64 {
         self.generation
     }
