@@ -334,3 +334,19 @@ fn an_unusable_signing_key_is_refused_before_anything_is_written() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn a_tree_entry_with_a_non_utf8_name_is_refused() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let setup = setup();
+    let name = std::ffi::OsStr::from_bytes(b"bad-\xff.txt");
+    std::fs::write(setup.repo.join("docs").join(name), "x").expect("write");
+    git(&setup.repo, &["add", "-A"]);
+    git(&setup.repo, &["commit", "-q", "-m", "a non-UTF-8 name"]);
+    let out = setup.root.join("out");
+    refused(
+        &assets(&setup, &out, &[]),
+        "a tree entry has a non-UTF-8 name",
+    );
+    assert!(!out.exists());
+}
