@@ -179,6 +179,19 @@ impl Repo {
             .map_err(git)
     }
 
+    /// The committer time of `commit`, in seconds since the epoch (0 if before it).
+    pub fn commit_time(&self, commit: &str) -> Result<u64, GitError> {
+        let oid = parse_commit(commit)?;
+        let found = self.repo.find_commit(oid).map_err(git)?;
+        Ok(u64::try_from(found.time().seconds()).unwrap_or(0))
+    }
+
+    /// The bytes of the blob `oid`.
+    pub fn blob(&self, oid: git2::Oid) -> Result<Vec<u8>, GitError> {
+        let blob = self.repo.find_blob(oid).map_err(git)?;
+        Ok(blob.content().to_vec())
+    }
+
     /// The tree with id `tree`.
     pub fn tree(&self, tree: &str) -> Result<git2::Tree<'_>, GitError> {
         let oid = git2::Oid::from_str(tree).map_err(git)?;

@@ -24,6 +24,8 @@ enum Command {
     VerifyRelease(cli::release::VerifyReleaseArgs),
     /// Rerun both barriers of release evidence and compare the bundles byte for byte.
     Reproduce(cli::release::ReproduceArgs),
+    /// Write reproducible release assets (source, evidence and binary tarballs, SHA256SUMS).
+    ReleaseAssets(cli::release::ReleaseAssetsArgs),
     /// Test-lane receipts: record, merge, plan, verify.
     #[command(subcommand)]
     Receipt(cli::receipt::ReceiptCommand),
@@ -38,6 +40,7 @@ fn main() {
         Command::ReleaseEvidence(args) => cli::release::run_release_evidence(args),
         Command::VerifyRelease(args) => cli::release::run_verify_release(args),
         Command::Reproduce(args) => cli::release::run_reproduce(args),
+        Command::ReleaseAssets(args) => cli::release::run_release_assets(args),
         Command::Receipt(command) => cli::receipt::run(command),
         Command::Visuals(command) => cli::visuals::run(command),
     };

@@ -232,7 +232,9 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             Ok(())
         }
         StoreCommand::Bench(args) => {
-            let report = shardlift::lab::bench::run(args.bytes, args.dir.as_deref())?;
+            let mut progress = super::progress::StderrProgress::new();
+            let report =
+                shardlift::lab::bench::run(args.bytes, args.dir.as_deref(), &mut progress)?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }

@@ -10,6 +10,7 @@ pub mod digest;
 pub mod ledger;
 pub mod logical;
 pub mod pins;
+pub mod progress;
 pub mod rng;
 pub mod sampling;
 pub mod step;

@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::core::digest::Digest;
+use crate::core::progress::Progress;
 use crate::core::topology::Topology;
 
 use crate::lab::error::LabError;
@@ -37,8 +38,13 @@ fn ratio(a: f64, b: f64) -> f64 {
 }
 
 /// Publishes about `bytes` of chunk payloads (whole synthetic states) in a scratch store
-/// under `dir` (default: the system temp dir) and measures the figures of [`BenchReport`].
-pub fn run(bytes: u64, dir: Option<&Path>) -> Result<BenchReport, LabError> {
+/// under `dir` (default: the system temp dir) and measures the figures of [`BenchReport`],
+/// reporting its phases (publish, with one step per state; reshard; recovery) to `progress`.
+pub fn run(
+    bytes: u64,
+    dir: Option<&Path>,
+    progress: &mut dyn Progress,
+) -> Result<BenchReport, LabError> {
     let work = match dir {
         Some(dir) => tempfile::tempdir_in(dir)?,
         None => tempfile::tempdir()?,
@@ -52,12 +58,18 @@ pub fn run(bytes: u64, dir: Option<&Path>) -> Result<BenchReport, LabError> {
         .map(|c| c.parameters.len() as u64 * 12)
         .sum::<u64>();
     let states = bytes.div_ceil(per_state).max(1);
-    let publish = time_publishes(&store, &plain, states)?;
+    progress.phase("store bench: publish", Some(states));
+    let publish = time_publishes(&store, &plain, states, progress)?;
+    progress.finish();
     let last = states - 1;
+    progress.phase("store bench: reshard and copy", None);
     let reshard = time_reshard_and_copy(&store, &plain, &work.path().join("copy"), last)?;
+    progress.finish();
     let payload_bytes = states * per_state;
     // Recovery verifies every generation: `states` publishes plus the reshard's payloads.
+    progress.phase("store bench: recovery and SHA-256", None);
     let recovery = time_recovery_and_sha256(&store, payload_bytes + per_state)?;
+    progress.finish();
     let out = BenchReport {
         states,
         payload_bytes,
@@ -82,7 +94,12 @@ struct Timed {
 
 /// Publishes `states` synthetic states, each timed against writing and fsyncing the same
 /// chunk payloads as plain files.
-fn time_publishes(store: &Path, plain: &Path, states: u64) -> Result<Timed, LabError> {
+fn time_publishes(
+    store: &Path,
+    plain: &Path,
+    states: u64,
+    progress: &mut dyn Progress,
+) -> Result<Timed, LabError> {
     let topology = Topology::new(4)?;
     let (mut publish_s, mut plain_s) = (0.0, 0.0);
     for step in 0..states {
@@ -99,7 +116,7 @@ fn time_publishes(store: &Path, plain: &Path, states: u64) -> Result<Timed, LabE
         }
         std::fs::File::open(plain)?.sync_all()?;
         plain_s += started.elapsed().as_secs_f64();
-        eprintln!("store bench: published {}/{states}", step + 1);
+        progress.advance(step + 1);
     }
     Ok(Timed {
         measured_s: publish_s,

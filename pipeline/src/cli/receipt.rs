@@ -45,7 +45,13 @@ pub struct RecordArgs {
     /// Sign the receipt with this OpenSSH private key (writes OUT.sig).
     #[arg(long)]
     sign_key: Option<PathBuf>,
-    /// The lane command (a `cargo test` invocation, or a shell running several).
+    /// Read the lane's results from this JUnit report (cargo-nextest's, e.g.
+    /// `target/nextest/ci/junit.xml` for a profile with `[profile.ci.junit] path =
+    /// "junit.xml"`) instead of libtest's console output; removed before the lane runs.
+    #[arg(long, value_name = "PATH")]
+    junit: Option<PathBuf>,
+    /// The lane command (a `cargo test` or `cargo nextest run` invocation, or a shell
+    /// running several `cargo test`s).
     #[arg(last = true, required = true)]
     command: Vec<String>,
 }
@@ -136,6 +142,7 @@ fn run_record(args: RecordArgs) -> anyhow::Result<()> {
         },
         out,
         sign_key: args.sign_key,
+        junit: args.junit,
         command: args.command,
     })?;
     eprintln!(

@@ -242,3 +242,59 @@ pub fn run_reproduce(args: ReproduceArgs) -> anyhow::Result<()> {
         }
     }
 }
+
+#[derive(clap::Args, Debug)]
+pub struct ReleaseAssetsArgs {
+    /// The repository; its checkout must be clean.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    repository: PathBuf,
+    /// The commit (full id; default: HEAD).
+    #[arg(long, value_name = "SHA")]
+    commit: Option<String>,
+    /// The output directory (must not exist, or be empty).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Also tar `evidence/<dir>` of the commit's tree.
+    #[arg(long, value_name = "evidence/DIR")]
+    evidence: Option<String>,
+    /// Also tar the two release binaries (files named `shardlift` and `pipeline`).
+    #[arg(long, value_name = "BIN", num_args = 2)]
+    binaries: Vec<PathBuf>,
+    /// Sign SHA256SUMS with this OpenSSH private key (writes SHA256SUMS.sig, namespace
+    /// shardlift-release-assets-v1).
+    #[arg(long, value_name = "KEY")]
+    sign_key: Option<PathBuf>,
+}
+
+pub fn run_release_assets(args: ReleaseAssetsArgs) -> anyhow::Result<()> {
+    use pipeline::release::assets;
+    let written = assets::release_assets(&assets::AssetsOptions {
+        repository: args.repository,
+        commit: args.commit,
+        out: args.out.clone(),
+        evidence: args.evidence,
+        binaries: args.binaries,
+        sign_key: args.sign_key,
+    })
+    .context("release-assets refused or failed")?;
+    let files: Vec<serde_json::Value> = written
+        .files
+        .iter()
+        .map(|(name, digest)| serde_json::json!({"name": name, "sha256": digest.to_hex()}))
+        .collect();
+    println!(
+        "{}",
+        serde_json::json!({
+            "commit": written.commit,
+            "files": files,
+            "signed": written.signed,
+        })
+    );
+    eprintln!(
+        "release-assets: wrote {} assets and SHA256SUMS{} to {}",
+        written.files.len(),
+        if written.signed { " (signed)" } else { "" },
+        args.out.display()
+    );
+    Ok(())
+}

@@ -19,6 +19,8 @@ use super::schema::{Counts, TestOutcome};
 pub enum LibtestError {
     #[error("stdout has test block {index} but stderr announced only {announced} test binaries")]
     UnannouncedBlock { index: usize, announced: usize },
+    #[error("stdout has test blocks but stderr announced no test binary: quiet output (`cargo -q`, libtest `--quiet`) names no test; run the lane without -q, or under cargo nextest with --junit")]
+    NoAnnouncements,
     #[error("{binary}: the test lines count {parsed:?} but libtest's summary says {summary:?}")]
     CountMismatch {
         binary: String,
@@ -87,6 +89,55 @@ pub fn parse(stdout: &str, stderr: &str) -> Result<Parsed, LibtestError> {
     Ok(parser.parsed)
 }
 
+/// The lane command without its quiet flags, when it is a `cargo test` invocation (run
+/// directly or through `env NAME=VALUE…`) that has any: `-q`/`--quiet` among cargo's
+/// options hide the binaries' announcements, and after `--` make libtest print one
+/// character per test instead of its name, so a quiet run names no test. `None` when
+/// there is nothing to remove (or the command is not a direct `cargo test`).
+pub fn without_quiet(command: &[String]) -> Option<Vec<String>> {
+    let is = |arg: &String, name: &str| {
+        std::path::Path::new(arg)
+            .file_name()
+            .is_some_and(|n| n == name)
+    };
+    let mut index = 0;
+    if command.first().is_some_and(|a| is(a, "env")) {
+        index = 1;
+        while command
+            .get(index)
+            .is_some_and(|a| a.contains('=') && !a.starts_with('-'))
+        {
+            index += 1;
+        }
+    }
+    if !command.get(index).is_some_and(|a| is(a, "cargo")) {
+        return None;
+    }
+    // cargo [+toolchain] [global options] test …
+    let mut sub = index + 1;
+    while let Some(arg) = command.get(sub) {
+        if arg.starts_with('+') || matches!(arg.as_str(), "-q" | "--quiet" | "-v" | "--verbose") {
+            sub += 1;
+        } else if matches!(arg.as_str(), "--color" | "--config" | "-Z" | "-C") {
+            sub += 2;
+        } else if arg.starts_with('-') {
+            sub += 1;
+        } else {
+            break;
+        }
+    }
+    if command.get(sub).map(String::as_str) != Some("test") {
+        return None;
+    }
+    let quiet = |a: &String| matches!(a.as_str(), "-q" | "--quiet");
+    if !command[index + 1..].iter().any(quiet) {
+        return None;
+    }
+    let mut out = command[..=index].to_vec();
+    out.extend(command[index + 1..].iter().filter(|a| !quiet(a)).cloned());
+    Some(out)
+}
+
 /// The state of [`parse`] between stdout lines.
 struct Parser {
     binaries: Vec<String>,
@@ -136,6 +187,9 @@ impl Parser {
     fn start_block(&mut self) -> Result<(), LibtestError> {
         if self.block.take().is_some() {
             self.parsed.incomplete_blocks += 1;
+        }
+        if self.binaries.is_empty() {
+            return Err(LibtestError::NoAnnouncements);
         }
         let binary = self.binaries.get(self.started_blocks).cloned().ok_or(
             LibtestError::UnannouncedBlock {
@@ -246,7 +300,7 @@ fn parse_summary(rest: &str) -> Result<Counts, LibtestError> {
     Ok(summary)
 }
 
-fn strip_ansi(line: &str) -> String {
+pub(crate) fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
@@ -298,9 +352,51 @@ mod tests {
             parse(stdout, STDERR),
             Err(LibtestError::CountMismatch { .. })
         ));
-        assert!(matches!(
-            parse(stdout, ""),
-            Err(LibtestError::UnannouncedBlock { .. })
-        ));
+        // Two blocks on stdout, one binary announced on stderr.
+        let one = "running 1 test\ntest a ... ok\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        assert_eq!(
+            parse(
+                &format!("{one}{one}"),
+                "     Running tests/a.rs (target/debug/deps/a-01)\n"
+            )
+            .err(),
+            Some(LibtestError::UnannouncedBlock {
+                index: 2,
+                announced: 1
+            })
+        );
+    }
+
+    #[test]
+    fn quiet_output_is_refused_by_name() {
+        // `cargo test -q`: no announcement on stderr, one character per test on stdout.
+        let stdout = "\nrunning 3 tests\ni..\ntest result: ok. 2 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.00s\n";
+        assert_eq!(parse(stdout, "").err(), Some(LibtestError::NoAnnouncements));
+    }
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn quiet_flags_leave_direct_cargo_test_commands() {
+        assert_eq!(
+            without_quiet(&words("cargo test --no-default-features -q")),
+            Some(words("cargo test --no-default-features"))
+        );
+        assert_eq!(
+            without_quiet(&words(
+                "env CARGO_TARGET_DIR=t /usr/bin/cargo +stable --quiet --color never test --lib -- --quiet --skip x"
+            )),
+            Some(words(
+                "env CARGO_TARGET_DIR=t /usr/bin/cargo +stable --color never test --lib -- --skip x"
+            ))
+        );
+        // Nothing to remove, not cargo test, or hidden in a shell: unchanged.
+        assert_eq!(without_quiet(&words("cargo test --lib")), None);
+        assert_eq!(without_quiet(&words("cargo nextest run -q")), None);
+        assert_eq!(without_quiet(&words("cargo build -q")), None);
+        assert_eq!(without_quiet(&words("sh -c cargo test -q")), None);
+        assert_eq!(without_quiet(&[]), None);
     }
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use shardlift::durable;
 
+pub mod junit;
 pub mod libtest;
 pub mod manifest;
 pub mod merge;

@@ -1,8 +1,13 @@
 //! `receipt record`: runs a lane and writes its receipt.
 //!
 //! The recorder never trusts a result handed to it: it runs the lane command itself,
-//! reads the test IDs and outcomes from its output ([`super::libtest`]), and takes commit,
-//! tree, cleanliness and the narrow manifest from git.
+//! reads the test IDs and outcomes from its output, and takes commit, tree, cleanliness
+//! and the narrow manifest from git. The output is either libtest's human format
+//! ([`super::libtest`]; a quiet `cargo test -q` names no test, so a direct `cargo test`
+//! command runs without its quiet flags) or, with `--junit PATH`, the JUnit report
+//! cargo-nextest writes ([`super::junit`]), whatever the console's verbosity: a stale
+//! report at PATH is removed before the lane runs, and the report must agree with the
+//! summary the runner printed.
 //!
 //! Concurrent workers never share one receipt: the recorder takes an exclusive lock file
 //! `OUT.lock` (written durably, never replaced, removed when done), so a second recorder aimed at
@@ -16,6 +21,7 @@ use std::process::{Command, Stdio};
 
 use shardlift::durable;
 
+use super::junit::{self, JunitError};
 use super::libtest::{self, LibtestError};
 use super::manifest::{self, ManifestError};
 use super::schema::{
@@ -50,7 +56,11 @@ pub enum RecordError {
     Spawn { command: String, message: String },
     #[error("the lane's output was not understood: {0}")]
     Output(#[from] LibtestError),
-    #[error("the lane ran no test (no libtest output was seen)")]
+    #[error("the lane's JUnit report was not understood: {0}")]
+    Junit(JunitError),
+    #[error("cannot remove the stale JUnit report {path} before the lane runs: {message}")]
+    StaleJunit { path: PathBuf, message: String },
+    #[error("the lane ran no test (no libtest output or JUnit test case was seen)")]
     NoTests,
     #[error(transparent)]
     Io(#[from] IoError),
@@ -73,6 +83,8 @@ pub struct RecordOptions {
     pub scope: Scope,
     pub out: PathBuf,
     pub sign_key: Option<PathBuf>,
+    /// The JUnit report the lane writes (cargo-nextest); `None`: read libtest's output.
+    pub junit: Option<PathBuf>,
     pub command: Vec<String>,
 }
 
@@ -144,14 +156,38 @@ pub fn record(options: RecordOptions) -> Result<Receipt, RecordError> {
     let before = repo.head()?;
     let manifest = manifest::manifest(&repo, &before.commit, &options.scope, true)?;
     let host = Host::observe(options.mode.clone());
-    let lane = run_lane(&options.command)?;
+    let command = lane_command(&options)?;
+    let lane = run_lane(&command)?;
     let after = repo.head()?;
-    let parsed = libtest::parse(&lane.stdout, &lane.stderr)?;
-    if parsed.tests.is_empty() && parsed.summary.total() == 0 && !lane.stdout.contains("running ") {
-        return Err(RecordError::NoTests);
-    }
+    let parsed = match &options.junit {
+        Some(report) => {
+            let parsed = junit::read(report, &lane.stderr).map_err(RecordError::Junit)?;
+            if parsed.tests.is_empty() {
+                return Err(RecordError::NoTests);
+            }
+            parsed
+        }
+        None => {
+            let parsed = libtest::parse(&lane.stdout, &lane.stderr)?;
+            if parsed.tests.is_empty()
+                && parsed.summary.total() == 0
+                && !lane.stdout.contains("running ")
+            {
+                return Err(RecordError::NoTests);
+            }
+            parsed
+        }
+    };
     let dirty = !before.dirty_files.is_empty() || !after.dirty_files.is_empty();
-    let shard = build_shard(&options, &before.commit, dirty, manifest, &lane, &parsed);
+    let shard = build_shard(
+        &options,
+        &command,
+        &before.commit,
+        dirty,
+        manifest,
+        &lane,
+        &parsed,
+    );
     let outcome = shard.outcome;
     let receipt = Receipt::assemble(Extension {
         commit: before.commit,
@@ -183,6 +219,34 @@ pub fn record(options: RecordOptions) -> Result<Receipt, RecordError> {
         });
     }
     Ok(receipt)
+}
+
+/// The command to run: a direct `cargo test` loses its quiet flags when libtest's output
+/// is read (it would name no test); with a JUnit report, a stale one is removed first.
+fn lane_command(options: &RecordOptions) -> Result<Vec<String>, RecordError> {
+    if let Some(report) = &options.junit {
+        match std::fs::remove_file(report) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(RecordError::StaleJunit {
+                    path: report.clone(),
+                    message: e.to_string(),
+                })
+            }
+        }
+        return Ok(options.command.clone());
+    }
+    match libtest::without_quiet(&options.command) {
+        Some(command) => {
+            eprintln!(
+                "pipeline: receipt: running the lane without -q/--quiet (libtest's quiet output names no test): {}",
+                command.join(" ")
+            );
+            Ok(command)
+        }
+        None => Ok(options.command.clone()),
+    }
 }
 
 /// Refusals before anything runs: the lane name, the command, the scope, the runner.
@@ -283,6 +347,7 @@ fn test_table(lane: &str, parsed: &libtest::Parsed) -> BTreeMap<String, TestEntr
 /// The lane's shard: what ran, at which commit, over which manifest, with what result.
 fn build_shard(
     options: &RecordOptions,
+    command: &[String],
     commit: &str,
     dirty: bool,
     manifest: Manifest,
@@ -309,7 +374,7 @@ fn build_shard(
         manifest_digest: manifest.digest(),
         scope: options.scope.clone(),
         manifest,
-        command: options.command.clone(),
+        command: command.to_vec(),
         environment: environment(),
         started: lane.started.clone(),
         finished: lane.finished.clone(),

@@ -7,6 +7,7 @@
 //! JSON), `release-evidence.json` (an in-toto Statement v1 with a SLSA provenance v1
 //! predicate), `SHA256SUMS` (GNU format, covering every other file) and, when signed,
 //! `SHA256SUMS.sig` (SSHSIG, namespace `shardlift-release-evidence-v1`).
+pub mod assets;
 pub mod error;
 pub mod pins;
 pub mod produce;

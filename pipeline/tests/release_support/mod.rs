@@ -110,6 +110,41 @@ pub fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
     (key, public.trim().to_owned())
 }
 
+/// The fixture's throwaway repository at `root/repo`: a Cargo.toml, the workspace's
+/// Cargo.lock and ci/libtorch.lock, two runtime sources and a doc, in two commits (the
+/// second leaves src/ alone, so a shard scoped to src/ may be carried from the first).
+pub fn toy_repository(root: &Path) -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = root.join("repo");
+    for (relative, bytes) in [
+        ("Cargo.toml", b"[package]\nname = \"x\"\n".to_vec()),
+        (
+            "Cargo.lock",
+            std::fs::read(workspace.join("Cargo.lock")).expect("read"),
+        ),
+        (
+            "ci/libtorch.lock",
+            std::fs::read(workspace.join("ci/libtorch.lock")).expect("read"),
+        ),
+        ("src/lib.rs", b"pub fn f() {}\n".to_vec()),
+        ("src/store/mod.rs", b"pub fn g() {}\n".to_vec()),
+        ("docs/notes.md", b"not a runtime source\n".to_vec()),
+        (".gitignore", b"/target\n".to_vec()),
+    ] {
+        let path = repo.join(relative);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, bytes).expect("write");
+    }
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "init"]);
+    // A second commit that leaves src/ alone: a shard scoped to src/ may be carried
+    // from the first.
+    std::fs::write(repo.join("docs/notes.md"), b"still not a runtime source\n").expect("write");
+    git(&repo, &["commit", "-q", "-am", "docs"]);
+    repo
+}
+
 /// Signed release evidence, with a real test-lane receipt, of a throwaway clean repository
 /// (both real killer-demo runs, once per test binary).
 pub struct Fixture {
@@ -131,35 +166,7 @@ pub fn fixture() -> &'static Fixture {
         let shardlift = shardlift();
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().to_owned();
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let repo = root.join("repo");
-        for (relative, bytes) in [
-            ("Cargo.toml", b"[package]\nname = \"x\"\n".to_vec()),
-            (
-                "Cargo.lock",
-                std::fs::read(workspace.join("Cargo.lock")).expect("read"),
-            ),
-            (
-                "ci/libtorch.lock",
-                std::fs::read(workspace.join("ci/libtorch.lock")).expect("read"),
-            ),
-            ("src/lib.rs", b"pub fn f() {}\n".to_vec()),
-            ("src/store/mod.rs", b"pub fn g() {}\n".to_vec()),
-            ("docs/notes.md", b"not a runtime source\n".to_vec()),
-            (".gitignore", b"/target\n".to_vec()),
-        ] {
-            let path = repo.join(relative);
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(path, bytes).expect("write");
-        }
-        git(&repo, &["init", "-q"]);
-        git(&repo, &["add", "-A"]);
-        git(&repo, &["commit", "-q", "-m", "init"]);
-        // A second commit that leaves src/ alone: a shard scoped to src/ may be carried
-        // from the first.
-        std::fs::write(repo.join("docs/notes.md"), b"still not a runtime source\n")
-            .expect("write");
-        git(&repo, &["commit", "-q", "-am", "docs"]);
+        let repo = toy_repository(&root);
         let commit = git(&repo, &["rev-parse", "HEAD"]);
 
         let (key, public) = keygen(&root, "release");
