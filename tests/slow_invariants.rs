@@ -5,7 +5,6 @@
 #![cfg(feature = "torch")]
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use shardlift::core::digest::Digest;

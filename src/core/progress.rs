@@ -27,6 +27,7 @@ impl Progress for NoProgress {}
 /// Records every report, for tests: `phase NAME TOTAL`, `advance N`, `finish`.
 #[derive(Default, Debug)]
 pub struct RecordedProgress {
+    /// The reports, in order.
     pub events: Vec<String>,
 }
 
