@@ -14,24 +14,13 @@ fn continuing_from_an_import_equals_continuing_from_the_original() {
     let data = shardlift::dataset::ensure_and_load(&common::cache_directory(), None).expect("data");
     let train = || SplitView::from(&data.train);
     let mut stream = SampleStream::new(5, data.train.count as u32);
-    let mut state = LogicalState::genesis(Hyperparameters::with_seed(5));
-    for _ in 0..2 {
-        in_process_step(&mut state, &mut stream, train()).expect("step");
-    }
     let dir = tempfile::tempdir().expect("tempdir");
     let (store, imported_store, out) = (
         dir.path().join("store"),
         dir.path().join("imported"),
         dir.path().join("export"),
     );
-    let topology = Topology::new(4).expect("topology");
-    shardlift::store::publish(
-        &store,
-        &state,
-        topology,
-        &mut shardlift::store::barrier::NoHooks,
-    )
-    .expect("publish");
+    common::publish_two_trained_steps(&data, 5, &store);
     shardlift::interop::export(&store, 0, &out).expect("export");
     shardlift::interop::import(&imported_store, &out, 3).expect("import");
     let (original, _) = shardlift::store::load_generation(&store, 0).expect("original");

@@ -54,20 +54,8 @@ fn pytorch_reads_and_writes_exports_bit_for_bit() {
     std::fs::write(&labels, &data.test.labels[..LOGIT_PROBE_IMAGES]).expect("w");
 
     // A trained generation (two real steps), exported.
-    let mut state = LogicalState::genesis(Hyperparameters::with_seed(2));
-    let mut stream = SampleStream::new(2, data.train.count as u32);
-    for _ in 0..2 {
-        in_process_step(&mut state, &mut stream, SplitView::from(&data.train)).expect("step");
-    }
     let store = dir.path().join("store");
-    let topology = Topology::new(4).expect("topology");
-    shardlift::store::publish(
-        &store,
-        &state,
-        topology,
-        &mut shardlift::store::barrier::NoHooks,
-    )
-    .expect("publish");
+    let state = common::publish_two_trained_steps(&data, 2, &store);
     let export = dir.path().join("export");
     shardlift::interop::export(&store, 0, &export).expect("export");
     let test = SplitView::from(&data.test);

@@ -3,7 +3,7 @@
 //! left unchanged. Forged inputs are internally consistent: their digests in
 //! metadata.json are recomputed, so only the check under test can catch them.
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use shardlift::core::digest::Digest;
 use shardlift::core::logical::f32_le_bytes;
@@ -141,6 +141,19 @@ fn export_refuses_an_existing_target_and_a_missing_generation_and_leaves_nothing
         .filter(|name| name.contains(".export-"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn export_refuses_a_target_that_names_no_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = exported(dir.path());
+    let before = tree_digest(&store).unwrap();
+    for target in [dir.path().join("not-there").join(".."), PathBuf::from("/")] {
+        let error = export(&store, 0, &target).unwrap_err();
+        assert_eq!(error.kind(), "output-has-no-name", "{target:?}: {error}");
+    }
+    assert_eq!(tree_digest(&store).unwrap(), before);
+    assert!(!dir.path().join("not-there").exists());
 }
 
 /// Runs `damage` on a fresh export, imports it into a store holding one generation, and

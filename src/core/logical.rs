@@ -88,17 +88,75 @@ impl Hyperparameters {
         start..(start + size).min(PARAMETER_COUNT)
     }
 
+    /// Writes every field, in the one fixed order, to `writer`. The logical-state root and
+    /// the worker protocol are both written from here, so a new field reaches both.
+    pub fn write_fields<W: HyperparameterWriter>(&self, writer: &mut W) {
+        writer.u64("seed", self.seed);
+        writer.f32("learning_rate", self.learning_rate);
+        writer.f32("beta1", self.beta1);
+        writer.f32("beta2", self.beta2);
+        writer.f32("epsilon", self.epsilon);
+        writer.f32("weight_decay", self.weight_decay);
+        writer.u32("micro_batch_size", self.micro_batch_size);
+        writer.u32("logical_micro_batches", self.logical_micro_batches);
+        writer.u32("chunk_elements", self.chunk_elements);
+    }
+
+    /// Reads every field in [`Hyperparameters::write_fields`]' order (struct-literal fields
+    /// are evaluated in the order written).
+    pub fn read_fields<R: HyperparameterReader>(reader: &mut R) -> Result<Self, R::Error> {
+        Ok(Hyperparameters {
+            seed: reader.u64()?,
+            learning_rate: reader.f32()?,
+            beta1: reader.f32()?,
+            beta2: reader.f32()?,
+            epsilon: reader.f32()?,
+            weight_decay: reader.f32()?,
+            micro_batch_size: reader.u32()?,
+            logical_micro_batches: reader.u32()?,
+            chunk_elements: reader.u32()?,
+        })
+    }
+
     fn hash_into(&self, hasher: &mut FramedHasher) {
-        hasher
-            .u64(self.seed)
-            .field(&self.learning_rate.to_le_bytes())
-            .field(&self.beta1.to_le_bytes())
-            .field(&self.beta2.to_le_bytes())
-            .field(&self.epsilon.to_le_bytes())
-            .field(&self.weight_decay.to_le_bytes())
-            .u64(u64::from(self.micro_batch_size))
-            .u64(u64::from(self.logical_micro_batches))
-            .u64(u64::from(self.chunk_elements));
+        self.write_fields(&mut RootFields(hasher));
+    }
+}
+
+/// A sink for [`Hyperparameters::write_fields`]: one method per wire kind.
+pub trait HyperparameterWriter {
+    /// A 64-bit field.
+    fn u64(&mut self, name: &'static str, value: u64);
+    /// A 32-bit integer field.
+    fn u32(&mut self, name: &'static str, value: u32);
+    /// An FP32 field.
+    fn f32(&mut self, name: &'static str, value: f32);
+}
+
+/// A source for [`Hyperparameters::read_fields`].
+pub trait HyperparameterReader {
+    /// Why a field could not be read.
+    type Error;
+    /// The next 64-bit field.
+    fn u64(&mut self) -> Result<u64, Self::Error>;
+    /// The next 32-bit integer field.
+    fn u32(&mut self) -> Result<u32, Self::Error>;
+    /// The next FP32 field.
+    fn f32(&mut self) -> Result<f32, Self::Error>;
+}
+
+/// The root's encoding: integers widened to u64, floats as their little-endian bytes.
+struct RootFields<'a>(&'a mut FramedHasher);
+
+impl HyperparameterWriter for RootFields<'_> {
+    fn u64(&mut self, _name: &'static str, value: u64) {
+        self.0.u64(value);
+    }
+    fn u32(&mut self, _name: &'static str, value: u32) {
+        self.0.u64(u64::from(value));
+    }
+    fn f32(&mut self, _name: &'static str, value: f32) {
+        self.0.field(&value.to_le_bytes());
     }
 }
 

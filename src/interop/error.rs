@@ -19,6 +19,12 @@ pub enum InteropError {
         /// The target directory.
         path: PathBuf,
     },
+    /// The export target ends in `..` or is a root, so it names no directory to create.
+    #[error("{path} names no new directory (give a path ending in a new directory's name)")]
+    OutputHasNoName {
+        /// The target as given.
+        path: PathBuf,
+    },
     /// One of the three files of an export is absent.
     #[error("{path} is missing from the export directory")]
     MissingFile {
@@ -126,6 +132,7 @@ impl InteropError {
             InteropError::Store(e) => e.kind(),
             InteropError::Durable(_) => "durable",
             InteropError::OutputExists { .. } => "output-exists",
+            InteropError::OutputHasNoName { .. } => "output-has-no-name",
             InteropError::MissingFile { .. } => "missing-file",
             InteropError::TooLarge { .. } => "too-large",
             InteropError::BadMetadata(_) => "bad-metadata",

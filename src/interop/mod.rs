@@ -183,6 +183,11 @@ pub fn export(
     generation: u64,
     out: &Path,
 ) -> Result<ExportSummary, InteropError> {
+    let (Some(parent), Some(name)) = (out.parent(), out.file_name()) else {
+        return Err(InteropError::OutputHasNoName {
+            path: out.to_owned(),
+        });
+    };
     if out.exists() {
         return Err(InteropError::OutputExists {
             path: out.to_owned(),
@@ -214,11 +219,6 @@ pub fn export(
     };
     let metadata_bytes = serde_json_canonicalizer::to_vec(&metadata)
         .map_err(|e| InteropError::BadMetadata(e.to_string()))?;
-    let (Some(parent), Some(name)) = (out.parent(), out.file_name()) else {
-        return Err(InteropError::OutputExists {
-            path: out.to_owned(),
-        });
-    };
     let parent = if parent.as_os_str().is_empty() {
         Path::new(".")
     } else {

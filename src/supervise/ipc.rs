@@ -346,6 +346,32 @@ impl<'a> Decoder<'a> {
     }
 }
 
+/// The worker protocol's encoding of hyper-parameters: each field at its own width.
+impl crate::core::logical::HyperparameterWriter for Encoder {
+    fn u64(&mut self, _name: &'static str, value: u64) {
+        Encoder::u64(self, value);
+    }
+    fn u32(&mut self, _name: &'static str, value: u32) {
+        Encoder::u32(self, value);
+    }
+    fn f32(&mut self, _name: &'static str, value: f32) {
+        Encoder::f32(self, value);
+    }
+}
+
+impl crate::core::logical::HyperparameterReader for Decoder<'_> {
+    type Error = DecodeError;
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Decoder::u64(self)
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Decoder::u32(self)
+    }
+    fn f32(&mut self) -> Result<f32, DecodeError> {
+        Decoder::f32(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

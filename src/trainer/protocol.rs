@@ -119,14 +119,8 @@ impl Message {
                 chunks,
             } => {
                 let mut e = Encoder::new(TAG_INIT);
-                let h = hyperparameters;
-                e.u32(*workers)
-                    .u64(h.seed)
-                    .f32(h.learning_rate)
-                    .f32(h.beta1)
-                    .f32(h.beta2);
-                e.f32(h.epsilon).f32(h.weight_decay).u32(h.micro_batch_size);
-                e.u32(h.logical_micro_batches).u32(h.chunk_elements);
+                e.u32(*workers);
+                hyperparameters.write_fields(&mut e);
                 put_chunks(&mut e, chunks);
                 e.finish()
             }
@@ -183,17 +177,7 @@ impl Message {
             TAG_HELLO => Message::Hello { rank: d.u32()? },
             TAG_INIT => {
                 let workers = d.u32()?;
-                let hyperparameters = Hyperparameters {
-                    seed: d.u64()?,
-                    learning_rate: d.f32()?,
-                    beta1: d.f32()?,
-                    beta2: d.f32()?,
-                    epsilon: d.f32()?,
-                    weight_decay: d.f32()?,
-                    micro_batch_size: d.u32()?,
-                    logical_micro_batches: d.u32()?,
-                    chunk_elements: d.u32()?,
-                };
+                let hyperparameters = Hyperparameters::read_fields(&mut d)?;
                 Message::Init {
                     workers,
                     hyperparameters,

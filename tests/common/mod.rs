@@ -35,3 +35,31 @@ pub fn torchrun() -> PathBuf {
 pub fn python_torch() -> PathBuf {
     torchrun().with_file_name("python")
 }
+
+/// Trains seed `seed`'s genesis state for two in-process steps on the real training split
+/// and publishes it as generation 0 of a new W4 store at `store`. Returns the trained state.
+#[cfg(feature = "torch")]
+pub fn publish_two_trained_steps(
+    data: &shardlift::dataset::FashionMnist,
+    seed: u64,
+    store: &std::path::Path,
+) -> shardlift::core::logical::LogicalState {
+    use shardlift::core::logical::{Hyperparameters, LogicalState};
+    use shardlift::core::sampling::SampleStream;
+    use shardlift::core::step::SplitView;
+    let mut state = LogicalState::genesis(Hyperparameters::with_seed(seed));
+    let mut stream = SampleStream::new(seed, data.train.count as u32);
+    for _ in 0..2 {
+        shardlift::engine::in_process_step(&mut state, &mut stream, SplitView::from(&data.train))
+            .expect("step");
+    }
+    let topology = shardlift::core::topology::Topology::new(4).expect("topology");
+    shardlift::store::publish(
+        store,
+        &state,
+        topology,
+        &mut shardlift::store::barrier::NoHooks,
+    )
+    .expect("publish");
+    state
+}

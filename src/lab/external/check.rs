@@ -5,7 +5,7 @@
 //! gathered by state index, so the report does not depend on scheduling.
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use serde::Serialize;
@@ -100,6 +100,8 @@ pub fn check_states(
     let selected = select(states.len(), limits.max_states);
     let total = selected.len();
     let next = AtomicUsize::new(0);
+    // Set by the first worker that meets an error, so the others take no new states.
+    let stop_queue = AtomicBool::new(false);
     let results: Mutex<BTreeMap<usize, Result<Option<Failure>, CrashTestError>>> =
         Mutex::new(BTreeMap::new());
     let done = AtomicUsize::new(0);
@@ -107,8 +109,12 @@ pub fn check_states(
     std::thread::scope(|scope| {
         for _ in 0..limits.jobs.max(1) {
             let tick = tick_tx.clone();
-            let (next, results, done, selected) = (&next, &results, &done, &selected);
+            let (next, results, done, selected, stop_queue) =
+                (&next, &results, &done, &selected, &stop_queue);
             scope.spawn(move || loop {
+                if stop_queue.load(Ordering::SeqCst) {
+                    break;
+                }
                 let slot = next.fetch_add(1, Ordering::SeqCst);
                 let Some(&index) = selected.get(slot) else {
                     break;
@@ -120,7 +126,7 @@ pub fn check_states(
                 }
                 let _ = tick.send(done.fetch_add(1, Ordering::SeqCst) + 1);
                 if stop {
-                    next.store(usize::MAX / 2, Ordering::SeqCst);
+                    stop_queue.store(true, Ordering::SeqCst);
                     break;
                 }
             });
@@ -174,12 +180,21 @@ fn check_one(
     })?;
     let outcome = match child.wait_timeout(limits.timeout_ms) {
         Ok(Some(record)) => CheckOutcome::Exited(record.outcome),
-        Ok(None) | Err(_) => {
+        Ok(None) => {
             let _ = child.signal_group(Signal::KILL);
             let _ = child.kill_and_reap();
             CheckOutcome::TimedOut {
                 timeout_ms: limits.timeout_ms,
             }
+        }
+        Err(source) => {
+            // Not a verdict on the state: the run cannot say what the check did.
+            let _ = child.signal_group(Signal::KILL);
+            let _ = child.kill_and_reap();
+            return Err(CrashTestError::CheckWait {
+                state: index,
+                source,
+            });
         }
     };
     // A check's children may outlive it in its process group: end them too.

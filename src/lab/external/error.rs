@@ -9,6 +9,12 @@ pub enum CrashTestError {
     OutputNotEmpty { path: PathBuf },
     #[error("no writer command was given (put it after `--`)")]
     NoWriterCommand,
+    #[error("the setup shell for `{command}` could not be started: {source}")]
+    SetupSpawn {
+        command: String,
+        #[source]
+        source: crate::supervise::process::ProcessError,
+    },
     #[error("the setup command `{command}` failed ({outcome}); see {log}")]
     SetupFailed {
         command: String,
@@ -47,6 +53,14 @@ pub enum CrashTestError {
         #[source]
         source: crate::supervise::process::ProcessError,
     },
+    #[error(
+        "waiting for the check command of state {state} failed (the check was killed): {source}"
+    )]
+    CheckWait {
+        state: usize,
+        #[source]
+        source: crate::supervise::process::ProcessError,
+    },
     #[error("crash-test is implemented for x86_64 Linux only")]
     UnsupportedArch,
     #[error("{context}: {source}")]
@@ -63,6 +77,7 @@ impl CrashTestError {
         match self {
             CrashTestError::OutputNotEmpty { .. } => "output-not-empty",
             CrashTestError::NoWriterCommand => "no-writer-command",
+            CrashTestError::SetupSpawn { .. } => "setup-spawn",
             CrashTestError::SetupFailed { .. } => "setup-failed",
             CrashTestError::WriterFailed { .. } => "writer-failed",
             CrashTestError::WriterTimedOut { .. } => "writer-timed-out",
@@ -73,6 +88,7 @@ impl CrashTestError {
             CrashTestError::Ptrace { .. } => "ptrace",
             CrashTestError::Model(_) => "model",
             CrashTestError::CheckSpawn { .. } => "check-spawn",
+            CrashTestError::CheckWait { .. } => "check-wait",
             CrashTestError::UnsupportedArch => "unsupported-arch",
             CrashTestError::Io { .. } => "io",
         }

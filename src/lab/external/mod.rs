@@ -212,13 +212,22 @@ fn prepare_output(out: &Path) -> Result<OutputDirs, CrashTestError> {
 }
 
 fn run_setup(command: &str, dirs: &OutputDirs, timeout_ms: u64) -> Result<(), CrashTestError> {
-    let spec = ChildSpec::new("/bin/sh", Role::Setup, "crash-test")
+    run_setup_with_shell(Path::new("/bin/sh"), command, dirs, timeout_ms)
+}
+
+fn run_setup_with_shell(
+    shell: &Path,
+    command: &str,
+    dirs: &OutputDirs,
+    timeout_ms: u64,
+) -> Result<(), CrashTestError> {
+    let spec = ChildSpec::new(shell, Role::Setup, "crash-test")
         .arg("-c")
         .arg(command)
         .env("TMPDIR", &dirs.tmp)
         .current_dir(&dirs.scratch)
         .output_to(&dirs.setup_log);
-    let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::CheckSpawn {
+    let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::SetupSpawn {
         command: command.to_owned(),
         source,
     })?;
@@ -290,4 +299,21 @@ fn write_trace(out: &Path, trace: &Trace) -> Result<(), CrashTestError> {
         }
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A setup shell that cannot be started is its own error, not a check's.
+    #[test]
+    fn setup_shell_that_cannot_start_is_setup_spawn() {
+        let out = tempfile::tempdir().expect("tempdir");
+        let dirs = prepare_output(&out.path().join("run")).expect("layout");
+        let missing_shell = out.path().join("no-such-shell");
+        let error = run_setup_with_shell(&missing_shell, "true", &dirs, 5_000)
+            .expect_err("a missing shell cannot run the setup");
+        assert_eq!(error.kind(), "setup-spawn", "{error}");
+        assert!(error.to_string().contains("`true`"), "{error}");
+    }
 }

@@ -17,6 +17,13 @@
 //! Invariants: operations are appended in completion order; every limit (operations,
 //! bytes, time) is checked before the trace grows; every tracee is reaped before
 //! [`record`] returns.
+//!
+//! Why the recorder reaps its tracees itself instead of through
+//! [`crate::supervise::process::SupervisedChild`]: under ptrace every stop of every tracee
+//! is reported through `waitpid`, and the tracer must be the only waiter. A second owner
+//! (a pidfd watcher, `SupervisedChild`'s reaper) would consume stops and exits the trace
+//! loop needs, or race it for the root's exit status. The whole tree is still ended by
+//! `PTRACE_O_EXITKILL`, the watchdog's group kill and the loop's final reap.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::Write;
