@@ -3,17 +3,15 @@
 #![cfg(feature = "torch")]
 mod common;
 
-use shardlift::core::logical::{Hyperparameters, LogicalState};
+use shardlift::core::logical::LogicalState;
 use shardlift::core::sampling::SampleStream;
 use shardlift::core::step::SplitView;
-use shardlift::core::topology::Topology;
 use shardlift::engine::{evaluate, in_process_step};
 
 #[test]
 fn continuing_from_an_import_equals_continuing_from_the_original() {
     let data = shardlift::dataset::ensure_and_load(&common::cache_directory(), None).expect("data");
     let train = || SplitView::from(&data.train);
-    let mut stream = SampleStream::new(5, data.train.count as u32);
     let dir = tempfile::tempdir().expect("tempdir");
     let (store, imported_store, out) = (
         dir.path().join("store"),

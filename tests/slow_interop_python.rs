@@ -12,11 +12,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use shardlift::core::logical::{Hyperparameters, LogicalState};
-use shardlift::core::sampling::SampleStream;
 use shardlift::core::step::{SplitView, LOGIT_PROBE_IMAGES};
-use shardlift::core::topology::Topology;
-use shardlift::engine::{evaluate, in_process_step};
+use shardlift::engine::evaluate;
 
 const IMAGE_BYTES: usize = 784;
 

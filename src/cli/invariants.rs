@@ -111,7 +111,9 @@ fn run_suite(args: RunArgs) -> anyhow::Result<()> {
         torchrun,
         elastic_timeout_s: args.elastic_timeout_s,
     };
-    let summary = shardlift::orchestrate::invariants::run_suite(&options)?;
+    let mut progress = super::progress::StderrProgress::new();
+    let summary = shardlift::orchestrate::invariants::run_suite(&options, &mut progress)?;
+    drop(progress);
     println!(
         "{}",
         serde_json::json!({

@@ -363,8 +363,9 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
     if let Some(name) = &args.mutant {
         return run_one_mutant(name, &config, args.json);
     }
-    let summary = shardlift::lab::run::run_matrix(&exe, &config)?;
-    let mutants = shardlift::lab::mutants::run_all(&config)?;
+    let mut progress = super::progress::StderrProgress::new();
+    let summary = shardlift::lab::run::run_matrix(&exe, &config, &mut progress)?;
+    let mutants = shardlift::lab::mutants::run_all(&config, &mut progress)?;
     if args.json {
         print_json(&CrashMatrixReport {
             summary: &summary,

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
+use crate::core::progress::Progress;
 use crate::core::rng::SplitMix64;
 use crate::core::topology::Topology;
 use crate::durable::fs::RealFs;
@@ -153,7 +154,11 @@ fn comparable(op: &OperationEvent) -> (OperationKind, String, Option<String>, Op
 
 /// Records a real publish operation by operation, then kills a fresh publisher before
 /// each of its operations in turn.
-pub fn operation_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<OperationKills, LabError> {
+pub fn operation_kill_phase(
+    exe: &Path,
+    config: &MatrixConfig,
+    progress: &mut dyn Progress,
+) -> Result<OperationKills, LabError> {
     let base = KillBase::build(config)?;
     let (_trace_dir, trace_root) = base.fresh_copy()?;
     let (summary, trace) =
@@ -174,14 +179,12 @@ pub fn operation_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<Operati
         ));
     }
     let expected_trace: Vec<_> = trace.iter().map(comparable).collect();
-    eprintln!(
-        "crash-matrix: a publish of {} operations; killing before each",
-        trace.len()
+    progress.phase(
+        "crash-matrix: kills before every operation of a publish",
+        Some(trace.len() as u64),
     );
     for (index, op) in trace.iter().enumerate() {
-        if index % 25 == 0 {
-            eprintln!("crash-matrix: operation kill {}/{}", index + 1, trace.len());
-        }
+        progress.advance(index as u64);
         let context = format!(
             "kill before operation {index} ({} {})",
             serde_json::to_string(&op.kind).unwrap_or_default(),
@@ -230,6 +233,8 @@ pub fn operation_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<Operati
         }
         violations.extend(base.recovery_violations(exe, &root, &report.ended, &context)?);
     }
+    progress.advance(trace.len() as u64);
+    progress.finish();
     Ok(OperationKills {
         trace_operations: trace.len() as u64,
         kills: trace.len() as u64,
@@ -242,7 +247,11 @@ pub fn operation_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<Operati
 /// mid-publish (before the child reported `done`), checking recovery after every run. Of
 /// the delays, half are drawn up to 1.25× the measured length of a publish (from `ready`
 /// to `done`) and half from 0.85× to 1.1× of it, where the commit is written.
-pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKills, LabError> {
+pub fn random_kill_phase(
+    exe: &Path,
+    config: &MatrixConfig,
+    progress: &mut dyn Progress,
+) -> Result<RandomKills, LabError> {
     let base = KillBase::build(config)?;
     let mut lengths_us = Vec::with_capacity(CALIBRATION_RUNS);
     for _ in 0..CALIBRATION_RUNS {
@@ -259,8 +268,11 @@ pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKill
     lengths_us.sort_unstable();
     let publish_us = lengths_us[CALIBRATION_RUNS / 2];
     let max_delay_us = publish_us.saturating_mul(5) / 4 + 1;
-    eprintln!(
-        "crash-matrix: a free-running publish takes {publish_us} µs; random kills after 0..{max_delay_us} µs, half of them in its last 15 %"
+    progress.phase(
+        &format!(
+            "crash-matrix: random kills (a free publish takes {publish_us} µs; delays 0..{max_delay_us} µs, half in its last 15 %)"
+        ),
+        Some(RANDOM_KILLS),
     );
     let mut rng = SplitMix64::keyed(config.seed, "shardlift/lab/random-kills", 0);
     let mut tally = RandomKills {
@@ -272,12 +284,7 @@ pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKill
     let mut runs = 0u64;
     while tally.kills < RANDOM_KILLS && runs < MAX_RANDOM_RUNS {
         runs += 1;
-        if runs % 50 == 0 {
-            eprintln!(
-                "crash-matrix: random kill run {runs}: {} landed",
-                tally.kills
-            );
-        }
+        progress.advance(tally.kills);
         // Half the delays anywhere in the publish; half in its last stretch, where the
         // manifest, the commit record and LATEST are written (a few operations of 87).
         let delay_us = if rng.below(2) == 0 {
@@ -316,10 +323,8 @@ pub fn random_kill_phase(exe: &Path, config: &MatrixConfig) -> Result<RandomKill
             .violations
             .extend(base.recovery_violations(exe, &root, ended, &context)?);
     }
-    eprintln!(
-        "crash-matrix: {} random kills landed ({} left the commit record visible); {} runs finished first",
-        tally.kills, tally.candidate_visible, tally.finished_first
-    );
+    progress.advance(tally.kills);
+    progress.finish();
     if tally.kills < RANDOM_KILLS {
         tally.violations.push(format!(
             "only {} of {RANDOM_KILLS} random kills landed before the publisher finished in {runs} runs",

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
+use crate::core::progress::Progress;
 use crate::core::rng::SplitMix64;
 use crate::core::topology::Topology;
 
@@ -922,6 +923,7 @@ pub fn process_kill_phase(
     base: &Path,
     a: &LogicalState,
     b: &LogicalState,
+    progress: &mut dyn Progress,
 ) -> Result<PhaseTally, LabError> {
     let objects_per_state = u32::try_from(b.chunks.len() * 3).map_err(|_| {
         LabError::Model(format!(
@@ -940,15 +942,13 @@ pub fn process_kill_phase(
         kills.push((None, barrier, 1));
     }
     let mut violations = Vec::new();
+    progress.phase("crash-matrix: kills at barriers", Some(kills.len() as u64));
     for (i, (from, barrier, occurrence)) in kills.iter().enumerate() {
-        eprintln!(
-            "crash-matrix: process kill {}/{} at {barrier}#{occurrence}",
-            i + 1,
-            kills.len()
-        );
         let state = if from.is_some() { b } else { a };
         violations.extend(process_kill_case(exe, *from, state, *barrier, *occurrence)?);
+        progress.advance(i as u64 + 1);
     }
+    progress.finish();
     Ok(PhaseTally {
         count: kills.len() as u64,
         violations,
@@ -970,6 +970,7 @@ pub fn power_loss_phase(
     b: &LogicalState,
     config: &MatrixConfig,
     faults: ModelFaults,
+    progress: &mut dyn Progress,
 ) -> Result<PowerLossTally, LabError> {
     let limits = EnumerationLimits {
         seed: config.seed,
@@ -1015,8 +1016,11 @@ pub fn power_loss_phase(
         scenarios: Vec::new(),
         violations: Vec::new(),
     };
-    for (name, from, action) in &scenarios {
-        eprintln!("crash-matrix: power-loss scenario: {name}");
+    progress.phase(
+        "crash-matrix: power-loss scenarios",
+        Some(scenarios.len() as u64),
+    );
+    for (done, (name, from, action)) in scenarios.iter().enumerate() {
         let outcome = power_loss_scenario(
             *from,
             action,
@@ -1028,14 +1032,6 @@ pub fn power_loss_phase(
                 stop_after_violations: None,
             },
         )?;
-        eprintln!(
-            "crash-matrix:   {} operations, {} crash images, {} distinct states, {} checked, {} violations",
-            outcome.trace_operations,
-            outcome.crash_images,
-            outcome.distinct_states,
-            outcome.states_checked,
-            outcome.violations.len()
-        );
         tally.scenarios.push(ScenarioFigures {
             name,
             trace_operations: outcome.trace_operations,
@@ -1048,7 +1044,9 @@ pub fn power_loss_phase(
             .into_iter()
             .map(|v| format!("{name}: {v}"));
         tally.violations.extend(named);
+        progress.advance(done as u64 + 1);
     }
+    progress.finish();
     Ok(tally)
 }
 
@@ -1066,20 +1064,21 @@ pub fn corruption_phase(
     corrupt_base: &Path,
     config: &MatrixConfig,
     faults: RecoveryFaults,
+    progress: &mut dyn Progress,
 ) -> Result<CorruptionTally, LabError> {
     build_corruption_base(corrupt_base, config.seed)?;
     let expectations = (0..3)
         .map(|g| generation_expectation(corrupt_base, g))
         .collect::<Result<Vec<_>, _>>()?;
     let cases = corruption_cases(corrupt_base)?;
-    eprintln!("crash-matrix: {} corruption cases", cases.len());
+    progress.phase("crash-matrix: corruption cases", Some(cases.len() as u64));
     let mut tally = CorruptionTally {
         count: cases.len() as u64,
         by_file_kind: BTreeMap::new(),
         by_damage: BTreeMap::new(),
         violations: Vec::new(),
     };
-    for damage in &cases {
+    for (done, damage) in cases.iter().enumerate() {
         let kind = file_kind(damage.target(), &expectations);
         *tally.by_file_kind.entry(kind).or_default() += 1;
         *tally.by_damage.entry(damage.label()).or_default() += 1;
@@ -1089,7 +1088,9 @@ pub fn corruption_phase(
             &expectations,
             faults,
         )?);
+        progress.advance(done as u64 + 1);
     }
+    progress.finish();
     Ok(tally)
 }
 

@@ -274,6 +274,7 @@ pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcom
             &work.path().join("corrupt-base"),
             config,
             mutant.faults.recovery,
+            &mut crate::core::progress::NoProgress,
         )?;
         outcome.corruption_cases = corruption.count;
         outcome.violations.extend(corruption.violations);
@@ -302,30 +303,20 @@ pub struct MutantDetail {
 }
 
 /// Runs every registered mutant, with progress on stderr.
-pub fn run_all(config: &MatrixConfig) -> Result<MutantTally, LabError> {
+pub fn run_all(
+    config: &MatrixConfig,
+    progress: &mut dyn crate::core::progress::Progress,
+) -> Result<MutantTally, LabError> {
     let mut tally = MutantTally {
         total: MUTANTS.len() as u64,
         killed: 0,
         survived: Vec::new(),
         details: Vec::new(),
     };
+    progress.phase("crash-matrix: writer mutants", Some(MUTANTS.len() as u64));
     for (index, mutant) in MUTANTS.iter().enumerate() {
-        eprintln!(
-            "crash-matrix: mutant {}/{}: {}",
-            index + 1,
-            MUTANTS.len(),
-            mutant.name
-        );
-        let started = std::time::Instant::now();
         let outcome = run_mutant(mutant, config)?;
-        eprintln!(
-            "crash-matrix:   {} in {:.1} s: {} distinct states, {} corruption cases, {} violations",
-            if outcome.killed { "killed" } else { "SURVIVED" },
-            started.elapsed().as_secs_f64(),
-            outcome.crash_states,
-            outcome.corruption_cases,
-            outcome.violations.len()
-        );
+        progress.advance(index as u64 + 1);
         if outcome.killed {
             tally.killed += 1;
         } else {
@@ -338,5 +329,6 @@ pub fn run_all(config: &MatrixConfig) -> Result<MutantTally, LabError> {
             first_violation: outcome.violations.into_iter().next(),
         });
     }
+    progress.finish();
     Ok(tally)
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::core::progress::Progress;
 use crate::durable::fs::RealFs;
 use crate::lab::error::LabError;
 use crate::lab::kills::{operation_kill_phase, random_kill_phase};
@@ -51,8 +52,11 @@ pub struct MatrixSummary {
 }
 
 /// Runs everything and returns the summary (violations listed, not raised).
-pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> Result<MatrixSummary, LabError> {
-    let started = std::time::Instant::now();
+pub fn run_matrix(
+    exe: &Path,
+    config: &MatrixConfig,
+    progress: &mut dyn Progress,
+) -> Result<MatrixSummary, LabError> {
     let (a, b) = matrix_states(config.seed);
     let work = scratch_dir()?;
     let base = work.path().join("base");
@@ -64,19 +68,16 @@ pub fn run_matrix(exe: &Path, config: &MatrixConfig) -> Result<MatrixSummary, La
         &mut NoHooks,
         WriterFaults::default(),
     )?;
-    let barrier_kills = process_kill_phase(exe, &base, &a, &b)?;
-    let operation_kills = operation_kill_phase(exe, config)?;
-    let random_kills = random_kill_phase(exe, config)?;
-    let power_loss = power_loss_phase(&base, &a, &b, config, ModelFaults::NONE)?;
+    let barrier_kills = process_kill_phase(exe, &base, &a, &b, progress)?;
+    let operation_kills = operation_kill_phase(exe, config, progress)?;
+    let random_kills = random_kill_phase(exe, config, progress)?;
+    let power_loss = power_loss_phase(&base, &a, &b, config, ModelFaults::NONE, progress)?;
     let corruption = corruption_phase(
         &work.path().join("corrupt-base"),
         config,
         RecoveryFaults::NONE,
+        progress,
     )?;
-    eprintln!(
-        "crash-matrix: done in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
     let violations: Vec<String> = [
         barrier_kills.violations,
         operation_kills.violations,

@@ -299,6 +299,11 @@ struct LaneRun {
 }
 
 /// Runs the lane command with its output streamed to ours (the lane's log) and kept.
+///
+/// Why a plain `Command` and not `shardlift::supervise`'s `SupervisedChild`: a supervised
+/// child gets its own process group, which takes it out of the terminal's foreground
+/// group, so Ctrl-C would stop the recorder and leave a 20-minute test lane running. The
+/// lane stays in our group: an interrupt reaches both, and no receipt is written.
 fn run_lane(command: &[String]) -> Result<LaneRun, RecordError> {
     let Some((program, args)) = command.split_first() else {
         return Err(RecordError::NoCommand);

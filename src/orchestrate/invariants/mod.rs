@@ -16,6 +16,7 @@ pub mod provenance;
 pub mod registry;
 pub mod scenarios;
 
+use crate::core::progress::Progress;
 use crate::dataset::{Resource, FASHION_MNIST};
 use evidence::{BootstrapAttestation, Observation, Provenance, Summary};
 use registry::REGISTRY;
@@ -86,13 +87,25 @@ pub fn provenance_record(
 }
 
 /// Runs every registered scenario and writes the artifact to `options.out`.
-pub fn run_suite(options: &SuiteOptions) -> Result<Summary, SuiteError> {
-    eprintln!("invariants: checking the loaded libtorch against the registered pairs");
+///
+/// Each step is a phase of `progress`: the libtorch guard, the dataset, then one phase per
+/// scenario, so a log shows which scenario ran how long.
+pub fn run_suite(
+    options: &SuiteOptions,
+    progress: &mut dyn Progress,
+) -> Result<Summary, SuiteError> {
+    progress.phase(
+        "invariants: checking the loaded libtorch against the registered pairs",
+        None,
+    );
     let (observed, pair) = provenance::guard()?;
     if options.out.symlink_metadata().is_ok() {
         return Err(evidence::EvidenceError::Exists(options.out.display().to_string()).into());
     }
-    eprintln!("invariants: loading the pinned Fashion-MNIST payloads");
+    progress.phase(
+        "invariants: loading the pinned Fashion-MNIST payloads",
+        None,
+    );
     let data = crate::dataset::ensure_and_load(
         &options.cache_directory,
         options.source_directory.as_deref(),
@@ -105,16 +118,22 @@ pub fn run_suite(options: &SuiteOptions) -> Result<Summary, SuiteError> {
     )?;
     let mut observations: Vec<Observation> = Vec::new();
     for spec in REGISTRY.iter().take(10) {
-        eprintln!("invariants: [{:02}] {}", spec.ordinal, spec.id);
+        progress.phase(
+            &format!("invariants: [{:02}] {}", spec.ordinal, spec.id),
+            None,
+        );
         observations.push(scenarios::observe_or_fail(spec, &ctx, false));
     }
     let elastic_spec = &REGISTRY[10];
     let mut launcher = None;
     match &options.torchrun {
         None => {
-            eprintln!(
-                "invariants: [11] {} skipped (--skip-elastic)",
-                elastic_spec.id
+            progress.phase(
+                &format!(
+                    "invariants: [11] {} skipped (--skip-elastic)",
+                    elastic_spec.id
+                ),
+                None,
             );
             observations.push(Observation::skipped(
                 elastic_spec,
@@ -122,7 +141,7 @@ pub fn run_suite(options: &SuiteOptions) -> Result<Summary, SuiteError> {
             ));
         }
         Some(torchrun) => {
-            eprintln!("invariants: [11] {}", elastic_spec.id);
+            progress.phase(&format!("invariants: [11] {}", elastic_spec.id), None);
             launcher = elastic::launcher_provenance(torchrun, observed.libtorch_cpu_sha256);
             let launch = elastic::LaunchOptions {
                 torchrun: torchrun.clone(),
@@ -145,6 +164,7 @@ pub fn run_suite(options: &SuiteOptions) -> Result<Summary, SuiteError> {
             });
         }
     }
+    progress.finish();
     let record = provenance_record(&observed, &pair, launcher);
     Ok(evidence::write_artifact(
         &options.out,
