@@ -53,7 +53,7 @@ fn digests(placement: &Placement, seed: u64, split: &SyntheticSplit) -> (String,
         false,
     )
     .unwrap_or_else(|error| panic!("{placement:?}: {error}"));
-    assert_eq!(run.state.step, STEPS);
+    assert_eq!(run.state.step(), STEPS);
     let expected_exits = match placement {
         Placement::InProcess => 0,
         Placement::Workers { workers, .. } => *workers as usize,
@@ -61,7 +61,7 @@ fn digests(placement: &Placement, seed: u64, split: &SyntheticSplit) -> (String,
     assert_eq!(run.worker_exits, expected_exits, "{placement:?}");
     (
         run.state.logical_state_root().to_hex(),
-        run.state.ledger_digest.to_hex(),
+        run.state.ledger_digest().to_hex(),
         run.loss.to_bits(),
     )
 }
@@ -155,7 +155,7 @@ fn a_clean_session_reaps_every_worker_with_exit_zero() {
     let mut stream = SampleStream::new(5, SAMPLES as u32);
     session.step(&mut stream, split.view()).expect("step");
     let (state, exits) = session.finish().expect("finish");
-    assert_eq!(state.step, 1);
+    assert_eq!(state.step(), 1);
     assert_eq!(exits.len(), 4);
     assert!(exits
         .iter()

@@ -37,6 +37,6 @@ fn continuing_from_an_import_equals_continuing_from_the_original() {
     };
     let (a, b) = (continued(original), continued(imported));
     assert_eq!(a.logical_state_root(), b.logical_state_root());
-    assert_eq!(a.ledger_digest, b.ledger_digest);
-    assert_eq!(a.cursor, b.cursor);
+    assert_eq!(a.ledger_digest(), b.ledger_digest());
+    assert_eq!(a.cursor(), b.cursor());
 }

@@ -79,9 +79,14 @@ fn s09_reshard_round_trip_detects_a_republished_chunk() {
 fn state_pair() -> (LogicalState, LogicalState) {
     let state = LogicalState::genesis(Hyperparameters::with_seed(9));
     let mut next = state.clone();
-    next.step += 1;
-    next.cursor += 192;
-    next.chunks[0].parameters[0] += 1.0;
+    next.set_counters(
+        state.step() + 1,
+        state.cursor() + 192,
+        state.ledger_digest(),
+    );
+    if let Some(chunk) = next.chunk_slots_mut(0) {
+        chunk.parameters[0] += 1.0;
+    }
     (state, next)
 }
 
@@ -96,12 +101,12 @@ fn good_run(state: &LogicalState, next: &LogicalState) -> ElasticRun {
         max_restarts: 1,
         saw_marker: true,
         loaded_generation: (restart_count > 0).then_some(0),
-        parameters_sha256: Some(slot_sha256(state, |c| &c.parameters)),
+        parameters_sha256: Some(slot_sha256(state, |c| c.parameters())),
         optimizer_sha256: Some(optimizer_sha256(state)),
-        cursor: Some(state.cursor),
+        cursor: Some(state.cursor()),
         loaded_root: Some(state.logical_state_root()),
         next_root: Some(next.logical_state_root()),
-        next_ledger_digest: Some(next.ledger_digest),
+        next_ledger_digest: Some(next.ledger_digest()),
     };
     ElasticRun {
         launcher_exit: Some(ExitOutcome::Code(0)),

@@ -32,7 +32,7 @@ fn in_process_training_is_repeatable_and_learns() {
     let (a, losses) = run();
     let (b, _) = run();
     assert_eq!(a.logical_state_root(), b.logical_state_root());
-    assert_eq!(a.ledger_digest, b.ledger_digest);
+    assert_eq!(a.ledger_digest(), b.ledger_digest());
     assert!(losses[3] < losses[0], "loss did not fall: {losses:?}");
 }
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use shardlift::core::digest::Digest;
-use shardlift::core::logical::LogicalState;
+use shardlift::core::logical::{ChunkState, LogicalState, LogicalStateError};
 use shardlift::core::topology::Topology;
 use shardlift::durable::faulty::{FaultyFs, Operation};
 use shardlift::lab::powerloss::tree_digest;
@@ -124,7 +124,7 @@ fn fsync_failure_aborts_the_generation() {
     let (_dir, root) = store_with_genesis();
     let other = synthetic_state(12, 3, 30_000);
     // The commit record's file fsync is the 3·chunks + 2nd fsync: fail exactly there.
-    let chunk_fsyncs = other.chunks.len() * 3 + 1;
+    let chunk_fsyncs = other.chunks().len() * 3 + 1;
     let fs = FaultyFs::failing(Operation::FsyncFile, chunk_fsyncs);
     let error = publish_with(
         &fs,
@@ -332,14 +332,34 @@ fn root_mismatch() {
 
 #[test]
 fn invalid_state() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut bad = state();
-    bad.chunks[1].exp_avg.pop();
-    let root = dir.path().join("store");
-    let error = store::publish(&root, &bad, Topology::new(4).expect("t"), &mut NoHooks)
-        .expect_err("invalid");
-    assert!(matches!(error, StoreError::InvalidState(_)));
-    assert!(!root.exists(), "nothing written for an invalid state");
+    // A `LogicalState` exists only through its validating constructors, so publish cannot
+    // be handed a chunk with a short slot; the refusal comes where the state is built.
+    let good = state();
+    let mut chunks = good.chunks().to_vec();
+    let short = &chunks[1];
+    let refused = ChunkState::new(
+        short.id(),
+        short.parameters().to_vec(),
+        short.exp_avg()[1..].to_vec(),
+        short.exp_avg_sq().to_vec(),
+    );
+    assert!(matches!(
+        refused,
+        Err(LogicalStateError::ChunkLength {
+            id: 1,
+            slot: "exp_avg",
+            ..
+        })
+    ));
+    chunks.pop();
+    let refused = LogicalState::from_parts(
+        *good.hyperparameters(),
+        good.step(),
+        good.cursor(),
+        good.ledger_digest(),
+        chunks,
+    );
+    assert!(matches!(refused, Err(LogicalStateError::ChunkCount { .. })));
 }
 
 #[test]

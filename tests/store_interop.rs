@@ -121,7 +121,7 @@ fn export_then_import_reproduces_the_root_and_the_exact_bytes() {
     let (back, topology) =
         shardlift::store::load_generation(&dir.path().join("imported"), 0).unwrap();
     assert_eq!(back.logical_state_root(), state.logical_state_root());
-    assert_eq!(back.ledger_digest, state.ledger_digest);
+    assert_eq!(back.ledger_digest(), state.ledger_digest());
     assert_eq!(topology.workers(), 3);
 }
 

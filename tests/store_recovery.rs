@@ -51,7 +51,7 @@ fn publish_then_load_round_trips() {
     let summary =
         store::publish(&root, &state, Topology::new(4).expect("t"), &mut hooks).expect("publish");
     assert_eq!(summary.generation, 0);
-    assert_eq!(hooks.events.len(), state.chunks.len() * 3 * 4 + 12);
+    assert_eq!(hooks.events.len(), state.chunks().len() * 3 * 4 + 12);
     let (loaded, topology) = store::load_generation(&root, 0).expect("load");
     assert_eq!(loaded, state);
     assert_eq!(topology.workers(), 4);

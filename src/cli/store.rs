@@ -313,10 +313,10 @@ fn verify(store: &Path, generation: u64, json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(&serde_json::json!({
             "generation": generation,
-            "step": state.step,
-            "cursor": state.cursor,
+            "step": state.step(),
+            "cursor": state.cursor(),
             "workers": topology.workers(),
-            "chunks": state.chunks.len(),
+            "chunks": state.chunks().len(),
             "logical_state_root": root,
         }));
     }

@@ -4,7 +4,7 @@
 //! not depend on where the chunk lives. Each call touches exactly one chunk with plain
 //! IEEE-754 FP32 operations in a fixed order (no fused multiply-add, no reductions), so
 //! the result is the same whichever worker runs it and whatever its neighbours are.
-use crate::core::logical::{ChunkState, Hyperparameters};
+use crate::core::logical::{ChunkSlotsMut, Hyperparameters};
 
 /// Why an update was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub enum AdamwError {
 pub fn update_chunk(
     hyperparameters: &Hyperparameters,
     step: u64,
-    chunk: &mut ChunkState,
+    chunk: ChunkSlotsMut<'_>,
     gradient: &[f32],
 ) -> Result<(), AdamwError> {
     if step == 0 {
@@ -73,48 +73,46 @@ pub fn update_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::logical::{LogicalState, PARAMETER_COUNT};
+    use crate::core::logical::{ChunkState, LogicalState, PARAMETER_COUNT};
 
     #[test]
     fn update_is_independent_of_chunking() {
         // The same values updated as one chunk or as two halves give identical bits.
         let h = Hyperparameters::with_seed(3);
         let state = LogicalState::genesis(h);
-        let whole_values = state.chunks[0].parameters.clone();
+        let whole_values = state.chunks()[0].parameters().to_vec();
         let gradient: Vec<f32> = (0..whole_values.len())
             .map(|i| ((i % 17) as f32 - 8.0) * 1e-3)
             .collect();
         let zeros = vec![0.0; whole_values.len()];
-        let mut whole = ChunkState {
-            id: 0,
-            parameters: whole_values.clone(),
-            exp_avg: zeros.clone(),
-            exp_avg_sq: zeros,
-        };
-        update_chunk(&h, 1, &mut whole, &gradient).expect("update");
+        let mut whole =
+            ChunkState::new(0, whole_values.clone(), zeros.clone(), zeros).expect("even");
+        update_chunk(&h, 1, whole.slots_mut(), &gradient).expect("update");
         let half = whole_values.len() / 2;
-        let mut left = ChunkState {
-            id: 0,
-            parameters: whole_values[..half].to_vec(),
-            exp_avg: vec![0.0; half],
-            exp_avg_sq: vec![0.0; half],
-        };
+        let mut left = ChunkState::new(
+            0,
+            whole_values[..half].to_vec(),
+            vec![0.0; half],
+            vec![0.0; half],
+        )
+        .expect("even");
         let rest = whole_values.len() - half;
-        let mut right = ChunkState {
-            id: 1,
-            parameters: whole_values[half..].to_vec(),
-            exp_avg: vec![0.0; rest],
-            exp_avg_sq: vec![0.0; rest],
-        };
-        update_chunk(&h, 1, &mut left, &gradient[..half]).expect("update");
-        update_chunk(&h, 1, &mut right, &gradient[half..]).expect("update");
+        let mut right = ChunkState::new(
+            1,
+            whole_values[half..].to_vec(),
+            vec![0.0; rest],
+            vec![0.0; rest],
+        )
+        .expect("even");
+        update_chunk(&h, 1, left.slots_mut(), &gradient[..half]).expect("update");
+        update_chunk(&h, 1, right.slots_mut(), &gradient[half..]).expect("update");
         let joined: Vec<u32> = left
-            .parameters
+            .parameters()
             .iter()
-            .chain(&right.parameters)
+            .chain(right.parameters())
             .map(|v| v.to_bits())
             .collect();
-        let whole_bits: Vec<u32> = whole.parameters.iter().map(|v| v.to_bits()).collect();
+        let whole_bits: Vec<u32> = whole.parameters().iter().map(|v| v.to_bits()).collect();
         assert_eq!(joined, whole_bits);
         assert!(PARAMETER_COUNT > half);
     }
@@ -122,33 +120,24 @@ mod tests {
     #[test]
     fn first_step_moves_against_the_gradient() {
         let h = Hyperparameters::with_seed(3);
-        let mut chunk = ChunkState {
-            id: 0,
-            parameters: vec![0.0, 0.0],
-            exp_avg: vec![0.0; 2],
-            exp_avg_sq: vec![0.0; 2],
-        };
-        update_chunk(&h, 1, &mut chunk, &[1.0, -1.0]).expect("update");
-        assert!(chunk.parameters[0] < 0.0 && chunk.parameters[1] > 0.0);
+        let mut chunk =
+            ChunkState::new(0, vec![0.0, 0.0], vec![0.0; 2], vec![0.0; 2]).expect("even");
+        update_chunk(&h, 1, chunk.slots_mut(), &[1.0, -1.0]).expect("update");
+        assert!(chunk.parameters()[0] < 0.0 && chunk.parameters()[1] > 0.0);
         // Bias-corrected first step has magnitude ≈ lr.
-        assert!((chunk.parameters[0] + h.learning_rate).abs() < 1e-6);
+        assert!((chunk.parameters()[0] + h.learning_rate).abs() < 1e-6);
     }
 
     #[test]
     fn refuses_bad_input() {
         let h = Hyperparameters::with_seed(3);
-        let mut chunk = ChunkState {
-            id: 4,
-            parameters: vec![0.0; 2],
-            exp_avg: vec![0.0; 2],
-            exp_avg_sq: vec![0.0; 2],
-        };
+        let mut chunk = ChunkState::new(4, vec![0.0; 2], vec![0.0; 2], vec![0.0; 2]).expect("even");
         assert_eq!(
-            update_chunk(&h, 0, &mut chunk, &[0.0; 2]),
+            update_chunk(&h, 0, chunk.slots_mut(), &[0.0; 2]),
             Err(AdamwError::ZeroStep)
         );
         assert_eq!(
-            update_chunk(&h, 1, &mut chunk, &[0.0; 3]),
+            update_chunk(&h, 1, chunk.slots_mut(), &[0.0; 3]),
             Err(AdamwError::GradientLength {
                 id: 4,
                 expected: 2,

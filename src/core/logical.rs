@@ -1,10 +1,14 @@
 //! The logical training state: the model's parameters and AdamW slots in fixed-size
 //! chunks with stable ids, plus step, data cursor, ledger digest and hyper-parameters.
 //!
-//! Invariants (asserted by `LogicalState::validate`):
+//! Invariants (checked by the only constructors, [`ChunkState::new`] and
+//! [`LogicalState::from_parts`], and kept by every method, since no field is public):
 //! - chunk `i` has id `i`; every chunk but the last holds exactly `chunk_elements`
 //!   values; the chunks cover `PARAMETER_COUNT` values in order;
 //! - each chunk's `parameters`, `exp_avg` and `exp_avg_sq` have the same length.
+//!
+//! Values change (training, and tests that flip bits through [`ChunkSlotsMut`]); lengths,
+//! ids and the chunk order never do after construction.
 //!
 //! Nothing here depends on how many workers exist: ownership is a separate `Topology`
 //! (`chunk c` and `micro-batch m` belong to rank `c mod W` and `m mod W`), so moving a
@@ -164,14 +168,89 @@ impl HyperparameterWriter for RootFields<'_> {
 /// moments. The AdamW step count is the state's `step`, shared by every chunk.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkState {
-    /// The chunk's stable id: its index in logical order.
+    id: u32,
+    parameters: Vec<f32>,
+    exp_avg: Vec<f32>,
+    exp_avg_sq: Vec<f32>,
+}
+
+/// Mutable views of one chunk's three slots: values may change, lengths may not.
+pub struct ChunkSlotsMut<'a> {
+    /// The chunk's stable id.
     pub id: u32,
     /// The chunk's parameter values.
-    pub parameters: Vec<f32>,
+    pub parameters: &'a mut [f32],
     /// AdamW's first moment, one value per parameter.
-    pub exp_avg: Vec<f32>,
+    pub exp_avg: &'a mut [f32],
     /// AdamW's second moment, one value per parameter.
-    pub exp_avg_sq: Vec<f32>,
+    pub exp_avg_sq: &'a mut [f32],
+}
+
+impl ChunkState {
+    /// A chunk from its three slots, which must hold the same number of values.
+    pub fn new(
+        id: u32,
+        parameters: Vec<f32>,
+        exp_avg: Vec<f32>,
+        exp_avg_sq: Vec<f32>,
+    ) -> Result<Self, LogicalStateError> {
+        for (slot, values) in [("exp_avg", &exp_avg), ("exp_avg_sq", &exp_avg_sq)] {
+            if values.len() != parameters.len() {
+                return Err(LogicalStateError::ChunkLength {
+                    id,
+                    slot,
+                    expected: parameters.len(),
+                    found: values.len(),
+                });
+            }
+        }
+        Ok(ChunkState {
+            id,
+            parameters,
+            exp_avg,
+            exp_avg_sq,
+        })
+    }
+
+    /// The chunk's stable id: its index in logical order.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Values in each of the three slots.
+    pub fn len(&self) -> usize {
+        self.parameters.len()
+    }
+
+    /// Whether the chunk holds no values (never, in a valid state).
+    pub fn is_empty(&self) -> bool {
+        self.parameters.is_empty()
+    }
+
+    /// The chunk's parameter values.
+    pub fn parameters(&self) -> &[f32] {
+        &self.parameters
+    }
+
+    /// AdamW's first moment, one value per parameter.
+    pub fn exp_avg(&self) -> &[f32] {
+        &self.exp_avg
+    }
+
+    /// AdamW's second moment, one value per parameter.
+    pub fn exp_avg_sq(&self) -> &[f32] {
+        &self.exp_avg_sq
+    }
+
+    /// The three slots, mutable in value only.
+    pub fn slots_mut(&mut self) -> ChunkSlotsMut<'_> {
+        ChunkSlotsMut {
+            id: self.id,
+            parameters: &mut self.parameters,
+            exp_avg: &mut self.exp_avg,
+            exp_avg_sq: &mut self.exp_avg_sq,
+        }
+    }
 }
 
 /// Why a logical state is malformed.
@@ -216,16 +295,11 @@ pub enum LogicalStateError {
 /// The complete logical training state at an optimizer step boundary.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogicalState {
-    /// The hyper-parameters the state trains under.
-    pub hyperparameters: Hyperparameters,
-    /// Optimizer steps taken so far (AdamW's `t`).
-    pub step: u64,
-    /// Global index of the next unconsumed sample in the per-epoch permutation stream.
-    pub cursor: u64,
-    /// Running digest of the data ledger up to `step` (see `sampling`).
-    pub ledger_digest: Digest,
-    /// Every chunk, in logical order (id = index).
-    pub chunks: Vec<ChunkState>,
+    hyperparameters: Hyperparameters,
+    step: u64,
+    cursor: u64,
+    ledger_digest: Digest,
+    chunks: Vec<ChunkState>,
 }
 
 impl LogicalState {
@@ -253,8 +327,90 @@ impl LogicalState {
         }
     }
 
+    /// A state from its parts, checked against the invariants in the module docs.
+    pub fn from_parts(
+        hyperparameters: Hyperparameters,
+        step: u64,
+        cursor: u64,
+        ledger_digest: Digest,
+        chunks: Vec<ChunkState>,
+    ) -> Result<Self, LogicalStateError> {
+        let state = LogicalState {
+            hyperparameters,
+            step,
+            cursor,
+            ledger_digest,
+            chunks,
+        };
+        state.validate()?;
+        Ok(state)
+    }
+
+    /// The hyper-parameters the state trains under.
+    pub fn hyperparameters(&self) -> &Hyperparameters {
+        &self.hyperparameters
+    }
+
+    /// Optimizer steps taken so far (AdamW's `t`).
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Global index of the next unconsumed sample in the per-epoch permutation stream.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// Running digest of the data ledger up to `step` (see `sampling`).
+    pub fn ledger_digest(&self) -> Digest {
+        self.ledger_digest
+    }
+
+    /// Every chunk, in logical order (id = index).
+    pub fn chunks(&self) -> &[ChunkState] {
+        &self.chunks
+    }
+
+    /// Chunk `id`'s slots, mutable in value only (`None` past the last chunk).
+    pub fn chunk_slots_mut(&mut self, id: usize) -> Option<ChunkSlotsMut<'_>> {
+        self.chunks.get_mut(id).map(ChunkState::slots_mut)
+    }
+
+    /// Every chunk's slots in logical order, mutable in value only.
+    pub fn slots_mut(&mut self) -> impl Iterator<Item = ChunkSlotsMut<'_>> {
+        self.chunks.iter_mut().map(ChunkState::slots_mut)
+    }
+
+    /// Puts `chunk` in the place its id names; it must hold that place's length.
+    pub fn replace_chunk(&mut self, chunk: ChunkState) -> Result<(), LogicalStateError> {
+        let found = self.chunks.len();
+        let Some(place) = self.chunks.get_mut(chunk.id as usize) else {
+            return Err(LogicalStateError::ChunkCount {
+                expected: chunk.id as usize + 1,
+                found,
+            });
+        };
+        if place.len() != chunk.len() {
+            return Err(LogicalStateError::ChunkLength {
+                id: chunk.id,
+                slot: "parameters",
+                expected: place.len(),
+                found: chunk.len(),
+            });
+        }
+        *place = chunk;
+        Ok(())
+    }
+
+    /// Sets the counters (no invariant ties them to the chunks).
+    pub fn set_counters(&mut self, step: u64, cursor: u64, ledger_digest: Digest) {
+        self.step = step;
+        self.cursor = cursor;
+        self.ledger_digest = ledger_digest;
+    }
+
     /// Checks the invariants in the module docs.
-    pub fn validate(&self) -> Result<(), LogicalStateError> {
+    fn validate(&self) -> Result<(), LogicalStateError> {
         let h = &self.hyperparameters;
         if h.chunk_elements == 0 {
             return Err(LogicalStateError::ZeroChunkElements);
@@ -414,22 +570,63 @@ mod tests {
     }
 
     #[test]
-    fn validate_names_bad_chunks() {
-        let mut state = LogicalState::genesis(Hyperparameters::with_seed(1));
-        state.chunks[2].exp_avg.pop();
+    fn the_constructors_name_bad_chunks() {
+        let good = LogicalState::genesis(Hyperparameters::with_seed(1));
+        let parts = |chunks: Vec<ChunkState>| {
+            LogicalState::from_parts(
+                *good.hyperparameters(),
+                good.step(),
+                good.cursor(),
+                good.ledger_digest(),
+                chunks,
+            )
+        };
+        assert_eq!(parts(good.chunks().to_vec()).as_ref(), Ok(&good));
+        let short = ChunkState::new(2, vec![0.0; 3], vec![0.0; 2], vec![0.0; 3]);
         assert!(matches!(
-            state.validate(),
+            short,
             Err(LogicalStateError::ChunkLength {
                 id: 2,
                 slot: "exp_avg",
-                ..
+                expected: 3,
+                found: 2
             })
         ));
-        state.chunks.pop();
+        let mut chunks = good.chunks().to_vec();
+        chunks.pop();
         assert!(matches!(
-            state.validate(),
+            parts(chunks),
             Err(LogicalStateError::ChunkCount { .. })
         ));
+        let mut chunks = good.chunks().to_vec();
+        chunks.swap(0, 1);
+        assert!(matches!(
+            parts(chunks),
+            Err(LogicalStateError::ChunkId { position: 0, id: 1 })
+        ));
+        let mut chunks = good.chunks().to_vec();
+        chunks[3] = ChunkState::new(3, vec![0.0; 5], vec![0.0; 5], vec![0.0; 5]).expect("even");
+        assert!(matches!(
+            parts(chunks),
+            Err(LogicalStateError::ChunkLength { id: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn replace_chunk_keeps_ids_and_lengths() {
+        let mut state = LogicalState::genesis(Hyperparameters::with_seed(1));
+        let before = state.clone();
+        let count = state.chunks().len();
+        let wrong_length = ChunkState::new(1, vec![0.0; 5], vec![0.0; 5], vec![0.0; 5]);
+        assert!(state.replace_chunk(wrong_length.expect("even")).is_err());
+        let past_the_end = ChunkState::new(count as u32, vec![0.0], vec![0.0], vec![0.0]);
+        assert!(state.replace_chunk(past_the_end.expect("even")).is_err());
+        assert_eq!(state, before);
+        let mut chunk = state.chunks()[1].clone();
+        chunk.slots_mut().parameters[0] = 42.0;
+        state.replace_chunk(chunk).expect("same id and length");
+        assert_eq!(state.chunks()[1].parameters()[0], 42.0);
+        assert_ne!(state.logical_state_root(), before.logical_state_root());
     }
 
     #[test]

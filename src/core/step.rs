@@ -142,7 +142,7 @@ pub fn plan_step(
     train: SplitView<'_>,
 ) -> Result<Vec<MicroBatch>, StepError> {
     train.check()?;
-    let plan = stream.step_micro_batches(&state.hyperparameters, state.cursor);
+    let plan = stream.step_micro_batches(state.hyperparameters(), state.cursor());
     plan.into_iter()
         .enumerate()
         .map(|(index, sample_ids)| {
@@ -198,10 +198,11 @@ pub fn reduce_in_logical_order(
 
 /// Advances step, cursor and ledger after the update of the step planned as `batches`.
 pub fn advance_counters(state: &mut LogicalState, batches: &[MicroBatch]) {
-    state.step += 1;
-    state.cursor += state.hyperparameters.global_batch_size();
+    let step = state.step() + 1;
+    let cursor = state.cursor() + state.hyperparameters().global_batch_size();
     let ids: Vec<Vec<u32>> = batches.iter().map(|b| b.sample_ids.clone()).collect();
-    state.ledger_digest = extend_ledger(state.ledger_digest, state.step, &ids);
+    let ledger_digest = extend_ledger(state.ledger_digest(), step, &ids);
+    state.set_counters(step, cursor, ledger_digest);
 }
 
 /// What one step produced.
@@ -215,9 +216,9 @@ pub struct StepOutcome {
 
 /// Applies AdamW chunk by chunk with the reduced `gradient` for the step after `state.step`.
 pub fn apply_update(state: &mut LogicalState, gradient: &[f32]) -> Result<(), StepError> {
-    let next_step = state.step + 1;
-    let hyperparameters = state.hyperparameters;
-    for chunk in &mut state.chunks {
+    let next_step = state.step() + 1;
+    let hyperparameters = *state.hyperparameters();
+    for chunk in state.slots_mut() {
         let range = hyperparameters.chunk_range(chunk.id as usize);
         adamw::update_chunk(&hyperparameters, next_step, chunk, &gradient[range])?;
     }
@@ -233,17 +234,17 @@ pub fn in_process_step(
 ) -> Result<StepOutcome, StepError> {
     let batches = plan_step(state, stream, train)?;
     let flat = state.flat_parameters();
-    let global = state.hyperparameters.global_batch_size();
+    let global = state.hyperparameters().global_batch_size();
     let results = batches
         .iter()
         .map(|batch| engine.micro_batch_gradient(&flat, batch, global))
         .collect::<Result<Vec<_>, _>>()?;
     let (loss, gradient) =
-        reduce_in_logical_order(results, state.hyperparameters.logical_micro_batches)?;
+        reduce_in_logical_order(results, state.hyperparameters().logical_micro_batches)?;
     apply_update(state, &gradient)?;
     advance_counters(state, &batches);
     Ok(StepOutcome {
-        step: state.step,
+        step: state.step(),
         loss,
     })
 }

@@ -125,10 +125,10 @@ fn split_flat(flat: &[f32]) -> Vec<(&'static str, Vec<usize>, &[f32])> {
 /// The three flat vectors (parameters, exp_avg, exp_avg_sq) of a state, in chunk order.
 fn flat_slots(state: &LogicalState) -> [Vec<f32>; 3] {
     let mut out = [Vec::new(), Vec::new(), Vec::new()];
-    for chunk in &state.chunks {
-        out[0].extend_from_slice(&chunk.parameters);
-        out[1].extend_from_slice(&chunk.exp_avg);
-        out[2].extend_from_slice(&chunk.exp_avg_sq);
+    for chunk in state.chunks() {
+        out[0].extend_from_slice(chunk.parameters());
+        out[1].extend_from_slice(chunk.exp_avg());
+        out[2].extend_from_slice(chunk.exp_avg_sq());
     }
     out
 }
@@ -207,11 +207,11 @@ pub fn export(
         version: METADATA_VERSION,
         generation: Some(generation),
         commit_digest: Some(verified.commit_digest),
-        step: state.step,
-        cursor: state.cursor,
-        hyperparameters: state.hyperparameters,
+        step: state.step(),
+        cursor: state.cursor(),
+        hyperparameters: *state.hyperparameters(),
         logical_state_root: Some(state.logical_state_root()),
-        ledger_digest: state.ledger_digest,
+        ledger_digest: state.ledger_digest(),
         files: BTreeMap::from([
             (MODEL_FILE.to_owned(), Digest::of(&model)),
             (OPTIMIZER_FILE.to_owned(), Digest::of(&optimizer)),
@@ -288,22 +288,21 @@ pub fn read_export(dir: &Path) -> Result<(LogicalState, ExportMetadata), Interop
     let chunks = (0..chunk_count)
         .map(|id| {
             let range = hyperparameters.chunk_range(id);
-            ChunkState {
-                id: id as u32,
-                parameters: parameters[range.clone()].to_vec(),
-                exp_avg: exp_avg[range.clone()].to_vec(),
-                exp_avg_sq: exp_avg_sq[range].to_vec(),
-            }
+            ChunkState::new(
+                id as u32,
+                parameters[range.clone()].to_vec(),
+                exp_avg[range.clone()].to_vec(),
+                exp_avg_sq[range].to_vec(),
+            )
         })
-        .collect();
-    let state = LogicalState {
+        .collect::<Result<Vec<_>, _>>()?;
+    let state = LogicalState::from_parts(
         hyperparameters,
-        step: metadata.step,
-        cursor: metadata.cursor,
-        ledger_digest: metadata.ledger_digest,
+        metadata.step,
+        metadata.cursor,
+        metadata.ledger_digest,
         chunks,
-    };
-    state.validate()?;
+    )?;
     if let Some(expected) = metadata.logical_state_root {
         let found = state.logical_state_root();
         if found != expected {

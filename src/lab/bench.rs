@@ -53,9 +53,9 @@ pub fn run(
     let plain = work.path().join("plain");
     std::fs::create_dir(&plain)?;
     let per_state = synthetic_state(0, 0, 8192)
-        .chunks
+        .chunks()
         .iter()
-        .map(|c| c.parameters.len() as u64 * 12)
+        .map(|c| c.parameters().len() as u64 * 12)
         .sum::<u64>();
     let states = bytes.div_ceil(per_state).max(1);
     progress.phase("store bench: publish", Some(states));
@@ -104,7 +104,7 @@ fn time_publishes(
     let (mut publish_s, mut plain_s) = (0.0, 0.0);
     for step in 0..states {
         let state = synthetic_state(1, step, 8192);
-        let payloads: Vec<Vec<u8>> = state.chunks.iter().flat_map(chunk_payloads).collect();
+        let payloads: Vec<Vec<u8>> = state.chunks().iter().flat_map(chunk_payloads).collect();
         let started = Instant::now();
         crate::store::publish(store, &state, topology, &mut NoHooks)?;
         publish_s += started.elapsed().as_secs_f64();

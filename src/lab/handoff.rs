@@ -23,15 +23,14 @@ pub const HANDOFF_MAGIC: &[u8] = b"SHARDLIFT-HANDOFF-1\n";
 
 /// Encodes a validated state and its topology.
 pub fn encode_handoff(state: &LogicalState, topology: Topology) -> Result<Vec<u8>, StoreError> {
-    state.validate()?;
     let topology = Topology::new(topology.workers())?;
     let manifest = manifest_for(state, topology, chunk_entries(state));
     let header = encode(&manifest)?;
-    let mut out = Vec::with_capacity(header.len() + state.chunks.len() * 3 * 4 * 8192);
+    let mut out = Vec::with_capacity(header.len() + state.chunks().len() * 3 * 4 * 8192);
     out.extend_from_slice(HANDOFF_MAGIC);
     out.extend_from_slice(&(header.len() as u64).to_le_bytes());
     out.extend_from_slice(&header);
-    for chunk in &state.chunks {
+    for chunk in state.chunks() {
         for payload in chunk_payloads(chunk) {
             out.extend_from_slice(&payload);
         }

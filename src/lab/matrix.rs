@@ -925,10 +925,10 @@ pub fn process_kill_phase(
     b: &LogicalState,
     progress: &mut dyn Progress,
 ) -> Result<PhaseTally, LabError> {
-    let objects_per_state = u32::try_from(b.chunks.len() * 3).map_err(|_| {
+    let objects_per_state = u32::try_from(b.chunks().len() * 3).map_err(|_| {
         LabError::Model(format!(
             "{} chunks do not fit the barrier count",
-            b.chunks.len()
+            b.chunks().len()
         ))
     })?;
     let mut kills: Vec<(Option<&Path>, Barrier, u32)> = Barrier::ALL

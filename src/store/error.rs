@@ -161,9 +161,6 @@ pub enum StoreError {
         /// The recomputed root.
         actual: Digest,
     },
-    /// The state to publish is invalid.
-    #[error("the state to publish is invalid: {0}")]
-    InvalidState(#[from] LogicalStateError),
     /// The topology is invalid.
     #[error("invalid topology: {0}")]
     InvalidTopology(#[from] TopologyError),
@@ -233,7 +230,6 @@ impl StoreError {
             StoreError::ChunkSize { .. } => "chunk-size",
             StoreError::MalformedState { .. } => "malformed-state",
             StoreError::RootMismatch { .. } => "root-mismatch",
-            StoreError::InvalidState(_) => "invalid-state",
             StoreError::InvalidTopology(_) => "invalid-topology",
             StoreError::GenerationNotFound { .. } => "generation-not-found",
             StoreError::GenerationTaken { .. } => "generation-taken",

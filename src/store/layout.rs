@@ -13,9 +13,9 @@ use crate::store::error::StoreError;
 /// The three raw little-endian FP32 payloads of a chunk, in manifest order.
 pub fn chunk_payloads(chunk: &ChunkState) -> [Vec<u8>; 3] {
     [
-        crate::core::logical::f32_le_bytes(&chunk.parameters),
-        crate::core::logical::f32_le_bytes(&chunk.exp_avg),
-        crate::core::logical::f32_le_bytes(&chunk.exp_avg_sq),
+        crate::core::logical::f32_le_bytes(chunk.parameters()),
+        crate::core::logical::f32_le_bytes(chunk.exp_avg()),
+        crate::core::logical::f32_le_bytes(chunk.exp_avg_sq()),
     ]
 }
 
@@ -28,10 +28,10 @@ pub fn manifest_for(
     ManifestRecord {
         schema: MANIFEST_SCHEMA.to_owned(),
         version: SCHEMA_VERSION,
-        step: state.step,
-        cursor: state.cursor,
-        ledger_digest: state.ledger_digest,
-        hyperparameters: HyperparametersRecord::from(&state.hyperparameters),
+        step: state.step(),
+        cursor: state.cursor(),
+        ledger_digest: state.ledger_digest(),
+        hyperparameters: HyperparametersRecord::from(state.hyperparameters()),
         workers: topology.workers(),
         ownership: topology.chunk_ownership(chunks.len()),
         chunks,
@@ -42,13 +42,13 @@ pub fn manifest_for(
 /// Entries (with digests) for every chunk of a state.
 pub fn chunk_entries(state: &LogicalState) -> Vec<ChunkEntry> {
     state
-        .chunks
+        .chunks()
         .iter()
         .map(|chunk| {
             let [p, m, v] = chunk_payloads(chunk);
             ChunkEntry {
-                id: chunk.id,
-                elements: chunk.parameters.len() as u32,
+                id: chunk.id(),
+                elements: chunk.parameters().len() as u32,
                 parameters: Digest::of(&p),
                 exp_avg: Digest::of(&m),
                 exp_avg_sq: Digest::of(&v),
@@ -155,26 +155,23 @@ pub fn assemble_state(
         let exp_avg_sq = slots.pop().unwrap_or_default();
         let exp_avg = slots.pop().unwrap_or_default();
         let parameters = slots.pop().unwrap_or_default();
-        chunks.push(ChunkState {
-            id: entry.id,
-            parameters,
-            exp_avg,
-            exp_avg_sq,
-        });
-    }
-    let state = LogicalState {
-        hyperparameters: manifest.hyperparameters.to_hyperparameters(),
-        step: manifest.step,
-        cursor: manifest.cursor,
-        ledger_digest: manifest.ledger_digest,
-        chunks,
-    };
-    state
-        .validate()
-        .map_err(|source| StoreError::MalformedState {
+        let malformed = |source| StoreError::MalformedState {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        chunks.push(ChunkState::new(entry.id, parameters, exp_avg, exp_avg_sq).map_err(malformed)?);
+    }
+    let state = LogicalState::from_parts(
+        manifest.hyperparameters.to_hyperparameters(),
+        manifest.step,
+        manifest.cursor,
+        manifest.ledger_digest,
+        chunks,
+    )
+    .map_err(|source| StoreError::MalformedState {
+        path: path.to_owned(),
+        source,
+    })?;
     let actual = state.logical_state_root();
     if actual != manifest.logical_state_root {
         return Err(StoreError::RootMismatch {
@@ -192,20 +189,22 @@ pub fn synthetic_state(seed: u64, step: u64, chunk_elements: u32) -> LogicalStat
     let mut hyper = crate::core::logical::Hyperparameters::with_seed(seed);
     hyper.chunk_elements = chunk_elements.max(1);
     let mut state = LogicalState::genesis(hyper);
-    state.step = step;
-    state.cursor = step.saturating_mul(hyper.global_batch_size());
     let mut ledger = crate::core::digest::FramedHasher::new("shardlift/store/synthetic-ledger/v1");
     ledger.u64(seed).u64(step);
-    state.ledger_digest = ledger.finish();
+    state.set_counters(
+        step,
+        step.saturating_mul(hyper.global_batch_size()),
+        ledger.finish(),
+    );
     let scale = step as f32 + 1.0;
-    for chunk in &mut state.chunks {
+    for chunk in state.slots_mut() {
         for (i, value) in chunk.parameters.iter_mut().enumerate() {
             *value += (i as f32) * 1e-7 * (step as f32);
         }
-        for (m, p) in chunk.exp_avg.iter_mut().zip(&chunk.parameters) {
+        for (m, p) in chunk.exp_avg.iter_mut().zip(chunk.parameters.iter()) {
             *m = p * 0.1 * scale;
         }
-        for (v, p) in chunk.exp_avg_sq.iter_mut().zip(&chunk.parameters) {
+        for (v, p) in chunk.exp_avg_sq.iter_mut().zip(chunk.parameters.iter()) {
             *v = p * p * 0.01 * scale;
         }
     }
@@ -254,13 +253,12 @@ mod tests {
     fn byte_root_equals_state_root() {
         for (seed, step, elements) in [(1, 0, 8192), (9, 5, 24_000), (3, 2, 101_770)] {
             let state = synthetic_state(seed, step, elements);
-            state.validate().expect("valid");
-            let payloads: Vec<[Vec<u8>; 3]> = state.chunks.iter().map(chunk_payloads).collect();
+            let payloads: Vec<[Vec<u8>; 3]> = state.chunks().iter().map(chunk_payloads).collect();
             assert_eq!(
                 crate::core::logical::logical_state_root_of_payloads(
-                    &state.hyperparameters,
-                    state.step,
-                    state.cursor,
+                    state.hyperparameters(),
+                    state.step(),
+                    state.cursor(),
                     &payloads
                 ),
                 state.logical_state_root()

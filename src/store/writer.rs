@@ -561,11 +561,10 @@ pub fn publish_with(
     hooks: &mut dyn BarrierHook,
     faults: WriterFaults,
 ) -> Result<CommitSummary, StoreError> {
-    state.validate()?;
     let topology = Topology::new(topology.workers())?;
     let mut writer = Writer::begin(fs, root, hooks, faults)?;
     let entries = chunk_entries(state);
-    for chunk in &state.chunks {
+    for chunk in state.chunks() {
         for payload in chunk_payloads(chunk) {
             writer.put_object(&payload, false)?;
         }

@@ -277,14 +277,14 @@ impl CoordinatorSession {
         for rank in 0..topology.workers() {
             let chunks = self
                 .state
-                .chunks
+                .chunks()
                 .iter()
-                .filter(|c| topology.chunk_owner(c.id) == rank)
+                .filter(|c| topology.chunk_owner(c.id()) == rank)
                 .cloned()
                 .collect();
             let init = Message::Init {
                 workers: topology.workers(),
-                hyperparameters: self.state.hyperparameters,
+                hyperparameters: *self.state.hyperparameters(),
                 chunks,
             };
             self.send(rank, &init)?;
@@ -376,12 +376,12 @@ impl CoordinatorSession {
             Ok(batches) => batches,
             Err(error) => return Err(self.fail(error.into())),
         };
-        let next_step = self.state.step + 1;
+        let next_step = self.state.step() + 1;
         self.send_compute(next_step, &batches)?;
         let results = self.gather_gradients(next_step)?;
         let (loss, gradient) = match step::reduce_in_logical_order(
             results,
-            self.state.hyperparameters.logical_micro_batches,
+            self.state.hyperparameters().logical_micro_batches,
         ) {
             Ok(reduced) => reduced,
             Err(error) => return Err(self.fail(error.into())),
@@ -390,7 +390,7 @@ impl CoordinatorSession {
         self.gather_chunks(next_step)?;
         step::advance_counters(&mut self.state, &batches);
         Ok(StepOutcome {
-            step: self.state.step,
+            step: self.state.step(),
             loss,
         })
     }
@@ -451,7 +451,7 @@ impl CoordinatorSession {
 
     /// Sends each worker the reduced gradient slices of the chunks it owns (`c mod W`).
     fn send_updates(&mut self, next_step: u64, gradient: &[f32]) -> Result<(), SessionError> {
-        let hyperparameters = self.state.hyperparameters;
+        let hyperparameters = *self.state.hyperparameters();
         for rank in 0..self.topology.workers() {
             let gradients = self
                 .owned_chunk_ids(rank)
@@ -485,8 +485,10 @@ impl CoordinatorSession {
                         return Err(self.bad_reply(rank, reason));
                     }
                     for chunk in chunks {
-                        let id = chunk.id as usize;
-                        self.state.chunks[id] = chunk;
+                        // Checked above: an owned id, the right length.
+                        if let Err(error) = self.state.replace_chunk(chunk) {
+                            return Err(self.bad_reply(rank, error.to_string()));
+                        }
                     }
                 }
                 other => return Err(self.unexpected(rank, "chunks", &other)),
@@ -497,7 +499,7 @@ impl CoordinatorSession {
 
     /// The chunk ids `rank` owns, ascending.
     fn owned_chunk_ids(&self, rank: u32) -> Vec<u32> {
-        (0..self.state.hyperparameters.chunk_count() as u32)
+        (0..self.state.hyperparameters().chunk_count() as u32)
             .filter(|&id| self.topology.chunk_owner(id) == rank)
             .collect()
     }
@@ -546,19 +548,19 @@ fn check_chunks_reply(
     chunks: &[ChunkState],
 ) -> Result<(), String> {
     for chunk in chunks {
-        let fits = state.chunks.get(chunk.id as usize).is_some_and(|old| {
-            old.parameters.len() == chunk.parameters.len()
-                && old.exp_avg.len() == chunk.exp_avg.len()
-                && old.exp_avg_sq.len() == chunk.exp_avg_sq.len()
-        });
-        if !owned.contains(&chunk.id) || !fits {
+        // A `ChunkState`'s three slots are equal in length by construction.
+        let fits = state
+            .chunks()
+            .get(chunk.id() as usize)
+            .is_some_and(|old| old.len() == chunk.len());
+        if !owned.contains(&chunk.id()) || !fits {
             return Err(format!(
                 "returned chunk {} it does not own or of the wrong size",
-                chunk.id
+                chunk.id()
             ));
         }
     }
-    let returned: Vec<u32> = chunks.iter().map(|chunk| chunk.id).collect();
+    let returned: Vec<u32> = chunks.iter().map(|chunk| chunk.id()).collect();
     if returned != owned {
         return Err(format!(
             "returned chunks {returned:?}, expected exactly its chunks {owned:?}"
@@ -574,9 +576,9 @@ mod tests {
 
     fn owned_by(state: &LogicalState, topology: Topology, rank: u32) -> Vec<ChunkState> {
         state
-            .chunks
+            .chunks()
             .iter()
-            .filter(|c| topology.chunk_owner(c.id) == rank)
+            .filter(|c| topology.chunk_owner(c.id()) == rank)
             .cloned()
             .collect()
     }
@@ -585,7 +587,7 @@ mod tests {
     fn a_chunks_reply_must_return_exactly_the_owned_chunks() {
         let state = LogicalState::genesis(Hyperparameters::with_seed(1));
         let topology = Topology::new(2).expect("topology");
-        let ids = |chunks: &[ChunkState]| chunks.iter().map(|c| c.id).collect::<Vec<_>>();
+        let ids = |chunks: &[ChunkState]| chunks.iter().map(|c| c.id()).collect::<Vec<_>>();
         let mine = owned_by(&state, topology, 1);
         let owned = ids(&mine);
         assert!(!owned.is_empty());
@@ -613,11 +615,18 @@ mod tests {
             error,
             format!(
                 "returned chunk {} it does not own or of the wrong size",
-                theirs[0].id
+                theirs[0].id()
             )
         );
         let mut short = mine.clone();
-        short[0].parameters.pop();
+        let first = &short[0];
+        short[0] = ChunkState::new(
+            first.id(),
+            first.parameters()[1..].to_vec(),
+            first.exp_avg()[1..].to_vec(),
+            first.exp_avg_sq()[1..].to_vec(),
+        )
+        .expect("even slots");
         check_chunks_reply(&state, &owned, &short).expect_err("wrong size");
     }
 }

@@ -70,6 +70,9 @@ pub enum ProtocolError {
     ListTooLong(u64),
     #[error("text is not UTF-8")]
     Text,
+    /// A chunk whose three slots differ in length.
+    #[error("malformed chunk: {0}")]
+    Chunk(#[from] crate::core::logical::LogicalStateError),
 }
 
 fn list_length(decoder: &mut Decoder<'_>) -> Result<usize, ProtocolError> {
@@ -84,10 +87,10 @@ fn put_chunks(encoder: &mut Encoder, chunks: &[ChunkState]) {
     encoder.u64(chunks.len() as u64);
     for chunk in chunks {
         encoder
-            .u32(chunk.id)
-            .f32s(&chunk.parameters)
-            .f32s(&chunk.exp_avg)
-            .f32s(&chunk.exp_avg_sq);
+            .u32(chunk.id())
+            .f32s(chunk.parameters())
+            .f32s(chunk.exp_avg())
+            .f32s(chunk.exp_avg_sq());
     }
 }
 
@@ -95,12 +98,11 @@ fn get_chunks(decoder: &mut Decoder<'_>) -> Result<Vec<ChunkState>, ProtocolErro
     let count = list_length(decoder)?;
     (0..count)
         .map(|_| {
-            Ok(ChunkState {
-                id: decoder.u32()?,
-                parameters: decoder.f32s()?,
-                exp_avg: decoder.f32s()?,
-                exp_avg_sq: decoder.f32s()?,
-            })
+            let id = decoder.u32()?;
+            let parameters = decoder.f32s()?;
+            let exp_avg = decoder.f32s()?;
+            let exp_avg_sq = decoder.f32s()?;
+            Ok(ChunkState::new(id, parameters, exp_avg, exp_avg_sq)?)
         })
         .collect()
 }
@@ -263,15 +265,11 @@ impl Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::logical::LogicalStateError;
 
     #[test]
     fn every_message_round_trips() {
-        let chunk = ChunkState {
-            id: 3,
-            parameters: vec![1.0],
-            exp_avg: vec![0.5],
-            exp_avg_sq: vec![0.25],
-        };
+        let chunk = ChunkState::new(3, vec![1.0], vec![0.5], vec![0.25]).expect("even");
         let messages = vec![
             Message::Hello { rank: 2 },
             Message::Init {
@@ -325,6 +323,27 @@ mod tests {
         assert!(matches!(
             Message::decode(&[42]),
             Err(ProtocolError::UnknownTag(42))
+        ));
+    }
+
+    /// A well-framed `Chunks` message whose chunk has a short slot is refused at decode,
+    /// before the coordinator could apply it.
+    #[test]
+    fn a_chunk_with_uneven_slots_is_refused() {
+        let mut e = Encoder::new(TAG_CHUNKS);
+        e.u64(1)
+            .u64(1)
+            .u32(3)
+            .f32s(&[1.0, 2.0])
+            .f32s(&[0.5])
+            .f32s(&[0.25, 0.5]);
+        assert!(matches!(
+            Message::decode(&e.finish()),
+            Err(ProtocolError::Chunk(LogicalStateError::ChunkLength {
+                id: 3,
+                slot: "exp_avg",
+                ..
+            }))
         ));
     }
 }

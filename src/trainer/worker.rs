@@ -137,9 +137,9 @@ fn handle(
             for (id, gradient) in gradients {
                 let chunk = owned
                     .iter_mut()
-                    .find(|c| c.id == id)
+                    .find(|c| c.id() == id)
                     .ok_or(WorkerError::ChunkNotOwned { id })?;
-                adamw::update_chunk(&h, step, chunk, &gradient)?;
+                adamw::update_chunk(&h, step, chunk.slots_mut(), &gradient)?;
                 updated.push(chunk.clone());
             }
             Ok(Some(Message::Chunks {
@@ -215,13 +215,13 @@ mod tests {
         let state = LogicalState::genesis(Hyperparameters::with_seed(1));
         let init = Message::Init {
             workers: 2,
-            hyperparameters: state.hyperparameters,
-            chunks: vec![state.chunks[0].clone()],
+            hyperparameters: *state.hyperparameters(),
+            chunks: vec![state.chunks()[0].clone()],
         };
         coordinator.send(&init.encode()).expect("send init");
         let update = Message::Update {
             step: 1,
-            gradients: vec![(1, vec![0.0; state.chunks[1].parameters.len()])],
+            gradients: vec![(1, vec![0.0; state.chunks()[1].parameters().len()])],
         };
         coordinator.send(&update.encode()).expect("send update");
         assert_eq!(

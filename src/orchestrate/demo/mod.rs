@@ -164,10 +164,10 @@ fn progress(barrier: Barrier, message: &str) {
 
 fn digests_of(state: &LogicalState, workers: u32) -> StateDigests {
     StateDigests {
-        step: state.step,
+        step: state.step(),
         workers,
         logical_state_root: state.logical_state_root(),
-        ledger_digest: state.ledger_digest,
+        ledger_digest: state.ledger_digest(),
     }
 }
 
@@ -186,8 +186,8 @@ impl Run<'_> {
         steps: u64,
     ) -> Result<(LogicalState, Vec<LogicalState>), DemoError> {
         let barrier = self.options.barrier;
-        let start_step = state.step;
-        let seed = state.hyperparameters.seed;
+        let start_step = state.step();
+        let seed = state.hyperparameters().seed;
         let options = SessionOptions::new(&self.options.shardlift_exe, workers, name);
         let session_error = |source: crate::trainer::SessionError| DemoError::Session {
             session: name,
@@ -215,7 +215,7 @@ impl Run<'_> {
             name: name.to_owned(),
             workers,
             start_step,
-            end_step: state.step,
+            end_step: state.step(),
         });
         Ok((state, trail))
     }
@@ -268,10 +268,10 @@ fn evaluation_record(
         role: role.name().to_owned(),
         barrier: barrier.name().to_owned(),
         generation,
-        step: state.step,
+        step: state.step(),
         workers,
         logical_state_root: state.logical_state_root(),
-        ledger_digest: state.ledger_digest,
+        ledger_digest: state.ledger_digest(),
         test_images_sha256: FASHION_MNIST.get(Resource::TestImages).payload.sha256,
         test_labels_sha256: FASHION_MNIST.get(Resource::TestLabels).payload.sha256,
         correct: evaluation.correct,
@@ -357,10 +357,10 @@ fn reference_phase(
     let (from_store, _) = store::load_generation(&stores.reference, 0)
         .map_err(store_error("loading the reference genesis"))?;
     let (_, after_genesis) = run.session(SESSION_REFERENCE, from_store, 2)?;
-    let mut checkpoints = vec![(genesis.step1.step, 0)];
+    let mut checkpoints = vec![(genesis.step1.step(), 0)];
     for state in &after_genesis {
         let summary = run.publish(&stores.reference, state, 4)?;
-        checkpoints.push((state.step, summary.generation));
+        checkpoints.push((state.step(), summary.generation));
     }
     let trail = std::iter::once(genesis.step1.clone())
         .chain(after_genesis)
@@ -437,7 +437,7 @@ fn recovery_phase(run: &Run, stores: &Stores, crash: &Crash) -> Result<Recovery,
     );
     Ok(Recovery {
         target_step: selected.step + 1,
-        replayed_batches: crash.step2.step - selected.step,
+        replayed_batches: crash.step2.step() - selected.step,
         report,
         selected,
     })
@@ -524,7 +524,8 @@ fn reshard_phase(
         barrier,
         &format!(
             "final W3 checkpoint: generation {} step {}",
-            final_commit.generation, final_state.step
+            final_commit.generation,
+            final_state.step()
         ),
     );
     Ok(Reshard {
@@ -568,7 +569,7 @@ fn evaluation_phase(
         })?;
     let (reference_at_target, _) = store::load_generation(&stores.reference, reference_generation)
         .map_err(store_error("loading the reference checkpoint"))?;
-    let in_memory = reference.trail.iter().find(|s| s.step == target_step);
+    let in_memory = reference.trail.iter().find(|s| s.step() == target_step);
     invariant(
         in_memory.map(LogicalState::logical_state_root)
             == Some(reference_at_target.logical_state_root()),
@@ -615,7 +616,7 @@ impl Phases {
             .reference
             .trail
             .iter()
-            .find(|s| s.step == self.recovery.selected.step)
+            .find(|s| s.step() == self.recovery.selected.step)
             .map(LogicalState::logical_state_root);
         Comparisons {
             logical_state_roots_equal: recovered_w4.logical_state_root()
@@ -624,8 +625,8 @@ impl Phases {
                 && reference_at_selected == Some(reshard.source_root_from_chunks)
                 && reshard.resharded_root_from_chunks == reshard.source_root_from_chunks
                 && reshard.committed_root == reshard.resharded_root_from_chunks,
-            ledger_digests_equal: recovered_w4.ledger_digest == target.ledger_digest
-                && final_state.ledger_digest == target.ledger_digest,
+            ledger_digests_equal: recovered_w4.ledger_digest() == target.ledger_digest()
+                && final_state.ledger_digest() == target.ledger_digest(),
             logit_probe_equal: self.evaluations.reference.logit_probe_sha256
                 == self.evaluations.recovered.logit_probe_sha256,
         }
@@ -634,7 +635,7 @@ impl Phases {
     fn final_checkpoint(&self) -> CheckpointEntry {
         CheckpointEntry {
             generation: self.reshard.final_commit.generation,
-            step: self.reshard.final_state.step,
+            step: self.reshard.final_state.step(),
             workers: 3,
         }
     }
@@ -786,7 +787,7 @@ fn evidence_record(
             .collect(),
         reference_checkpoint: CheckpointEntry {
             generation: phases.evaluations.reference_generation,
-            step: phases.evaluations.reference_at_target.step,
+            step: phases.evaluations.reference_at_target.step(),
             workers: 4,
         },
         recovered_w4: digests_of(&phases.continuation.recovered_w4, 4),

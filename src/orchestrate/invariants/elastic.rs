@@ -91,9 +91,9 @@ fn report_file(rank: u32, restart_count: u32) -> String {
 /// Digest of the optimizer part of a state: step and both AdamW slots.
 pub fn optimizer_sha256(state: &LogicalState) -> Digest {
     let mut hasher = crate::core::digest::FramedHasher::new("shardlift/invariants/optimizer/v1");
-    hasher.u64(state.step);
-    hasher.field(slot_sha256(state, |c| &c.exp_avg).0.as_slice());
-    hasher.field(slot_sha256(state, |c| &c.exp_avg_sq).0.as_slice());
+    hasher.u64(state.step());
+    hasher.field(slot_sha256(state, |c| c.exp_avg()).0.as_slice());
+    hasher.field(slot_sha256(state, |c| c.exp_avg_sq()).0.as_slice());
     hasher.finish()
 }
 
@@ -229,12 +229,12 @@ impl WorkerIdentity {
             loaded_generation: resumed.as_ref().map(|r| r.generation),
             parameters_sha256: resumed
                 .as_ref()
-                .map(|r| slot_sha256(r.loaded, |c| &c.parameters)),
+                .map(|r| slot_sha256(r.loaded, |c| c.parameters())),
             optimizer_sha256: resumed.as_ref().map(|r| optimizer_sha256(r.loaded)),
-            cursor: resumed.as_ref().map(|r| r.loaded.cursor),
+            cursor: resumed.as_ref().map(|r| r.loaded.cursor()),
             loaded_root: resumed.as_ref().map(|r| r.loaded.logical_state_root()),
             next_root: resumed.as_ref().map(|r| r.next.logical_state_root()),
-            next_ledger_digest: resumed.as_ref().map(|r| r.next.ledger_digest),
+            next_ledger_digest: resumed.as_ref().map(|r| r.next.ledger_digest()),
         }
     }
 
@@ -310,8 +310,9 @@ fn resume(options: &WorkerOptions, identity: &WorkerIdentity) -> Result<i32, Ela
     let selected = recovery.selected.ok_or(ElasticError::NothingToResume)?;
     let (mut state, _) = crate::store::load_generation(&options.store, selected.generation)?;
     if options.inject && identity.rank == 1 {
-        let value = state.chunks[0].parameters[0];
-        state.chunks[0].parameters[0] = f32::from_bits(value.to_bits() ^ 1);
+        if let Some(chunk) = state.chunk_slots_mut(0) {
+            chunk.parameters[0] = f32::from_bits(chunk.parameters[0].to_bits() ^ 1);
+        }
     }
     let (next, _) = next_step(&state, &data)?;
     let saw_marker = options.marker_dir.join(MARKER_FILE).exists();
@@ -472,7 +473,7 @@ fn observe_restarted_rank(
         }),
         (
             "parameters_sha256",
-            slot_sha256(&expected.state, |c| &c.parameters).to_string(),
+            slot_sha256(&expected.state, |c| c.parameters()).to_string(),
             |r| opt(&r.parameters_sha256),
         ),
         (
@@ -480,7 +481,7 @@ fn observe_restarted_rank(
             optimizer_sha256(&expected.state).to_string(),
             |r| opt(&r.optimizer_sha256),
         ),
-        ("cursor", expected.state.cursor.to_string(), |r| {
+        ("cursor", expected.state.cursor().to_string(), |r| {
             opt(&r.cursor)
         }),
         (
@@ -491,7 +492,7 @@ fn observe_restarted_rank(
         ("next_root", next_root.to_string(), |r| opt(&r.next_root)),
         (
             "next_ledger_digest",
-            expected.next.ledger_digest.to_string(),
+            expected.next.ledger_digest().to_string(),
             |r| opt(&r.next_ledger_digest),
         ),
     ];

@@ -105,15 +105,15 @@ pub fn next_step(
     data: &FashionMnist,
 ) -> Result<(LogicalState, f32), ScenarioError> {
     let mut next = state.clone();
-    let mut stream = SampleStream::new(state.hyperparameters.seed, data.train.count as u32);
+    let mut stream = SampleStream::new(state.hyperparameters().seed, data.train.count as u32);
     let outcome = in_process_step(&mut next, &mut stream, SplitView::from(&data.train))?;
     Ok((next, outcome.loss))
 }
 
 /// SHA-256 over one slot of every chunk in chunk order (FP32 little-endian).
-pub fn slot_sha256(state: &LogicalState, slot: fn(&ChunkState) -> &Vec<f32>) -> Digest {
+pub fn slot_sha256(state: &LogicalState, slot: fn(&ChunkState) -> &[f32]) -> Digest {
     let mut bytes = Vec::new();
-    for chunk in &state.chunks {
+    for chunk in state.chunks() {
         bytes.extend_from_slice(&f32_le_bytes(slot(chunk)));
     }
     Digest::of(&bytes)
@@ -219,49 +219,72 @@ fn round_trip(
     let summary = store::publish(&store_dir, saved, w(4)?, &mut NoHooks)?;
     let (mut loaded, topology) = store::load_generation(&store_dir, summary.generation)?;
     match (ordinal, inject) {
-        (1, true) => flip_bit(&mut loaded.chunks[3].parameters[7]),
-        (2, true) => {
-            let last = loaded.chunks.len() - 1;
-            flip_bit(&mut loaded.chunks[last].exp_avg_sq[0]);
+        (1, true) => {
+            if let Some(chunk) = loaded.chunk_slots_mut(3) {
+                flip_bit(&mut chunk.parameters[7]);
+            }
         }
-        (3, true) => loaded.cursor += 1,
-        (4, true) => flip_bit(&mut loaded.hyperparameters.learning_rate),
+        (2, true) => {
+            let last = loaded.chunks().len() - 1;
+            if let Some(chunk) = loaded.chunk_slots_mut(last) {
+                flip_bit(&mut chunk.exp_avg_sq[0]);
+            }
+        }
+        (3, true) => {
+            loaded.set_counters(loaded.step(), loaded.cursor() + 1, loaded.ledger_digest())
+        }
+        (4, true) => {
+            let mut hyperparameters = *loaded.hyperparameters();
+            flip_bit(&mut hyperparameters.learning_rate);
+            loaded = LogicalState::from_parts(
+                hyperparameters,
+                loaded.step(),
+                loaded.cursor(),
+                loaded.ledger_digest(),
+                loaded.chunks().to_vec(),
+            )
+            .map_err(|e| ScenarioError::Protocol(format!("injected state: {e}")))?;
+        }
         _ => {}
     }
     match ordinal {
         1 => {
-            obs.check("chunk_count", saved.chunks.len(), loaded.chunks.len());
+            obs.check("chunk_count", saved.chunks().len(), loaded.chunks().len());
             obs.check("topology_workers", 4, topology.workers());
             obs.check(
                 "parameters_sha256",
-                slot_sha256(saved, |c| &c.parameters),
-                slot_sha256(&loaded, |c| &c.parameters),
+                slot_sha256(saved, |c| c.parameters()),
+                slot_sha256(&loaded, |c| c.parameters()),
             );
         }
         2 => {
-            let nonzero = loaded.chunks.iter().any(|c| {
-                c.exp_avg.iter().any(|v| *v != 0.0) && c.exp_avg_sq.iter().any(|v| *v != 0.0)
+            let nonzero = loaded.chunks().iter().any(|c| {
+                c.exp_avg().iter().any(|v| *v != 0.0) && c.exp_avg_sq().iter().any(|v| *v != 0.0)
             });
             obs.check("slots_nonzero", true, nonzero);
-            obs.check("step", saved.step, loaded.step);
+            obs.check("step", saved.step(), loaded.step());
             obs.check(
                 "exp_avg_sha256",
-                slot_sha256(saved, |c| &c.exp_avg),
-                slot_sha256(&loaded, |c| &c.exp_avg),
+                slot_sha256(saved, |c| c.exp_avg()),
+                slot_sha256(&loaded, |c| c.exp_avg()),
             );
             obs.check(
                 "exp_avg_sq_sha256",
-                slot_sha256(saved, |c| &c.exp_avg_sq),
-                slot_sha256(&loaded, |c| &c.exp_avg_sq),
+                slot_sha256(saved, |c| c.exp_avg_sq()),
+                slot_sha256(&loaded, |c| c.exp_avg_sq()),
             );
         }
         3 => {
-            obs.check("cursor", saved.cursor, loaded.cursor);
-            obs.check("ledger_digest", saved.ledger_digest, loaded.ledger_digest);
+            obs.check("cursor", saved.cursor(), loaded.cursor());
+            obs.check(
+                "ledger_digest",
+                saved.ledger_digest(),
+                loaded.ledger_digest(),
+            );
             let count = ctx.data.train.count as u32;
             let ids = |state: &LogicalState| {
-                let mut stream = SampleStream::new(state.hyperparameters.seed, count);
-                let batches = stream.step_micro_batches(&state.hyperparameters, state.cursor);
+                let mut stream = SampleStream::new(state.hyperparameters().seed, count);
+                let batches = stream.step_micro_batches(state.hyperparameters(), state.cursor());
                 let mut bytes = Vec::new();
                 for id in batches.iter().flatten() {
                     bytes.extend_from_slice(&id.to_le_bytes());
@@ -311,15 +334,15 @@ fn resumed_next_step(
     let summary = store::publish(&store_dir, &ctx.state1, w(4)?, &mut NoHooks)?;
     let (mut loaded, _) = store::load_generation(&store_dir, summary.generation)?;
     if inject {
-        loaded.step = 0;
+        loaded.set_counters(0, loaded.cursor(), loaded.ledger_digest());
     }
     let (resumed, resumed_loss) = next_step(&loaded, ctx.data)?;
-    obs.check("next_step", reference.step, resumed.step);
-    obs.check("next_cursor", reference.cursor, resumed.cursor);
+    obs.check("next_step", reference.step(), resumed.step());
+    obs.check("next_cursor", reference.cursor(), resumed.cursor());
     obs.check(
         "next_ledger_digest",
-        reference.ledger_digest,
-        resumed.ledger_digest,
+        reference.ledger_digest(),
+        resumed.ledger_digest(),
     );
     obs.check(
         "next_root",
@@ -518,8 +541,8 @@ fn reshard_w4_w3(
     );
     obs.check(
         "w3_next_ledger_digest",
-        reference.ledger_digest,
-        continued.ledger_digest,
+        reference.ledger_digest(),
+        continued.ledger_digest(),
     );
     Ok(())
 }
@@ -579,15 +602,14 @@ fn forge_rewritten_reshard(
 ) -> Result<u64, ScenarioError> {
     let (mut state, _) = store::load_generation(store_dir, source_generation)?;
     let rewritten = state
-        .chunks
-        .get_mut(chunk)
+        .chunk_slots_mut(chunk)
         .and_then(|c| c.parameters.first_mut())
         .ok_or_else(|| ScenarioError::Protocol(format!("the state has no chunk {chunk}")))?;
     flip_bit(rewritten);
     let entries = store::layout::chunk_entries(&state);
     let manifest = store::layout::manifest_for(&state, topology, entries);
     let generation = store::writer::next_generation(&RealFs, store_dir)?;
-    for payload in store::layout::chunk_payloads(&state.chunks[chunk]) {
+    for payload in store::layout::chunk_payloads(&state.chunks()[chunk]) {
         write_object(store_dir, &payload)?;
     }
     let manifest_digest = write_object(store_dir, &store::codec::encode(&manifest)?)?;
@@ -637,8 +659,10 @@ fn reshard_round_trip(
     let via_w3 = store::reshard(&store_dir, original.generation, w(3)?)?;
     let back = if inject {
         let (mut state, _) = store::load_generation(&store_dir, via_w3.generation)?;
-        let last = state.chunks.len() - 1;
-        flip_bit(&mut state.chunks[last].exp_avg[0]);
+        let last = state.chunks().len() - 1;
+        if let Some(chunk) = state.chunk_slots_mut(last) {
+            flip_bit(&mut chunk.exp_avg[0]);
+        }
         store::publish(&store_dir, &state, w(4)?, &mut NoHooks)?
     } else {
         store::reshard(&store_dir, via_w3.generation, w(4)?)?
