@@ -5,18 +5,32 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Why a git operation of the pipeline failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
+    /// No repository could be opened, discovered or cloned at the path.
     #[error("cannot open the git repository at {path}: {message}")]
-    Open { path: PathBuf, message: String },
+    Open {
+        /// The path given (the source, for a clone).
+        path: PathBuf,
+        /// git2's message.
+        message: String,
+    },
+    /// The repository has no working tree, and the operation needs one.
     #[error("the repository at {0} has no working tree")]
     Bare(PathBuf),
+    /// Any other git2 failure; its message.
     #[error("git: {0}")]
     Git(String),
+    /// The text is not a hexadecimal commit id.
     #[error("{0:?} is not a valid commit id")]
     BadCommit(String),
+    /// The path names no blob in the tree read.
     #[error("{path} is not in the tree")]
-    NotInTree { path: String },
+    NotInTree {
+        /// The `/`-separated path asked for.
+        path: String,
+    },
 }
 
 fn git(error: git2::Error) -> GitError {
@@ -33,13 +47,17 @@ pub struct Repo {
 /// HEAD's commit and tree ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeadIds {
+    /// The commit id (40 hex digits).
     pub commit: String,
+    /// Its tree id.
     pub tree: String,
 }
 
 /// HEAD and the state of the working tree.
 pub struct HeadState {
+    /// HEAD's commit id (40 hex digits).
     pub commit: String,
+    /// Its tree id.
     pub tree: String,
     /// Modified, staged or untracked files (ignored files do not count).
     pub dirty_files: Vec<String>,
@@ -198,6 +216,7 @@ impl Repo {
         self.find_tree(oid)
     }
 
+    /// The tree with id `oid`.
     pub fn find_tree(&self, oid: git2::Oid) -> Result<git2::Tree<'_>, GitError> {
         self.repo.find_tree(oid).map_err(git)
     }

@@ -21,44 +21,90 @@ use ssh_key::{HashAlg, LineEnding, PrivateKey, PublicKey, SshSig};
 /// Why a signature could not be made or was not accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum SshSigError {
+    /// A private key or `allowed_signers` file could not be read.
     #[error("cannot read {path}: {message}")]
-    Read { path: PathBuf, message: String },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// The private key file does not parse as an OpenSSH private key.
     #[error("{path} is not an OpenSSH private key: {message}")]
-    PrivateKey { path: PathBuf, message: String },
+    PrivateKey {
+        /// The key file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// The private key is passphrase-protected.
     #[error("{path} is encrypted; signing needs an unencrypted key (ssh-keygen -N '')")]
-    EncryptedKey { path: PathBuf },
+    EncryptedKey {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The namespace given to sign or verify is empty (SSHSIG requires one).
     #[error("the namespace must not be empty")]
     EmptyNamespace,
+    /// Signing or armoring failed (e.g. a key algorithm this build does not support).
     #[error("cannot sign: {0}")]
     Sign(String),
+    /// The signature text is not a PEM-armored SSHSIG blob.
     #[error("not an armored SSH signature: {0}")]
     MalformedSignature(String),
+    /// A line of the `allowed_signers` file does not parse.
     #[error("{path}:{line}: not a valid allowed_signers line: {reason}")]
     MalformedAllowedSigners {
+        /// The `allowed_signers` file.
         path: PathBuf,
+        /// The line number, 1-based.
         line: usize,
+        /// What is wrong with it.
         reason: String,
     },
+    /// No plain-key line of the `allowed_signers` file holds the signing key.
     #[error("the signing key {fingerprint} is not listed in {path}")]
-    UnknownSigner { path: PathBuf, fingerprint: String },
+    UnknownSigner {
+        /// The `allowed_signers` file.
+        path: PathBuf,
+        /// The signing key's SHA-256 fingerprint (`SHA256:…`).
+        fingerprint: String,
+    },
+    /// The signature is not valid over the message under the listed key.
     #[error("the signature does not match the message (tampered message or signature)")]
     BadSignature,
+    /// The signature is genuine but was made for another namespace.
     #[error("the signature was made for namespace {found:?}, not {expected:?}")]
-    WrongNamespace { expected: String, found: String },
+    WrongNamespace {
+        /// The namespace requested.
+        expected: String,
+        /// The namespace the signature names.
+        found: String,
+    },
+    /// The matching line's `namespaces="…"` option does not admit the namespace.
     #[error(
         "{path}:{line}: the signer {principal} is not allowed to sign in namespace {namespace:?}"
     )]
     NamespaceNotAllowed {
+        /// The `allowed_signers` file.
         path: PathBuf,
+        /// The matching line, 1-based.
         line: usize,
+        /// The line's principals field.
         principal: String,
+        /// The namespace requested.
         namespace: String,
     },
+    /// The present time is outside the matching line's `valid-after`/`valid-before` window.
     #[error("{path}:{line}: the key of {principal} is not valid at this time ({window})")]
     OutsideValidity {
+        /// The `allowed_signers` file.
         path: PathBuf,
+        /// The matching line, 1-based.
         line: usize,
+        /// The line's principals field.
         principal: String,
+        /// The window, in Unix seconds, as text.
         window: String,
     },
 }

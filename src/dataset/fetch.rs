@@ -114,10 +114,15 @@ impl SourceKind {
 /// One resource's outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ResourceReport {
+    /// The payload's file name, e.g. `train-images-idx3-ubyte`.
     pub name: String,
+    /// Which of the four resources.
     pub resource: Resource,
+    /// The pinned SHA-256 of the payload now in the cache.
     pub payload_sha256: Digest,
+    /// The pinned payload size, in bytes.
     pub bytes: u64,
+    /// Where the payload came from.
     pub source: SourceKind,
     /// The URL or file the payload came from; `None` when cached.
     pub origin: Option<String>,
@@ -126,7 +131,10 @@ pub struct ResourceReport {
 /// The outcome of a successful fetch: every resource is in the cache and verified.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FetchReport {
+    /// The pin table's dataset name, which is also the cache subdirectory
+    /// ([`CACHE_SUBDIRECTORY`](super::CACHE_SUBDIRECTORY) for the production pins).
     pub dataset: String,
+    /// One report per resource, in [`Resource::ALL`] order.
     pub resources: Vec<ResourceReport>,
 }
 

@@ -30,7 +30,10 @@ pub const MAX_COUNT: u32 = 1_000_000;
 /// A parsed image file: `count` images of [`IMAGE_BYTES`] bytes each, row-major.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Images<'a> {
+    /// The number of images, `n` of the header.
     pub count: usize,
+    /// The `count * IMAGE_BYTES` bytes after the header, image `i` at
+    /// `i * IMAGE_BYTES .. (i + 1) * IMAGE_BYTES`.
     pub pixels: &'a [u8],
 }
 

@@ -53,6 +53,7 @@ pub struct Split {
     pub images: Vec<u8>,
     /// `count` labels.
     pub labels: Vec<u8>,
+    /// The number of images, equal to the number of labels.
     pub count: usize,
 }
 
@@ -77,7 +78,9 @@ impl Split {
 /// [`pins::FASHION_MNIST`]) identify it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FashionMnist {
+    /// The training split, from `train-*` (60 000 images under [`FASHION_MNIST`]).
     pub train: Split,
+    /// The test split, from `t10k-*` (10 000 images under [`FASHION_MNIST`]).
     pub test: Split,
 }
 

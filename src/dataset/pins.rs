@@ -21,9 +21,13 @@ use crate::core::digest::Digest;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Resource {
+    /// `train-images-idx3-ubyte`: the 60 000 training images.
     TrainImages,
+    /// `train-labels-idx1-ubyte`: their labels.
     TrainLabels,
+    /// `t10k-images-idx3-ubyte`: the 10 000 test images.
     TestImages,
+    /// `t10k-labels-idx1-ubyte`: their labels.
     TestLabels,
 }
 
@@ -73,13 +77,16 @@ impl Resource {
 /// The exact size and SHA-256 of one byte string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ContentPin {
+    /// The exact size, in bytes.
     pub bytes: u64,
+    /// The SHA-256 of those bytes.
     pub sha256: Digest,
 }
 
 /// Both pins of one resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ResourcePin {
+    /// The resource pinned.
     pub resource: Resource,
     /// The file name of the decompressed payload, e.g. `train-images-idx3-ubyte`.
     pub name: &'static str,
@@ -97,6 +104,7 @@ pub struct ResourcePin {
 pub struct PinTable {
     /// The dataset's name and cache layout version (the cache subdirectory).
     pub dataset: &'static str,
+    /// The pins, in [`Resource::ALL`] order (as [`PinTable::get`] indexes them).
     pub resources: [ResourcePin; 4],
 }
 

@@ -4,22 +4,42 @@ use std::path::{Path, PathBuf};
 /// Why a checkout is not usable as a run's source binding.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The expected revision is not a full 40-digit lowercase hex commit id.
     #[error("{0:?} is not a full 40-digit lowercase hex commit id")]
     InvalidRevision(String),
+    /// The path is not a git repository git2 can open.
     #[error("cannot open the git repository at {path}: {message}")]
-    Open { path: PathBuf, message: String },
+    Open {
+        /// The repository path given.
+        path: PathBuf,
+        /// git2's message.
+        message: String,
+    },
+    /// Reading HEAD or the working tree's status failed; git2's message.
     #[error("git: {0}")]
     Git(String),
+    /// HEAD is another commit than the expected revision.
     #[error("HEAD is {actual}, not the expected revision {expected}")]
-    RevisionMismatch { expected: String, actual: String },
+    RevisionMismatch {
+        /// The revision required.
+        expected: String,
+        /// HEAD's commit id.
+        actual: String,
+    },
+    /// The working tree has modified, staged or untracked files.
     #[error("the checkout is not clean; refusing to bind evidence to it: {}", .files.join(", "))]
-    Dirty { files: Vec<String> },
+    Dirty {
+        /// Their paths, relative to the working tree, sorted.
+        files: Vec<String>,
+    },
 }
 
 /// A verified clean checkout.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SourceBinding {
+    /// HEAD's commit id (40 hex digits).
     pub commit: String,
+    /// The id of that commit's tree.
     pub tree: String,
     /// Ignored files present in the working tree (allowed; listed for the record).
     pub ignored: Vec<String>,

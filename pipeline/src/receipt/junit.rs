@@ -21,31 +21,52 @@ use quick_junit::{Report, TestCaseStatus};
 use super::libtest::{strip_ansi, Parsed};
 use super::schema::{Counts, TestOutcome};
 
+/// Why a lane's JUnit report was not understood (nothing is recorded then).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum JunitError {
+    /// The lane wrote no report at the path given with `--junit`.
     #[error("the lane wrote no JUnit report at {0}")]
     Missing(PathBuf),
+    /// The report exists but could not be read.
     #[error("cannot read the JUnit report {path}: {message}")]
-    Read { path: PathBuf, message: String },
+    Read {
+        /// The report.
+        path: PathBuf,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// The report does not deserialize as JUnit XML; the parser's message.
     #[error("the JUnit report is not JUnit XML: {0}")]
     Malformed(String),
+    /// A test ID (`<binary ID> <test name>`) is listed twice.
     #[error("test ID {0:?} appears twice in the JUnit report")]
     DuplicateTestId(String),
+    /// A suite's (or the report's) count attributes differ from its test cases.
     #[error("JUnit {scope}: its attributes count {stated} but its test cases are {listed}")]
     AttributeMismatch {
+        /// `report`, or `suite "<name>"`.
         scope: String,
+        /// The counts its attributes state.
         stated: String,
+        /// The counts its test cases give.
         listed: String,
     },
+    /// Stderr holds more than one run summary; the number found.
     #[error("the runner printed {0} run summaries, but a JUnit report holds only one run")]
     SeveralRuns(usize),
+    /// A `Summary … tests run:` line does not parse.
     #[error("unreadable runner summary line {0:?}")]
     BadSummary(String),
+    /// The printed summary's run and passed counts are not the report's.
     #[error("the runner printed {printed_run} tests run, {printed_passed} passed, but the JUnit report lists {report_run} run, {report_passed} passed")]
     SummaryMismatch {
+        /// Tests run, as printed.
         printed_run: u64,
+        /// Tests passed, as printed.
         printed_passed: u64,
+        /// Test cases in the report.
         report_run: u64,
+        /// Passed test cases in the report.
         report_passed: u64,
     },
 }
@@ -175,7 +196,9 @@ impl Tally {
 /// What a `Summary [   1.234s] 5 tests run: 4 passed, 1 failed, 2 skipped` line says.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Summary {
+    /// `N tests run`.
     pub run: u64,
+    /// `P passed`.
     pub passed: u64,
 }
 

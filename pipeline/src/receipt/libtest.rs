@@ -15,24 +15,39 @@
 //! recorded.
 use super::schema::{Counts, TestOutcome};
 
+/// Why a lane's libtest output was not understood (nothing is recorded then).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LibtestError {
+    /// Stdout has more test blocks than stderr announced test binaries.
     #[error("stdout has test block {index} but stderr announced only {announced} test binaries")]
-    UnannouncedBlock { index: usize, announced: usize },
+    UnannouncedBlock {
+        /// The block's position on stdout, 0-based.
+        index: usize,
+        /// How many binaries stderr announced.
+        announced: usize,
+    },
+    /// Stdout has test blocks but stderr announced no binary: the run was quiet.
     #[error("stdout has test blocks but stderr announced no test binary: quiet output (`cargo -q`, libtest `--quiet`) names no test; run the lane without -q, or under cargo nextest with --junit")]
     NoAnnouncements,
+    /// A completed block's test lines do not add up to its `test result:` line.
     #[error("{binary}: the test lines count {parsed:?} but libtest's summary says {summary:?}")]
     CountMismatch {
+        /// The binary of the block (`<target name>/<source>` or `doc/<crate>`).
         binary: String,
+        /// The counts of its `test NAME ... outcome` lines.
         parsed: Counts,
+        /// The counts its summary line states.
         summary: Counts,
     },
+    /// A test ID appears twice in the lane's output.
     #[error("test ID {0:?} appears twice in the lane's output")]
     DuplicateTestId(String),
+    /// A `test result:` line does not parse.
     #[error("unreadable libtest summary line {0:?}")]
     BadSummary(String),
 }
 
+/// The tests a lane ran, read from its output (libtest's or a JUnit report).
 #[derive(Debug, Default)]
 pub struct Parsed {
     /// (test ID, outcome) in output order.

@@ -8,16 +8,32 @@ use shardlift::core::digest::Digest;
 use super::schema::{Manifest, Scope};
 use crate::git::{GitError, Repo};
 
+/// Why a narrow manifest could not be computed.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    /// Reading the commit's tree failed.
     #[error(transparent)]
     Git(#[from] GitError),
+    /// Recording: a scope path is not in the commit's tree.
     #[error("the scope path {path:?} is not in the tree of commit {commit}")]
-    PathNotInTree { path: String, commit: String },
+    PathNotInTree {
+        /// The scope path.
+        path: String,
+        /// The commit.
+        commit: String,
+    },
+    /// A scope path is empty, absolute, ends in `/`, or has an empty, `.` or `..` part
+    /// (other than `.` alone, the whole tree).
     #[error("the scope path {0:?} must be relative, without `..` (use `.` for the whole tree)")]
     BadScopePath(String),
+    /// An extra path could not be read from the working tree.
     #[error("cannot read the extra path {path}: {message}")]
-    ReadExtra { path: String, message: String },
+    ReadExtra {
+        /// The extra path, as declared.
+        path: String,
+        /// The I/O error's message.
+        message: String,
+    },
 }
 
 /// The narrow manifest of `scope` at `commit`. With `strict`, a scope path missing

@@ -26,85 +26,147 @@ use super::schema::{
 use super::{read_file, write_durably, write_signature, IoError, SignatureError};
 use crate::git::{GitError, Repo};
 
+/// Why receipts could not be merged or planned.
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
+    /// No input was given.
     #[error("nothing to merge")]
     NoInputs,
+    /// An input or the output could not be read or written.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// A receipt file does not decode under the receipt schema.
     #[error("{path}: {source}")]
     Decode {
+        /// The receipt file.
         path: PathBuf,
+        /// Why it does not decode.
         source: CanonicalError,
     },
+    /// An input's `schema@version` header differs from the first input's.
     #[error("{path} has schema {found}, but {first} has {expected}")]
     SchemaMismatch {
+        /// The input that disagrees.
         path: PathBuf,
+        /// The first input, which the others must agree with.
         first: PathBuf,
+        /// The first input's value.
         expected: String,
+        /// This input's value.
         found: String,
     },
+    /// An input was recorded at another commit.
     #[error("{path} was recorded at commit {found}, but {first} at {expected}")]
     CommitMismatch {
+        /// The input that disagrees.
         path: PathBuf,
+        /// The first input, which the others must agree with.
         first: PathBuf,
+        /// The first input's value.
         expected: String,
+        /// This input's value.
         found: String,
     },
+    /// An input has another global fingerprint (tree id).
     #[error("{path} has global fingerprint {found}, but {first} has {expected}")]
     FingerprintMismatch {
+        /// The input that disagrees.
         path: PathBuf,
+        /// The first input, which the others must agree with.
         first: PathBuf,
+        /// The first input's value.
         expected: String,
+        /// This input's value.
         found: String,
     },
+    /// An input has another mode (`ci`, `local`, …).
     #[error("{path} has mode {found:?}, but {first} has {expected:?}")]
     ModeMismatch {
+        /// The input that disagrees.
         path: PathBuf,
+        /// The first input, which the others must agree with.
         first: PathBuf,
+        /// The first input's value.
         expected: String,
+        /// This input's value.
         found: String,
     },
+    /// An input was recorded with another toolchain.
     #[error("{path} has toolchain {found}, but {first} has {expected}")]
     ToolchainMismatch {
+        /// The input that disagrees.
         path: PathBuf,
+        /// The first input, which the others must agree with.
         first: PathBuf,
+        /// The first input's value.
         expected: String,
+        /// This input's value.
         found: String,
     },
+    /// An input was recorded on another platform (host triple).
     #[error("{path} has platform {found}, but {first} has {expected}")]
     PlatformMismatch {
+        /// The input that disagrees.
         path: PathBuf,
+        /// The first input, which the others must agree with.
         first: PathBuf,
+        /// The first input's value.
         expected: String,
+        /// This input's value.
         found: String,
     },
+    /// An input was made by another version of the recording tool.
     #[error("{path} was made by {found}, but {first} by {expected}")]
     ToolVersionMismatch {
+        /// The input that disagrees.
         path: PathBuf,
+        /// The first input, which the others must agree with.
         first: PathBuf,
+        /// The first input's value.
         expected: String,
+        /// This input's value.
         found: String,
     },
+    /// Two inputs hold a shard of the same name.
     #[error("shard name {name:?} appears in more than one input ({path})")]
-    DuplicateShardName { name: String, path: PathBuf },
+    DuplicateShardName {
+        /// The shard name.
+        name: String,
+        /// The later input that repeats it.
+        path: PathBuf,
+    },
+    /// Two inputs hold the same test ID.
     #[error("test ID {id:?} appears in more than one input ({path})")]
-    DuplicateTestId { id: String, path: PathBuf },
+    DuplicateTestId {
+        /// The test ID.
+        id: String,
+        /// The later input that repeats it.
+        path: PathBuf,
+    },
+    /// With `--verify-inputs`: an input's signature is missing or not accepted.
     #[error("input {path}: {source}")]
     InputSignature {
+        /// The input.
         path: PathBuf,
+        /// Why its signature was not accepted.
         source: SignatureError,
     },
+    /// `--verify-inputs` was given without `--allowed-signers`.
     #[error("--verify-inputs needs --allowed-signers")]
     NoAllowedSigners,
+    /// Carry-forward was asked for without a repository to check the conditions in.
     #[error("carry-forward needs --repo")]
     NoRepo,
+    /// Reading the repository failed.
     #[error(transparent)]
     Git(#[from] GitError),
+    /// An old shard's narrow manifest could not be recomputed.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// The merged receipt could not be encoded.
     #[error("cannot encode the merged receipt: {0}")]
     Encode(CanonicalError),
+    /// The merged receipt could not be signed.
     #[error(transparent)]
     Sign(#[from] super::SignError),
 }
@@ -113,16 +175,30 @@ pub enum MergeError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "condition", rename_all = "snake_case")]
 pub enum StaleReason {
-    /// (a)
-    NotAncestor { commit: String, current: String },
-    /// (b)
-    ManifestChanged { changed: Vec<String> },
-    /// (c)
+    /// (a) The shard's commit is neither the current commit nor an ancestor of it.
+    NotAncestor {
+        /// The shard's commit.
+        commit: String,
+        /// The current commit.
+        current: String,
+    },
+    /// (b) The narrow manifest recomputes differently at the current commit.
+    ManifestChanged {
+        /// The paths whose entries differ, sorted.
+        changed: Vec<String>,
+    },
+    /// (c) The shard was recorded from a dirty tree.
     RecordedDirty,
-    /// (d)
-    DuplicatesFreshTests { ids: Vec<String> },
-    /// (e)
-    UnknownTestIds { ids: Vec<String> },
+    /// (d) Some of its test IDs are also fresh ones.
+    DuplicatesFreshTests {
+        /// Those test IDs.
+        ids: Vec<String>,
+    },
+    /// (e) Some test IDs it claims are not in the old receipt's test table (for this shard).
+    UnknownTestIds {
+        /// Those test IDs.
+        ids: Vec<String>,
+    },
 }
 
 impl std::fmt::Display for StaleReason {
@@ -150,20 +226,33 @@ impl std::fmt::Display for StaleReason {
     }
 }
 
+/// What `receipt merge` is asked to do.
 pub struct MergeOptions {
+    /// The fresh receipts to merge (at least one).
     pub inputs: Vec<PathBuf>,
+    /// Where the merged receipt is written.
     pub out: PathBuf,
+    /// Check every input's detached signature against `allowed_signers`.
     pub verify_inputs: bool,
+    /// The OpenSSH `allowed_signers` file for `verify_inputs`.
     pub allowed_signers: Option<PathBuf>,
+    /// An older receipt to carry absent shards forward from.
     pub carry_from: Option<PathBuf>,
+    /// The repository the carry-forward conditions are checked in.
     pub repo: Option<PathBuf>,
+    /// The OpenSSH private key to sign the merged receipt with, if any.
     pub sign_key: Option<PathBuf>,
 }
 
+/// One input receipt, read and decoded.
 pub struct Loaded {
+    /// Where it was read from.
     pub path: PathBuf,
+    /// Its bytes, as read.
     pub bytes: Vec<u8>,
+    /// The decoded receipt.
     pub receipt: Receipt,
+    /// The principal whose signature verified, when inputs were verified.
     pub signer: Option<String>,
 }
 
@@ -190,6 +279,7 @@ fn header(bytes: &[u8]) -> String {
     }
 }
 
+/// Reads and decodes the receipt at `path`; returns its bytes too.
 pub fn load(path: &Path) -> Result<(Vec<u8>, Receipt), MergeError> {
     let bytes = read_file(path)?;
     let receipt = Receipt::decode(&bytes).map_err(|source| MergeError::Decode {
@@ -199,6 +289,8 @@ pub fn load(path: &Path) -> Result<(Vec<u8>, Receipt), MergeError> {
     Ok((bytes, receipt))
 }
 
+/// Merges the inputs (carrying shards forward when asked to), writes and optionally
+/// signs the result; returns it with each reason an old shard could not be carried.
 pub fn merge(options: MergeOptions) -> Result<(Receipt, Vec<(String, StaleReason)>), MergeError> {
     if options.inputs.is_empty() {
         return Err(MergeError::NoInputs);
@@ -534,17 +626,25 @@ pub fn carry_conditions(
     Ok(reasons)
 }
 
+/// One old shard in a carry-forward plan.
 #[derive(Serialize)]
 pub struct PlanEntry {
+    /// The shard's name.
     pub shard: String,
+    /// `fresh` (a fresh receipt has it), `carryable` or `stale`.
     pub status: &'static str,
+    /// Why it is stale; empty otherwise.
     pub reasons: Vec<StaleReason>,
 }
 
+/// What `receipt plan` prints: which shards of an old receipt could be carried forward.
 #[derive(Serialize)]
 pub struct Plan {
+    /// The old receipt's file name.
     pub receipt: String,
+    /// The current commit (HEAD).
     pub current: String,
+    /// Every shard of the old receipt, in its order.
     pub shards: Vec<PlanEntry>,
 }
 

@@ -18,24 +18,37 @@ pub mod record;
 pub mod schema;
 pub mod verify;
 
+/// Why a receipt or signature file could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum IoError {
+    /// Reading a file failed.
     #[error("cannot read {path}: {message}")]
-    Read { path: PathBuf, message: String },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// Writing a file through the durable writer failed.
     #[error(transparent)]
     Durable(#[from] durable::DurableError),
 }
 
+/// Why a receipt's detached signature was not accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum SignatureError {
+    /// There is no `FILE.sig`; the path is the signature path looked for.
     #[error("unsigned: {0} does not exist")]
     Unsigned(PathBuf),
+    /// The signature file could not be read.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// The signature did not verify against the allowed signers.
     #[error(transparent)]
     Rejected(#[from] crate::sshsig::SshSigError),
 }
 
+/// Reads the whole of `path`.
 pub fn read_file(path: &Path) -> Result<Vec<u8>, IoError> {
     std::fs::read(path).map_err(|e| IoError::Read {
         path: path.to_owned(),
@@ -60,10 +73,13 @@ pub fn signature_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Why a receipt could not be signed.
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
+    /// Signing failed (key unreadable, encrypted or unsupported).
     #[error(transparent)]
     Sign(#[from] crate::sshsig::SshSigError),
+    /// Writing `FILE.sig` failed.
     #[error(transparent)]
     Io(#[from] IoError),
 }

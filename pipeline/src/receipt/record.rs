@@ -31,60 +31,103 @@ use super::schema::{
 use super::{write_durably, write_signature, IoError};
 use crate::git::{GitError, Repo};
 
+/// Why a lane could not be recorded, or why its recorded run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// The lane name is not 1-64 characters of `[A-Za-z0-9._-]`.
     #[error("the lane name {0:?} must be 1-64 characters of [A-Za-z0-9._-]")]
     BadLaneName(String),
+    /// No lane command was given.
     #[error("no lane command given after `--`")]
     NoCommand,
+    /// The scope names no tracked path.
     #[error("--fingerprint-paths names no path")]
     NoScope,
+    /// Another recorder holds the lock file `OUT.lock` (its path).
     #[error("another recorder holds {0} (concurrent workers must not share one receipt)")]
     OutLocked(PathBuf),
+    /// The CI runner declares parallel nodes and the lane name does not end in this
+    /// node's `-<index>`.
     #[error("the runner declares {total} parallel nodes ({variable}); lane {lane:?} must end in -{index} so each worker records its own receipt")]
     SharedAcrossNodes {
+        /// The variable that declares them, e.g. `CI_NODE_TOTAL`.
         variable: &'static str,
+        /// How many nodes it declares.
         total: u64,
+        /// This node's index, as its variable states it (empty when unset).
         index: String,
+        /// The lane name.
         lane: String,
     },
+    /// Reading HEAD or the working tree failed.
     #[error(transparent)]
     Git(#[from] GitError),
+    /// The narrow manifest could not be computed.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// The lane command could not be started or waited for.
     #[error("cannot run the lane command {command:?}: {message}")]
-    Spawn { command: String, message: String },
+    Spawn {
+        /// The command, joined with spaces.
+        command: String,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// The lane's libtest output was not understood.
     #[error("the lane's output was not understood: {0}")]
     Output(#[from] LibtestError),
+    /// The lane's JUnit report was not understood.
     #[error("the lane's JUnit report was not understood: {0}")]
     Junit(JunitError),
+    /// A JUnit report left at the `--junit` path could not be removed before the run.
     #[error("cannot remove the stale JUnit report {path} before the lane runs: {message}")]
-    StaleJunit { path: PathBuf, message: String },
+    StaleJunit {
+        /// The report path.
+        path: PathBuf,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// The lane ran no test.
     #[error("the lane ran no test (no libtest output or JUnit test case was seen)")]
     NoTests,
+    /// Writing the receipt failed.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// The receipt could not be encoded.
     #[error("cannot encode the receipt: {0}")]
     Encode(#[from] shardlift::core::canonical::CanonicalError),
+    /// The receipt could not be signed.
     #[error(transparent)]
     Sign(#[from] super::SignError),
+    /// The lane failed; its receipt was still written (and signed when asked to).
     #[error("lane {lane} failed ({status}); its receipt is at {out}")]
     LaneFailed {
+        /// The lane name.
         lane: String,
+        /// How its command ended, e.g. `exit code 101`.
         status: String,
+        /// Where its receipt is.
         out: PathBuf,
     },
 }
 
+/// What `receipt record` is asked to do.
 pub struct RecordOptions {
+    /// The lane name, which becomes the shard name.
     pub lane: String,
+    /// A path inside the repository's working tree.
     pub repo: PathBuf,
+    /// The receipt's mode; `None`: `ci` when `CI` is set, else `local`.
     pub mode: Option<String>,
+    /// The declared scope of the shard.
     pub scope: Scope,
+    /// Where the receipt is written (locked through `OUT.lock` meanwhile).
     pub out: PathBuf,
+    /// The OpenSSH private key to sign the receipt with, if any.
     pub sign_key: Option<PathBuf>,
     /// The JUnit report the lane writes (cargo-nextest); `None`: read libtest's output.
     pub junit: Option<PathBuf>,
+    /// The lane command, argument by argument.
     pub command: Vec<String>,
 }
 
@@ -141,6 +184,7 @@ fn check_runner(lane: &str) -> Result<(), RecordError> {
     Ok(())
 }
 
+/// Whether `lane` is 1-64 characters of `[A-Za-z0-9._-]`.
 pub fn valid_lane_name(lane: &str) -> bool {
     (1..=64).contains(&lane.len())
         && lane
@@ -488,6 +532,7 @@ fn platform() -> String {
     host.unwrap_or_else(|| format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS))
 }
 
+/// The recording tool and its version, e.g. `pipeline 0.1.0`.
 pub fn tool() -> String {
     format!("pipeline {}", env!("CARGO_PKG_VERSION"))
 }

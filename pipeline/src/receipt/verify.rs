@@ -49,21 +49,30 @@ const POLICY_CAP: usize = 1 << 20;
 /// How many test IDs an error lists before eliding the rest.
 const LISTED_IDS: usize = 5;
 
+/// A verification policy (the closed JSON object above; absent fields take their defaults).
 #[derive(Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
+    /// Admit carried shards (checked against a repository when one is given).
     #[serde(default)]
     pub allow_carried: bool,
+    /// Without a repository, admit carried shards unchecked.
     #[serde(default)]
     pub allow_unchecked_carry: bool,
+    /// The most days since a carried shard finished.
     #[serde(default)]
     pub carried_max_age_days: Option<u64>,
+    /// Admit shards recorded from a dirty tree.
     #[serde(default)]
     pub allow_dirty: bool,
+    /// Demand that every shard and test passed.
     #[serde(default)]
     pub require_passed: bool,
+    /// Demand `--allowed-signers`, and so a valid `FILE.sig`.
     #[serde(default)]
     pub require_signature: bool,
+    /// The exact set of shard names, each with its required scope fingerprint
+    /// ([`schema::Scope::fingerprint`]).
     #[serde(default)]
     pub required_shard_fingerprints: Option<BTreeMap<String, Digest>>,
 }
@@ -80,111 +89,227 @@ impl Policy {
     }
 }
 
+/// Why a receipt did not verify: one variant per check, in the order they run.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
+    /// The receipt could not be read or decoded.
     #[error(transparent)]
     Load(#[from] MergeError),
+    /// The policy file could not be read, is too large, or is not a valid policy.
     #[error("cannot read the policy {path}: {message}")]
-    Policy { path: PathBuf, message: String },
+    Policy {
+        /// The policy file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// `_type` or `predicateType` is not the test-result Statement's.
     #[error("the receipt is not a test-result Statement (_type or predicateType)")]
     NotAStatement,
+    /// The subject is not the `git-commit` descriptor of the extension's commit.
     #[error("the receipt's subject is not its commit {commit}")]
-    SubjectNotCommit { commit: String },
+    SubjectNotCommit {
+        /// The extension's commit.
+        commit: String,
+    },
+    /// The predicate is not the one derived from the test table and shards.
     #[error("the receipt's test-result predicate does not match its test table and shards")]
     PredicateMismatch,
+    /// Two shards have one name.
     #[error("shard name {shard:?} appears twice")]
-    DuplicateShard { shard: String },
+    DuplicateShard {
+        /// The shard's name.
+        shard: String,
+    },
+    /// A shard's `manifest_digest` is not the digest of its manifest.
     #[error("shard {shard}: its manifest digest does not match its manifest")]
-    ManifestDigest { shard: String },
+    ManifestDigest {
+        /// The shard's name.
+        shard: String,
+    },
+    /// A shard's `scope_fingerprint` is not the fingerprint of its declared scope.
     #[error("shard {shard}: its scope fingerprint does not match its declared scope")]
-    ScopeDigest { shard: String },
+    ScopeDigest {
+        /// The shard's name.
+        shard: String,
+    },
+    /// A fresh (not carried) shard was recorded at another commit than the receipt's.
     #[error("shard {shard} was recorded at commit {found}, but the receipt is of commit {expected} and the shard is not marked carried")]
     ShardCommit {
+        /// The shard's name.
         shard: String,
+        /// The receipt's commit.
         expected: String,
+        /// The shard's commit.
         found: String,
     },
+    /// A shard lists a test the test table does not give to it.
     #[error("shard {shard} claims test {id}, which the test table {}", match owner { Some(o) => format!("gives to shard {o}"), None => "does not hold".to_owned() })]
     TestNotOwned {
+        /// The shard's name.
         shard: String,
+        /// The test ID.
         id: String,
+        /// The shard the test table gives it to; `None` when the table lacks it.
         owner: Option<String>,
     },
+    /// A test ID is listed twice.
     #[error("shard {shard} claims test {id} more than once")]
-    TestClaimedTwice { shard: String, id: String },
+    TestClaimedTwice {
+        /// The shard's name.
+        shard: String,
+        /// The test ID.
+        id: String,
+    },
+    /// A shard's counts are not those of its tests' outcomes.
     #[error("shard {shard} records counts {recorded:?}, but its tests give {actual:?}")]
     ShardCounts {
+        /// The shard's name.
         shard: String,
+        /// The counts the shard records.
         recorded: Counts,
+        /// The counts of its tests in the test table.
         actual: Counts,
     },
+    /// Tests in the test table belong to no shard's test list.
     #[error("tests in the test table belong to no shard's test list: {}", ids.join(", "))]
-    OrphanTests { ids: Vec<String> },
-    #[error("shard {shard} records PASSED, but {reason}")]
-    ShardOutcome { shard: String, reason: String },
-    #[error("the session records {recorded:?}, but {}", match failed_shard { Some(shard) => format!("shard {shard} failed"), None => "no shard failed".to_owned() })]
-    SessionOutcome {
-        recorded: Outcome,
-        failed_shard: Option<String>,
-    },
-    #[error("the receipt's dirty flag is {recorded}, but the OR of its shards' is {expected}")]
-    DirtyFlag { recorded: bool, expected: bool },
-    #[error("carried shard {shard}: dirty is {dirty}, but carried.original_dirty is {original}")]
-    CarriedDirtyFlag {
-        shard: String,
-        dirty: bool,
-        original: bool,
-    },
-    #[error("the receipt's commit {commit} is not in the repository")]
-    CommitNotInRepository { commit: String },
-    #[error("the receipt records tree {recorded} for commit {commit}, but the repository has tree {actual}")]
-    TreeMismatch {
-        commit: String,
-        recorded: String,
-        actual: String,
-    },
-    #[error("shard {shard} was carried forward and the policy does not allow carried shards")]
-    CarriedNotAllowed { shard: String },
-    #[error("carried shard {shard}: the carry-forward conditions were not checked (no --repository) and the policy does not allow unchecked carry")]
-    CarryUnchecked { shard: String },
-    #[error("carried shard {shard} fails the carry-forward conditions: {}", reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    CarryConditions {
-        shard: String,
-        reasons: Vec<StaleReason>,
-    },
-    #[error("carried shard {shard} finished {age_days} days ago; the policy allows {max_days}")]
-    CarriedTooOld {
-        shard: String,
-        age_days: i64,
-        max_days: u64,
-    },
-    #[error("carried shard {shard} has an unreadable finish time {time:?}")]
-    BadTime { shard: String, time: String },
-    #[error("the receipt's shards {found:?} are not the required set {required:?}")]
-    ShardSetMismatch {
-        required: Vec<String>,
-        found: Vec<String>,
-    },
-    #[error("shard {shard} declares scope {found}, the policy requires {required}")]
-    ShardScopeMismatch {
-        shard: String,
-        required: Digest,
-        found: Digest,
-    },
-    #[error("shard {shard} was recorded from a dirty tree and the policy does not allow it")]
-    DirtyShard { shard: String },
-    #[error("shard {shard} failed ({failed} failed tests{}) and the policy requires every test to pass", if ids.is_empty() { String::new() } else { format!(": {}", ids.join(", ")) })]
-    NotPassed {
-        shard: String,
-        failed: u64,
+    OrphanTests {
+        /// Their IDs (the first few, then how many more).
         ids: Vec<String>,
     },
+    /// A shard records `PASSED` although a test failed or its command did not exit 0.
+    #[error("shard {shard} records PASSED, but {reason}")]
+    ShardOutcome {
+        /// The shard's name.
+        shard: String,
+        /// Which.
+        reason: String,
+    },
+    /// The session's outcome is not `FAILED` exactly when some shard failed.
+    #[error("the session records {recorded:?}, but {}", match failed_shard { Some(shard) => format!("shard {shard} failed"), None => "no shard failed".to_owned() })]
+    SessionOutcome {
+        /// The session's recorded outcome.
+        recorded: Outcome,
+        /// The first failed shard, if any.
+        failed_shard: Option<String>,
+    },
+    /// The receipt's dirty flag is not the OR of its shards'.
+    #[error("the receipt's dirty flag is {recorded}, but the OR of its shards' is {expected}")]
+    DirtyFlag {
+        /// The receipt's flag.
+        recorded: bool,
+        /// The OR of the shards' flags.
+        expected: bool,
+    },
+    /// A carried shard's dirty flag differs from the one it was originally recorded with.
+    #[error("carried shard {shard}: dirty is {dirty}, but carried.original_dirty is {original}")]
+    CarriedDirtyFlag {
+        /// The shard's name.
+        shard: String,
+        /// The shard's `dirty`.
+        dirty: bool,
+        /// Its `carried.original_dirty`.
+        original: bool,
+    },
+    /// The receipt's commit is not in the repository given.
+    #[error("the receipt's commit {commit} is not in the repository")]
+    CommitNotInRepository {
+        /// The receipt's commit.
+        commit: String,
+    },
+    /// The repository has another tree for the receipt's commit than the receipt records.
+    #[error("the receipt records tree {recorded} for commit {commit}, but the repository has tree {actual}")]
+    TreeMismatch {
+        /// The receipt's commit.
+        commit: String,
+        /// The tree id the receipt records.
+        recorded: String,
+        /// The commit's tree id in the repository.
+        actual: String,
+    },
+    /// A shard is carried and the policy does not allow carried shards.
+    #[error("shard {shard} was carried forward and the policy does not allow carried shards")]
+    CarriedNotAllowed {
+        /// The shard's name.
+        shard: String,
+    },
+    /// A carried shard could not be checked (no repository) and the policy does not allow
+    /// unchecked carry.
+    #[error("carried shard {shard}: the carry-forward conditions were not checked (no --repository) and the policy does not allow unchecked carry")]
+    CarryUnchecked {
+        /// The shard's name.
+        shard: String,
+    },
+    /// A carried shard fails carry-forward conditions at the receipt's commit.
+    #[error("carried shard {shard} fails the carry-forward conditions: {}", reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    CarryConditions {
+        /// The shard's name.
+        shard: String,
+        /// Every condition it fails.
+        reasons: Vec<StaleReason>,
+    },
+    /// A carried shard finished longer ago than `carried_max_age_days` allows.
+    #[error("carried shard {shard} finished {age_days} days ago; the policy allows {max_days}")]
+    CarriedTooOld {
+        /// The shard's name.
+        shard: String,
+        /// Whole days since it finished.
+        age_days: i64,
+        /// The policy's limit, in days.
+        max_days: u64,
+    },
+    /// A carried shard's `finished` is not an RFC 3339 time.
+    #[error("carried shard {shard} has an unreadable finish time {time:?}")]
+    BadTime {
+        /// The shard's name.
+        shard: String,
+        /// The text found.
+        time: String,
+    },
+    /// The shard names are not the policy's required set.
+    #[error("the receipt's shards {found:?} are not the required set {required:?}")]
+    ShardSetMismatch {
+        /// The required names, sorted.
+        required: Vec<String>,
+        /// The receipt's names, sorted.
+        found: Vec<String>,
+    },
+    /// A shard's declared scope is not the one the policy requires for it.
+    #[error("shard {shard} declares scope {found}, the policy requires {required}")]
+    ShardScopeMismatch {
+        /// The shard's name.
+        shard: String,
+        /// The fingerprint the policy requires.
+        required: Digest,
+        /// The fingerprint of the shard's declared scope.
+        found: Digest,
+    },
+    /// A shard was recorded from a dirty tree and the policy does not allow it.
+    #[error("shard {shard} was recorded from a dirty tree and the policy does not allow it")]
+    DirtyShard {
+        /// The shard's name.
+        shard: String,
+    },
+    /// The policy requires a passing run and a shard failed.
+    #[error("shard {shard} failed ({failed} failed tests{}) and the policy requires every test to pass", if ids.is_empty() { String::new() } else { format!(": {}", ids.join(", ")) })]
+    NotPassed {
+        /// The shard's name.
+        shard: String,
+        /// Its failed-test count.
+        failed: u64,
+        /// The failed test IDs (the first few, then how many more).
+        ids: Vec<String>,
+    },
+    /// The policy requires a signature and no `--allowed-signers` was given.
     #[error("the policy requires a signature; pass --allowed-signers")]
     SignatureRequired,
+    /// The detached signature is missing or not accepted.
     #[error(transparent)]
     Signature(#[from] SignatureError),
+    /// Reading the repository failed.
     #[error(transparent)]
     Git(#[from] GitError),
+    /// A carried shard's narrow manifest could not be recomputed.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
 }
@@ -200,13 +325,19 @@ pub enum CarryCheck {
     Unchecked(Vec<String>),
 }
 
+/// A receipt that verified, and what was established about it.
 pub struct Verified {
+    /// The receipt.
     pub receipt: Receipt,
+    /// The principal whose signature verified, when `--allowed-signers` was given.
     pub signer: Option<String>,
+    /// The number of tests in its test table.
     pub tests: u64,
+    /// What was established about its carried shards.
     pub carry: CarryCheck,
 }
 
+/// Reads a policy file (at most 1 MiB of closed JSON).
 pub fn read_policy(path: &Path) -> Result<Policy, VerifyError> {
     let policy_error = |message: String| VerifyError::Policy {
         path: path.to_owned(),

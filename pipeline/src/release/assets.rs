@@ -32,51 +32,89 @@ pub const SIGNATURE_NAMESPACE: &str = "shardlift-release-assets-v1";
 /// The two release binaries, by file name.
 pub const BINARY_NAMES: [&str; 2] = ["pipeline", "shardlift"];
 
+/// Why the release assets were not written.
 #[derive(Debug, thiserror::Error)]
 pub enum AssetsError {
+    /// Reading the repository failed.
     #[error(transparent)]
     Git(#[from] GitError),
+    /// The working tree has changed or untracked files.
     #[error("the checkout is not clean ({count} changed or untracked files, first {first}); commit or stash them")]
-    Dirty { count: usize, first: String },
+    Dirty {
+        /// How many.
+        count: usize,
+        /// The first, in path order.
+        first: String,
+    },
+    /// The commit asked for is not in the repository.
     #[error("commit {0} is not in the repository")]
     UnknownCommit(String),
+    /// The evidence path is not a directory in the commit's tree.
     #[error("{path} is not a directory in the tree of commit {commit}")]
-    MissingEvidence { path: String, commit: String },
+    MissingEvidence {
+        /// The evidence path, `evidence/<dir>`.
+        path: String,
+        /// The commit.
+        commit: String,
+    },
+    /// `--evidence` does not name `evidence/<dir>`.
     #[error("--evidence must name a directory evidence/<dir>, not {0:?}")]
     BadEvidencePath(String),
+    /// The output directory exists and is not empty.
     #[error("the output directory {0} exists and is not empty")]
     OutNotEmpty(PathBuf),
+    /// `--binaries` does not name exactly `pipeline` and `shardlift`; the names given.
     #[error("--binaries must name exactly the files `pipeline` and `shardlift`, got {0:?}")]
     BadBinaries(Vec<String>),
+    /// A binary or the output directory could not be read.
     #[error("cannot read {path}: {message}")]
-    Read { path: PathBuf, message: String },
+    Read {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// A tree entry (or symlink target) is not UTF-8, so it cannot be named in the tarball.
     #[error("{path}: a tree entry has a non-UTF-8 name")]
-    BadName { path: String },
+    BadName {
+        /// The path of the entry's parent (or of the symlink).
+        path: String,
+    },
+    /// Writing a tarball failed; the tar or gzip writer's message.
     #[error("cannot write the tarball: {0}")]
     Tar(String),
+    /// Writing an asset durably failed.
     #[error(transparent)]
     Durable(#[from] durable::DurableError),
+    /// Signing `SHA256SUMS` failed.
     #[error(transparent)]
     Sign(#[from] crate::sshsig::SshSigError),
 }
 
+/// What `release-assets` is asked to write.
 pub struct AssetsOptions {
+    /// A path inside the clean checkout.
     pub repository: PathBuf,
     /// The commit (default: HEAD).
     pub commit: Option<String>,
+    /// The output directory: new, or empty.
     pub out: PathBuf,
     /// `evidence/<dir>` in the commit's tree.
     pub evidence: Option<String>,
     /// The `shardlift` and `pipeline` binaries.
     pub binaries: Vec<PathBuf>,
+    /// The OpenSSH private key to sign `SHA256SUMS` with, if any.
     pub sign_key: Option<PathBuf>,
 }
 
 /// What was written: the commit and every file with its digest (`SHA256SUMS` order).
 #[derive(Debug)]
 pub struct Assets {
+    /// The commit the assets are of.
     pub commit: String,
+    /// Every tarball written, by name, with its SHA-256 (what `SHA256SUMS` lists).
     pub files: Vec<(String, Digest)>,
+    /// Whether `SHA256SUMS.sig` was written.
     pub signed: bool,
 }
 

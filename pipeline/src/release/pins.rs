@@ -14,9 +14,11 @@ pub use shardlift::core::pins::{LIBTORCH_VERSION, TCH_VERSION};
 pub struct WheelPin {
     /// The requirement name as written in `ci/libtorch.lock`.
     pub package: &'static str,
+    /// The locked version, e.g. `2.13.0`.
     pub version: &'static str,
     /// The wheel's file name (what pip downloads for the locked platform).
     pub file_name: &'static str,
+    /// The wheel's SHA-256, lowercase hex (its `--hash=sha256:` in the lock).
     pub sha256: &'static str,
 }
 
@@ -79,9 +81,13 @@ pub const BARRIERS: [&str; 2] = [DEMO_BARRIERS[0].name(), DEMO_BARRIERS[1].name(
 /// The SSHSIG namespace of release-evidence signatures (never shared with other uses).
 pub const SIGNATURE_NAMESPACE: &str = "shardlift-release-evidence-v1";
 
+/// File name of the digest list over every other file of the evidence.
 pub const SHA256SUMS: &str = "SHA256SUMS";
+/// File name of the SSHSIG signature over `SHA256SUMS`, when signed.
 pub const SIGNATURE: &str = "SHA256SUMS.sig";
+/// File name of the in-toto Statement with the SLSA provenance predicate.
 pub const STATEMENT: &str = "release-evidence.json";
+/// File name of the canonical-JSON summary of the runs.
 pub const SUMMARY: &str = "summary.json";
 /// The merged test-lane receipt of this revision, when one is included (`--receipt`).
 pub const RECEIPT: &str = "receipts/merged.json";

@@ -21,16 +21,23 @@ pub const REPRODUCED_FOLDERS: [&str; 2] = ["bundles/", "transcripts/"];
 /// What the caller asked for.
 #[derive(Clone, Debug)]
 pub struct ReproduceOptions {
+    /// The evidence directory to reproduce.
     pub dir: PathBuf,
+    /// The repository holding the recorded commit; its HEAD's runtime sources must be the
+    /// recorded ones.
     pub repository: PathBuf,
+    /// The `shardlift` binary (built with `torch`) for the reruns.
     pub shardlift: PathBuf,
+    /// The dataset cache the reruns use.
     pub cache_directory: PathBuf,
+    /// The only dataset source, when given.
     pub source_directory: Option<PathBuf>,
 }
 
 /// A reproduced evidence directory.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Reproduced {
+    /// Always `reproduced`.
     pub status: &'static str,
     /// The commit the evidence records.
     pub recorded_commit: String,
@@ -40,6 +47,8 @@ pub struct Reproduced {
     pub identical: Vec<String>,
 }
 
+/// Verifies the evidence against the repository, reruns it from a fresh clone of the
+/// recorded commit, and requires every file of [`REPRODUCED_FOLDERS`] to be identical.
 pub fn reproduce(options: &ReproduceOptions) -> Result<Reproduced, ReleaseError> {
     let verified = verify::verify(
         &options.dir,

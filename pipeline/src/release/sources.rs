@@ -25,7 +25,9 @@ impl From<GitError> for ReleaseError {
 /// commit's ([`CommitTree::at`]).
 pub struct CommitTree {
     repository: Repo,
+    /// The commit id.
     pub commit: String,
+    /// Its tree id.
     pub tree: String,
 }
 
@@ -80,9 +82,13 @@ impl CommitTree {
 /// `release-evidence` reads them at HEAD; `verify-release --repository` reads them again
 /// at the recorded commit and compares.
 pub struct SourceInputs {
+    /// The runtime-source rule: folder prefixes (ending in `/`) and exact paths.
     pub rule: Vec<String>,
+    /// Path → blob id of every blob the rule selects.
     pub runtime: BTreeMap<String, String>,
+    /// `Cargo.lock`: its blob id and the SHA-256 of its bytes.
     pub cargo_lock: (String, Digest),
+    /// `ci/libtorch.lock`: its blob id and the SHA-256 of its bytes.
     pub libtorch_lock: (String, Digest),
 }
 
@@ -122,8 +128,11 @@ impl SourceInputs {
 /// How the runtime sources of a commit differ from those recorded in evidence.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Staleness {
+    /// The commit the evidence records.
     pub recorded_commit: String,
+    /// The commit compared (HEAD).
     pub current_commit: String,
+    /// Whether any runtime source was changed, added or removed.
     pub stale: bool,
     /// Recorded and present with another blob id.
     pub changed: Vec<String>,

@@ -3,26 +3,36 @@ use serde::{Deserialize, Serialize};
 use shardlift::core::digest::Digest;
 use shardlift::evidence::bundle::{BundleSummary, RunOutcome};
 
+/// Schema id of `summary.json`.
 pub const SUMMARY_SCHEMA: &str = "shardlift.release.summary";
 /// Version 2: each run nests the bundle's `RunOutcome` instead of repeating its fields.
 pub const SUMMARY_VERSION: u32 = 2;
 
+/// `summary.json`: what the release runs showed, path-free.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseSummary {
+    /// [`SUMMARY_SCHEMA`].
     pub schema: String,
+    /// [`SUMMARY_VERSION`].
     pub version: u32,
+    /// The source revision bound.
     pub source: SourceSummary,
+    /// One entry per barrier, in [`super::pins::BARRIERS`] order.
     pub runs: Vec<RunSummary>,
+    /// What the evidence does not prove ([`super::pins::NONCLAIMS`]).
     pub nonclaims: Vec<String>,
 }
 
 shardlift::canonical_record!(ReleaseSummary, SUMMARY_SCHEMA, SUMMARY_VERSION, 1 << 20);
 
+/// The source revision the runs were bound to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceSummary {
+    /// The commit id.
     pub commit: String,
+    /// Its tree id.
     pub tree: String,
     /// How many runtime-source blobs the Statement binds.
     pub runtime_sources: u64,
@@ -32,11 +42,13 @@ pub struct SourceSummary {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunSummary {
+    /// The run's status as its audit records it.
     pub status: RunStatus,
     /// What the run showed, as the bundle's audit states it.
     pub outcome: RunOutcome,
     /// The bundle's folder inside the evidence directory.
     pub bundle: String,
+    /// SHA-256 of the bundle's `audit.json`, which binds the whole bundle.
     pub audit_sha256: Digest,
     /// `verify-bundle` accepted the bundle.
     pub bundle_verified: bool,
@@ -60,12 +72,16 @@ impl RunSummary {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "String", into = "String")]
 pub enum RunStatus {
+    /// `passed`.
     Passed,
+    /// `failed`.
     Failed,
+    /// Any other word, as written.
     Other(String),
 }
 
 impl RunStatus {
+    /// The word, as written.
     pub fn as_str(&self) -> &str {
         match self {
             RunStatus::Passed => "passed",
@@ -100,10 +116,12 @@ impl From<RunStatus> for String {
 /// The verdict `verify-bundle` (and [`shardlift::evidence::bundle::verify`]) reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BundleStatus {
+    /// `verified`: the bundle verified.
     Verified,
 }
 
 impl BundleStatus {
+    /// The status `word` names, if any.
     pub fn parse(word: &str) -> Option<BundleStatus> {
         (word == "verified").then_some(BundleStatus::Verified)
     }

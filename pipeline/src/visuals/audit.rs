@@ -41,7 +41,9 @@ fn read(path: &Path) -> Result<Vec<u8>, VisualsError> {
 /// What the audit saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Audited {
+    /// Frames decoded from the PNG (1).
     pub png_frames: usize,
+    /// Frames decoded from the GIF.
     pub gif_frames: usize,
 }
 

@@ -29,22 +29,32 @@ const INPUT_CAP: u64 = 16 << 20;
 /// `verify-bundle`'s stdout record, as the transcript captured it (no paths).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct VerifyOutput {
+    /// `verified`.
     pub status: String,
+    /// The run's status as the audit records it.
     pub run_status: String,
+    /// What the run showed, as the audit states it.
     #[serde(flatten)]
     pub outcome: RunOutcome,
+    /// SHA-256 of the bundle's `audit.json`.
     pub audit_sha256: Digest,
 }
 
 /// One barrier's run.
 pub struct Run {
+    /// The barrier the publisher was killed at.
     pub barrier: Barrier,
+    /// The bundle's `audit.json`.
     pub audit: AuditRecord,
+    /// The bundle's `recovery-evidence.json`.
     pub evidence: RecoveryEvidenceRecord,
+    /// The bundle's `reference-evaluation.json`.
     pub reference: EvaluationRecord,
+    /// The bundle's `recovered-evaluation.json`.
     pub recovered: EvaluationRecord,
     /// The four bundle files in installation order: name, size, SHA-256.
     pub files: Vec<(String, u64, Digest)>,
+    /// The verify-bundle transcript's stdout record.
     pub verify_output: VerifyOutput,
     /// The verify-bundle transcript, as committed.
     pub verify_transcript: String,
@@ -54,7 +64,9 @@ pub struct Run {
 pub struct Evidence {
     /// The evidence directory's name (`release-<commit>`).
     pub name: String,
+    /// The evidence's `summary.json`.
     pub summary: ReleaseSummary,
+    /// One run per barrier, in the summary's order.
     pub runs: Vec<Run>,
     /// The barriers in RFC 0001's order (equal to `Barrier::ALL`).
     pub protocol: Vec<Barrier>,

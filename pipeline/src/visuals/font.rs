@@ -17,6 +17,7 @@ pub struct Font<'a> {
 }
 
 impl Font<'static> {
+    /// The embedded DejaVu Sans Mono face.
     pub fn embedded() -> Result<Self, VisualsError> {
         let face = ttf_parser::Face::parse(FONT, 0).map_err(VisualsError::Font)?;
         Ok(Font { face })
@@ -24,6 +25,7 @@ impl Font<'static> {
 }
 
 impl Font<'_> {
+    /// Font units per em.
     pub fn units_per_em(&self) -> f32 {
         f32::from(self.face.units_per_em())
     }

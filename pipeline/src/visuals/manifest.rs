@@ -5,14 +5,20 @@
 use serde::{Deserialize, Serialize};
 use shardlift::core::digest::Digest;
 
+/// File name of the manifest in the visuals directory.
 pub const MANIFEST: &str = "manifest.json";
+/// Schema id of [`VisualsManifest`].
 pub const MANIFEST_SCHEMA: &str = "shardlift.visuals.manifest";
+/// The one manifest schema version this build writes and reads.
 pub const MANIFEST_VERSION: u32 = 1;
 
+/// `manifest.json`: what the visuals were drawn from and what they are.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VisualsManifest {
+    /// [`MANIFEST_SCHEMA`].
     pub schema: String,
+    /// [`MANIFEST_VERSION`].
     pub version: u32,
     /// The evidence directory rendered, as `evidence/release-<commit>`.
     pub evidence: String,
@@ -34,15 +40,20 @@ pub struct VisualsManifest {
 
 shardlift::canonical_record!(VisualsManifest, MANIFEST_SCHEMA, MANIFEST_VERSION, 1 << 20);
 
+/// A file by name, size and SHA-256.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileDigest {
+    /// Its name: repository-relative for an input, directory-relative for an output.
     pub name: String,
+    /// Its size, in bytes.
     pub bytes: u64,
+    /// The SHA-256 of its bytes.
     pub sha256: Digest,
 }
 
 impl FileDigest {
+    /// The digest of `bytes`, named `name`.
     pub fn of(name: &str, bytes: &[u8]) -> Self {
         FileDigest {
             name: name.to_owned(),
@@ -52,38 +63,54 @@ impl FileDigest {
     }
 }
 
+/// A raster output by its decoded pixels.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RasterDigest {
+    /// Its file name.
     pub name: String,
+    /// Width, in pixels.
     pub width: u32,
+    /// Height, in pixels.
     pub height: u32,
     /// SHA-256 of each frame's straight RGBA8 pixels, row-major.
     pub rgba_sha256: Vec<Digest>,
 }
 
+/// One GIF frame: the workflow step it highlights and the facts it states.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrameRecord {
+    /// The frame, 0-based.
     pub index: u32,
+    /// The workflow step's name, e.g. `sigkill`.
     pub step: String,
+    /// The frame's heading, e.g. `1 recorded real SIGKILL`.
     pub heading: String,
     /// How long the frame shows, in hundredths of a second.
     pub delay_cs: u16,
+    /// SHA-256 of the frame's RGBA pixels as the GIF's palette maps them back.
     pub rgba_sha256: Digest,
+    /// The facts per run, in barrier order.
     pub runs: Vec<FrameRun>,
 }
 
+/// The facts a frame states about one run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrameRun {
+    /// The barrier of the run.
     pub barrier: String,
+    /// The facts, each copied from a recorded field.
     pub facts: Vec<Fact>,
 }
 
+/// One stated fact.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fact {
+    /// Its name, after the recorded field it is copied from (e.g. `target_barrier`).
     pub name: String,
+    /// Its value, as drawn.
     pub value: String,
 }

@@ -43,8 +43,11 @@ pub const GIF_FRAMES: usize = views::STEPS.len();
 
 /// A rendering: every file, in writing order, `manifest.json` last.
 pub struct Rendered {
+    /// The evidence directory's name, `release-<commit>`.
     pub evidence: String,
+    /// Every file, by name, with its bytes.
     pub files: Vec<(String, Vec<u8>)>,
+    /// The manifest, as written last.
     pub manifest: VisualsManifest,
 }
 
@@ -218,9 +221,13 @@ pub fn evidence_for_check(
 /// What a passing check saw.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Checked {
+    /// Always `current`.
     pub status: &'static str,
+    /// The evidence directory's name.
     pub evidence: String,
+    /// How many files a render writes, `manifest.json` included.
     pub files: usize,
+    /// How many frames the GIF has.
     pub gif_frames: usize,
 }
 

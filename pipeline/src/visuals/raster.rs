@@ -8,8 +8,11 @@ use super::error::VisualsError;
 
 /// Straight (non-premultiplied) RGBA pixels of a raster.
 pub struct Rgba {
+    /// Width, in pixels.
     pub width: u32,
+    /// Height, in pixels.
     pub height: u32,
+    /// `width * height * 4` bytes, row-major.
     pub pixels: Vec<u8>,
 }
 
@@ -63,6 +66,7 @@ pub fn encode_png(name: &str, image: &Rgba) -> Result<Vec<u8>, VisualsError> {
 /// One GIF frame: its quantised pixels as the palette maps them back to RGBA.
 pub struct GifFrame {
     frame: gif::Frame<'static>,
+    /// The frame's pixels as the palette maps them back, RGBA8, row-major.
     pub rgba: Vec<u8>,
 }
 

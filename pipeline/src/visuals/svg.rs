@@ -7,17 +7,29 @@ use std::fmt::Write as _;
 use super::error::VisualsError;
 use super::font::{glyph_id, Font};
 
+/// Primary text.
 pub const INK: &str = "#1f2328";
+/// Secondary text, labels and arrows.
 pub const MUTED: &str = "#59636e";
+/// The background.
 pub const PAPER: &str = "#ffffff";
+/// Neutral panel fill.
 pub const PANEL: &str = "#f6f8fa";
+/// Neutral panel edge.
 pub const EDGE: &str = "#d0d7de";
+/// Good states (equal, committed): edge.
 pub const GOOD: &str = "#1a7f37";
+/// Good states: fill.
 pub const GOOD_FILL: &str = "#dafbe1";
+/// The kill and bad states (not equal): edge and mark.
 pub const BAD: &str = "#cf222e";
+/// The kill and bad states: fill.
 pub const BAD_FILL: &str = "#ffebe9";
+/// Headings and the highlighted step: edge and text.
 pub const NOTE: &str = "#0969da";
+/// The highlighted step: fill.
 pub const NOTE_FILL: &str = "#ddf4ff";
+/// The claim-boundary band.
 pub const WARN_FILL: &str = "#fff8c5";
 
 /// The advance of one character, as a fraction of the font size (DejaVu Sans Mono).
@@ -28,6 +40,7 @@ fn n(value: f32) -> String {
     text.strip_suffix(".0").unwrap_or(&text).to_owned()
 }
 
+/// `text` with `&`, `<`, `>` and `"` escaped for XML.
 pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -46,6 +59,8 @@ pub struct Svg {
 }
 
 impl Svg {
+    /// A `width` × `height` picture (pixels) with its title and description, on
+    /// [`PAPER`].
     pub fn new(width: f32, height: f32, title: &str, description: &str) -> Self {
         let mut svg = Svg {
             width,
@@ -59,10 +74,12 @@ impl Svg {
         svg
     }
 
+    /// Its width, in pixels.
     pub fn width(&self) -> f32 {
         self.width
     }
 
+    /// A rounded rectangle at (`x`, `y`), `w` × `h`, filled, with an optional stroke.
     pub fn rect(&mut self, x: f32, y: f32, w: f32, h: f32, fill: &str, stroke: Option<&str>) {
         let stroke = stroke
             .map(|s| format!(" stroke=\"{s}\" stroke-width=\"1.5\""))
@@ -77,6 +94,7 @@ impl Svg {
         );
     }
 
+    /// A line from (`x1`, `y1`) to (`x2`, `y2`), dashed or solid.
     pub fn line(&mut self, x1: f32, y1: f32, x2: f32, y2: f32, stroke: &str, dashed: bool) {
         let dash = if dashed {
             " stroke-dasharray=\"5 4\""

@@ -10,7 +10,9 @@ const WIDTH: f32 = 960.0;
 /// One step of the workflow, as the GIF's fact records and the workflow view state it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepFacts {
+    /// The step's name in [`STEPS`], e.g. `sigkill`.
     pub step: &'static str,
+    /// Its heading in [`STEPS`], e.g. `1 recorded real SIGKILL`.
     pub heading: &'static str,
     /// Per run (barrier order): (name, value) pairs, each copied from a recorded field.
     pub runs: Vec<(String, Vec<(&'static str, String)>)>,

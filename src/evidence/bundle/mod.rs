@@ -25,59 +25,121 @@ pub use records::*;
 /// Why a bundle was not installed or did not verify.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
+    /// The bundle path is not a directory (a symlink is refused too); or, when installing,
+    /// something other than a directory is in the way.
     #[error("{0} is not a directory")]
     NotADirectory(PathBuf),
+    /// `audit.json`, installed last, is missing: the install did not finish.
     #[error("the bundle is incomplete: audit.json (its commit marker) is missing")]
     Incomplete,
+    /// A member other than `audit.json` is missing.
     #[error("{name} is missing from the bundle")]
-    MissingFile { name: String },
+    MissingFile {
+        /// The member's file name.
+        name: String,
+    },
+    /// The directory holds a name that is not in [`BUNDLE_FILES`].
     #[error("{name} does not belong in a bundle")]
-    UnexpectedFile { name: String },
+    UnexpectedFile {
+        /// The name found.
+        name: String,
+    },
+    /// A member is a symlink.
     #[error("{name} is a symlink; bundle files are read without following symlinks")]
-    Symlink { name: String },
+    Symlink {
+        /// The member's file name.
+        name: String,
+    },
+    /// A member is a directory, FIFO, device or socket.
     #[error("{name} is not a regular file (directories, FIFOs, devices and sockets are refused)")]
-    NotRegularFile { name: String },
+    NotRegularFile {
+        /// The member's file name.
+        name: String,
+    },
+    /// The name names another file-system object (device or inode) than the file opened,
+    /// before the open or after the read.
     #[error("{name} was replaced while it was verified: its {field} differs between the directory entry and the opened file")]
     Replaced {
+        /// The member's file name.
         name: String,
+        /// The first identity field that differs.
         field: read::IdentityField,
     },
+    /// The member's size or modification time changed while it was verified, or the bytes
+    /// read are not its size.
     #[error("{name} changed while it was verified: its {field} differs before and after the read")]
     ChangedWhileRead {
+        /// The member's file name.
         name: String,
+        /// The first identity field that differs.
         field: read::IdentityField,
     },
+    /// A member is larger than its record's cap.
     #[error("{name} holds {bytes} bytes, above the cap of {cap}")]
-    TooLarge { name: String, bytes: u64, cap: u64 },
+    TooLarge {
+        /// The member's file name.
+        name: String,
+        /// Its size, in bytes.
+        bytes: u64,
+        /// The cap of its record, in bytes.
+        cap: u64,
+    },
+    /// A member decodes, but its bytes are not the record's canonical (RFC 8785) encoding.
     #[error(
         "{name} is not canonical JSON (RFC 8785): equivalent JSON in another byte form is refused"
     )]
-    NonCanonical { name: String },
+    NonCanonical {
+        /// The member's file name.
+        name: String,
+    },
+    /// A member is not a valid record of its closed schema and version.
     #[error("{name} does not decode under its schema: {source}")]
     Malformed {
+        /// The member's file name.
         name: String,
+        /// Why it does not decode.
         source: CanonicalError,
     },
+    /// `audit.json`'s `self_sha256` is not the digest of its own body (see
+    /// [`audit_self_digest`]).
     #[error("audit.json does not match its own digest (expected {expected}, computed {actual})")]
-    SelfDigestMismatch { expected: Digest, actual: Digest },
-    #[error("{bound_by} binds {name} to {expected}, but the file's SHA-256 is {actual}")]
-    BindingMismatch {
-        bound_by: String,
-        name: String,
+    SelfDigestMismatch {
+        /// The digest the audit states.
         expected: Digest,
+        /// The digest computed from it.
         actual: Digest,
     },
+    /// A member's SHA-256 is not the one another member binds it to.
+    #[error("{bound_by} binds {name} to {expected}, but the file's SHA-256 is {actual}")]
+    BindingMismatch {
+        /// The member that states the binding.
+        bound_by: String,
+        /// The member bound.
+        name: String,
+        /// The SHA-256 the binding states.
+        expected: Digest,
+        /// The SHA-256 of the member's bytes.
+        actual: Digest,
+    },
+    /// A claim does not follow from the facts recorded beside it; the message names the
+    /// claim, and the file and field it is in.
     #[error("inconsistent claim: {0}")]
     Inconsistent(String),
+    /// Installing: the bundle directory, or a member in it, already exists.
     #[error("{0} already exists; a bundle is never overwritten")]
     AlreadyExists(PathBuf),
+    /// An I/O operation on the bundle directory or a member failed.
     #[error("I/O on {path}: {source}")]
     Io {
+        /// The directory or member concerned.
         path: PathBuf,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// Installing: a record could not be encoded as canonical JSON.
     #[error(transparent)]
     Encode(CanonicalError),
+    /// Installing: the durable writer failed in a way not mapped to another variant.
     #[error(transparent)]
     Durable(DurableError),
 }
@@ -134,7 +196,9 @@ fn bound(name: &str, bytes: &[u8]) -> BoundFile {
 /// What `install` wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstalledBundle {
+    /// The bundle directory.
     pub directory: PathBuf,
+    /// SHA-256 of the installed `audit.json`, which binds the whole bundle.
     pub audit_sha256: Digest,
 }
 
@@ -216,10 +280,14 @@ fn install_error(error: DurableError) -> BundleError {
 /// What a verified bundle says (printed by `verify-bundle`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct BundleSummary {
+    /// Always `verified`: a bundle that does not verify gives a [`BundleError`].
     pub status: &'static str,
+    /// The run's verdict as the audit states it (a [`RunStatus`] name).
     pub run_status: String,
+    /// What the run showed, flattened into the summary's JSON.
     #[serde(flatten)]
     pub outcome: RunOutcome,
+    /// SHA-256 of `audit.json`, which binds the whole bundle.
     pub audit_sha256: Digest,
 }
 
@@ -349,11 +417,14 @@ pub(crate) fn verify_with(
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
+    /// The run matched its row of the outcome table and every comparison held.
     Passed,
+    /// It did not.
     Failed,
 }
 
 impl RunStatus {
+    /// `Passed` when `passed`, else `Failed`.
     pub fn from_passed(passed: bool) -> Self {
         if passed {
             RunStatus::Passed
@@ -370,6 +441,7 @@ impl RunStatus {
         }
     }
 
+    /// The status recorded as `name`, if any.
     pub fn from_name(name: &str) -> Option<Self> {
         [RunStatus::Passed, RunStatus::Failed]
             .into_iter()
@@ -395,6 +467,7 @@ impl EvaluationRole {
         }
     }
 
+    /// The role recorded as `name`, if any.
     pub fn from_name(name: &str) -> Option<Self> {
         [EvaluationRole::Reference, EvaluationRole::Recovered]
             .into_iter()

@@ -33,22 +33,31 @@ pub enum ReadStage {
 /// What a verifier compares to decide that a file is still the one it read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileIdentity {
+    /// `st_dev`.
     pub device: u64,
+    /// `st_ino`.
     pub inode: u64,
+    /// `st_size`, in bytes.
     pub size: u64,
+    /// `st_mtime`: seconds and nanoseconds.
     pub modified: (i64, u64),
 }
 
 /// One field of a [`FileIdentity`], named in errors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdentityField {
+    /// [`FileIdentity::device`].
     Device,
+    /// [`FileIdentity::inode`].
     Inode,
+    /// [`FileIdentity::size`].
     Size,
+    /// [`FileIdentity::modified`].
     ModificationTime,
 }
 
 impl IdentityField {
+    /// The field's name in error messages.
     pub fn name(self) -> &'static str {
         match self {
             IdentityField::Device => "device",
@@ -114,6 +123,8 @@ pub struct BundleDir<'a> {
 }
 
 impl<'a> BundleDir<'a> {
+    /// Opens the directory at `path` (`O_DIRECTORY | O_NOFOLLOW`); a symlink or anything
+    /// other than a directory is [`BundleError::NotADirectory`].
     pub fn open(path: &'a Path) -> Result<Self, BundleError> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rustix::fs::open(path, flags, Mode::empty()) {

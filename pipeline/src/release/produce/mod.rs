@@ -43,11 +43,17 @@ const MEMBER_CAP: u64 = 1 << 20;
 /// What the caller asked for.
 #[derive(Clone, Debug)]
 pub struct ProduceOptions {
+    /// The clean checkout to bind.
     pub repository: PathBuf,
+    /// The evidence directory to write; it must not exist.
     pub out: PathBuf,
+    /// The OpenSSH private key to sign `SHA256SUMS` with, if any.
     pub sign_key: Option<PathBuf>,
+    /// The `shardlift` binary (built with `torch`) that runs the demo.
     pub shardlift: PathBuf,
+    /// The dataset cache the runs use.
     pub cache_directory: PathBuf,
+    /// The only dataset source, when given (`--source-directory`).
     pub source_directory: Option<PathBuf>,
     /// The merged test-lane receipt of this revision to include (its commit must be HEAD).
     pub receipt: Option<PathBuf>,
@@ -56,11 +62,17 @@ pub struct ProduceOptions {
 /// What was written.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Produced {
+    /// Always `produced`.
     pub status: &'static str,
+    /// The evidence directory.
     pub out: PathBuf,
+    /// The commit bound.
     pub commit: String,
+    /// Its tree id.
     pub tree: String,
+    /// The number of files written, `SHA256SUMS` and its signature included.
     pub files: usize,
+    /// Whether `SHA256SUMS.sig` was written.
     pub signed: bool,
 }
 

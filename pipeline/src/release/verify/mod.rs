@@ -44,10 +44,12 @@ const FILE_CAP: u64 = 16 << 20;
 pub enum SignatureCheck {
     /// Verified against the allowed signers; the matching principal.
     Verified {
+        /// The principals field of the matching `allowed_signers` line.
         principal: String,
     },
     /// `SHA256SUMS.sig` exists but no `--allowed-signers` was given.
     PresentUnchecked,
+    /// There is no `SHA256SUMS.sig`.
     Absent,
 }
 
@@ -70,7 +72,9 @@ pub struct VerifyOptions<'a> {
 /// What the bundled receipt showed.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ReceiptCheck {
+    /// How many shards the receipt holds.
     pub shards: usize,
+    /// How many tests its test table holds.
     pub tests: u64,
     /// Carried shards, each of which met the five carry-forward conditions.
     pub carried: Vec<String>,
@@ -80,9 +84,11 @@ pub struct ReceiptCheck {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "status", rename_all = "kebab-case")]
 pub enum SourceCheck {
+    /// No repository was given.
     NotChecked,
     /// The commit and tree are in the repository and the recorded inputs match its blobs.
     Matched {
+        /// How many runtime sources were compared.
         runtime_sources: usize,
     },
 }
@@ -90,19 +96,26 @@ pub enum SourceCheck {
 /// A verified release-evidence directory.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Verified {
+    /// Always `verified`.
     pub status: &'static str,
+    /// The commit the evidence binds.
     pub commit: String,
+    /// Its tree id.
     pub tree: String,
+    /// How many files the directory holds, `SHA256SUMS` and its signature included.
     pub files: usize,
+    /// How the signature was handled.
     pub signature: SignatureCheck,
     /// The bundled receipt, when there is one.
     pub receipt: Option<ReceiptCheck>,
+    /// Whether the recorded source was checked against a repository.
     pub source: SourceCheck,
     /// The binaries whose SHA-256 was compared with the recorded one.
     pub binaries_checked: Vec<&'static str>,
-    /// The runtime-source rule and blob ids the evidence recorded.
+    /// The runtime-source rule the evidence recorded.
     #[serde(skip)]
     pub rule: Vec<String>,
+    /// Path → blob id of every runtime source the evidence recorded.
     #[serde(skip)]
     pub runtime_sources: BTreeMap<String, String>,
 }
