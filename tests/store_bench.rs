@@ -112,6 +112,14 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
     ] {
         figure(name);
     }
+    for field in [
+        "write_ms",
+        "file_fsync_ms",
+        "rename_ms",
+        "directory_fsync_ms",
+    ] {
+        assert!(large["fsync_probe"][field].as_f64().expect(field) >= 0.0);
+    }
     let cores_used = large["cores_used"].as_u64().expect("cores_used");
     assert!(cores_used >= 1);
     let close = |name: &str, expected: f64| {

@@ -258,6 +258,10 @@ pub struct LargeBenchReport {
     pub copy: Figure,
     /// The same copy with the source files evicted from the page cache first.
     pub copy_cold: Figure,
+    /// Per-operation latency of this disk, sampled right after publish: what bounds
+    /// `publish_over_plain` (a plain file costs one fsync, a published object two: its
+    /// file and, after the rename, its fan-out directory).
+    pub fsync_probe: FsyncProbe,
     /// Mean write+fsync time per plain file, in milliseconds.
     pub plain_ms_per_file: f64,
     /// Mean publish time per object, in milliseconds.
@@ -410,6 +414,8 @@ pub fn run_large(
     )?;
     let publish_s = started.elapsed().as_secs_f64();
 
+    let fsync_probe = probe_fsync(&work.path().join("probe"), object_bytes as usize, 200)?;
+
     let recover_timed = |store: &Path| -> Result<f64, LabError> {
         let started = Instant::now();
         let report = crate::store::recover(store)?;
@@ -498,6 +504,7 @@ pub fn run_large(
         cores_available: crate::core::parallel::worker_count(usize::MAX),
         cores_used,
         cache_drop: cache_drop_note(options.drop_caches),
+        fsync_probe,
         plain_ms_per_file: plain_s * 1e3 / files as f64,
         publish_ms_per_object: publish_s * 1e3 / files as f64,
         publish_over_plain: ratio(publish.seconds, plain_write_fsync.seconds),
@@ -521,6 +528,56 @@ pub fn run_large(
         reshard_w8: Figure::new(state_bytes, reshard_s[2]),
         copy,
         copy_cold: Figure::new(state_bytes, copy_cold_s),
+    })
+}
+
+/// Mean latencies of the steps a published object takes, over `samples` objects.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct FsyncProbe {
+    /// Objects sampled.
+    pub samples: u64,
+    /// Creating and writing one object-sized file, in milliseconds.
+    pub write_ms: f64,
+    /// Its fsync, in milliseconds.
+    pub file_fsync_ms: f64,
+    /// Renaming it into another directory, in milliseconds.
+    pub rename_ms: f64,
+    /// Fsyncing that directory after the rename, in milliseconds.
+    pub directory_fsync_ms: f64,
+}
+
+/// Times write, file fsync, rename and directory fsync of `samples` files of `bytes`.
+fn probe_fsync(dir: &Path, bytes: usize, samples: u64) -> Result<FsyncProbe, LabError> {
+    let staging = dir.join("staging");
+    let objects = dir.join("objects");
+    std::fs::create_dir_all(&staging)?;
+    std::fs::create_dir_all(&objects)?;
+    let payload = vec![0xa5u8; bytes];
+    let mut total = [0.0f64; 4];
+    for i in 0..samples {
+        let temp = staging.join(format!("{i}"));
+        let started = Instant::now();
+        std::fs::File::create(&temp)?.write_all(&payload)?;
+        let written = Instant::now();
+        std::fs::File::open(&temp)?.sync_all()?;
+        let synced = Instant::now();
+        std::fs::rename(&temp, objects.join(format!("{i}")))?;
+        let renamed = Instant::now();
+        std::fs::File::open(&objects)?.sync_all()?;
+        let done = Instant::now();
+        total[0] += (written - started).as_secs_f64();
+        total[1] += (synced - written).as_secs_f64();
+        total[2] += (renamed - synced).as_secs_f64();
+        total[3] += (done - renamed).as_secs_f64();
+    }
+    std::fs::remove_dir_all(dir)?;
+    let ms = |t: f64| t * 1e3 / samples.max(1) as f64;
+    Ok(FsyncProbe {
+        samples,
+        write_ms: ms(total[0]),
+        file_fsync_ms: ms(total[1]),
+        rename_ms: ms(total[2]),
+        directory_fsync_ms: ms(total[3]),
     })
 }
 

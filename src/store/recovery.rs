@@ -311,7 +311,7 @@ const VERIFY_BATCH: usize = 16;
 /// Most threads recovery hashes objects on.
 pub const MAX_VERIFY_THREADS: usize = 8;
 
-/// How many threads [`verify_synthetic`] hashes on through `fs` (1 unless `fs` may be
+/// How many threads recovery hashes synthetic objects on through `fs` (1 unless `fs` may be
 /// shared between threads).
 pub fn verify_threads(fs: &dyn FileSystem) -> usize {
     if fs.shared().is_some() {
