@@ -33,14 +33,22 @@ fn bench_reports_its_phases_and_one_step_per_state() {
 fn bench_prints_phase_lines_not_a_line_per_state_when_stderr_is_not_a_terminal() {
     let dir = tempfile::tempdir().expect("tempdir");
     let output = Command::new(env!("CARGO_BIN_EXE_shardlift"))
-        .args(["store", "bench", "--bytes", "2500000", "--dir"])
+        .args([
+            "store",
+            "bench",
+            "--skip-large",
+            "--bytes",
+            "2500000",
+            "--dir",
+        ])
         .arg(dir.path())
         .output()
         .expect("run shardlift");
     assert!(output.status.success(), "{output:?}");
     let report: serde_json::Value =
         serde_json::from_slice(&output.stdout).expect("stdout is the JSON report");
-    assert_eq!(report["states"], 3);
+    assert!(report["large"].is_null());
+    assert_eq!(report["small_state"]["states"], 3);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 6, "{stderr}");
@@ -49,4 +57,98 @@ fn bench_prints_phase_lines_not_a_line_per_state_when_stderr_is_not_a_terminal()
     assert_eq!(lines[2], "store bench: reshard and copy");
     assert_eq!(lines[4], "store bench: recovery and SHA-256");
     assert!(!stderr.contains("published"), "{stderr}");
+}
+
+#[test]
+fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(env!("CARGO_BIN_EXE_shardlift"))
+        .args([
+            "store",
+            "bench",
+            "--state-bytes",
+            "2000000",
+            "--skip-small",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .expect("run shardlift");
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("stdout is the JSON report");
+    assert!(report["small_state"].is_null());
+    let large = &report["large"];
+    let state_bytes = large["state_bytes"].as_u64().expect("state_bytes");
+    assert!(state_bytes >= 2_000_000, "{large}");
+    assert!(large["files"].as_u64().expect("files") > 0);
+    assert!(large["cache_drop"]
+        .as_str()
+        .expect("cache_drop")
+        .contains("drop_caches"));
+    let figure = |name: &str| -> (f64, f64) {
+        let f = &large[name];
+        assert_eq!(f["bytes"].as_u64(), Some(state_bytes), "{name}: {f}");
+        let seconds = f["seconds"].as_f64().expect("seconds");
+        let mb_per_s = f["mb_per_s"].as_f64().expect("mb_per_s");
+        assert!(seconds > 0.0, "{name}: {f}");
+        let derived = state_bytes as f64 / seconds / 1e6;
+        assert!((mb_per_s - derived).abs() <= 1e-9 * derived, "{name}: {f}");
+        (seconds, mb_per_s)
+    };
+    for name in [
+        "plain_write_fsync",
+        "publish",
+        "recovery_verify",
+        "recovery_verify_cold",
+        "sha256_single_core",
+        "sha256_parallel_in_memory",
+        "reshard_w3",
+        "reshard_w2",
+        "reshard_w8",
+        "copy",
+        "copy_cold",
+    ] {
+        figure(name);
+    }
+    for field in [
+        "write_ms",
+        "file_fsync_ms",
+        "rename_ms",
+        "directory_fsync_ms",
+    ] {
+        assert!(large["fsync_probe"][field].as_f64().expect(field) >= 0.0);
+    }
+    let cores_used = large["cores_used"].as_u64().expect("cores_used");
+    assert!(cores_used >= 1);
+    let close = |name: &str, expected: f64| {
+        let actual = large[name].as_f64().expect(name);
+        assert!(
+            (actual - expected).abs() <= 1e-9 * expected.abs(),
+            "{name}: {actual} is not {expected}"
+        );
+    };
+    close(
+        "publish_over_plain",
+        figure("publish").0 / figure("plain_write_fsync").0,
+    );
+    close(
+        "reshard_over_copy",
+        figure("reshard_w3").0 / figure("copy").0,
+    );
+    close(
+        "recovery_over_parallel_sha256",
+        figure("recovery_verify").1 / (figure("sha256_single_core").1 * cores_used as f64),
+    );
+    close(
+        "recovery_over_measured_parallel_sha256",
+        figure("recovery_verify").1 / figure("sha256_parallel_in_memory").1,
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("store bench: publish"), "{stderr}");
+    assert!(
+        stderr.contains("store bench: reshard W4 to W3, W2, W8"),
+        "{stderr}"
+    );
 }

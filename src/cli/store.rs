@@ -13,9 +13,30 @@ use shardlift::store::layout::synthetic_state;
 /// `store bench` arguments.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Total chunk-payload bytes to publish (whole synthetic states of ~1.2 MB each).
+    /// Chunk-payload bytes of the one large synthetic state the bandwidth figures publish,
+    /// reshard, copy and verify (`large`).
     #[arg(long, default_value_t = 1 << 30)]
+    pub state_bytes: u64,
+    /// FP32 values per chunk of the large state (each object holds 4 × this many bytes).
+    #[arg(long, default_value_t = 8192)]
+    pub chunk_elements: u32,
+    /// Total chunk-payload bytes of the per-commit figure (`small_state`): whole 1.2 MB
+    /// model states, one generation each.
+    #[arg(long, default_value_t = 64 << 20)]
     pub bytes: u64,
+    /// Skip the per-commit figure (`small_state` is then null).
+    #[arg(long)]
+    pub skip_small: bool,
+    /// Drop the whole page cache (needs root) before the cold figures instead of evicting
+    /// only the bench's own files (posix_fadvise).
+    #[arg(long)]
+    pub drop_caches: bool,
+    /// Skip the large-state figures (`large` is then null).
+    #[arg(long)]
+    pub skip_large: bool,
+    /// Print JSON (the only output format; accepted for symmetry with other commands).
+    #[arg(long)]
+    pub json: bool,
     /// Directory for the scratch store (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
@@ -72,6 +93,10 @@ pub enum StoreCommand {
         workers: u32,
         #[arg(long, default_value_t = 8192)]
         chunk_elements: u32,
+        /// Scale the state to this many chunk-payload bytes with synthetic objects of the
+        /// chunk size (deterministic content from --seed), listed by the manifest.
+        #[arg(long, conflicts_with = "trace_operations")]
+        state_bytes: Option<u64>,
         #[arg(long)]
         json: bool,
         /// With --json, add `operation_trace`: every mutating file-system operation the
@@ -187,11 +212,17 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             step,
             workers,
             chunk_elements,
+            state_bytes,
             json,
             trace_operations,
         } => {
             let state = synthetic_state(seed, step, chunk_elements);
-            publish_synthetic(&store, &state, workers, json, trace_operations)
+            match state_bytes {
+                Some(state_bytes) => {
+                    publish_scaled(&store, &state, seed, workers, state_bytes, json)
+                }
+                None => publish_synthetic(&store, &state, workers, json, trace_operations),
+            }
         }
         StoreCommand::Export {
             store,
@@ -232,11 +263,33 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             Ok(())
         }
         StoreCommand::Bench(args) => {
+            let _ = args.json;
             let mut progress = super::progress::StderrProgress::new();
-            let report =
-                shardlift::lab::bench::run(args.bytes, args.dir.as_deref(), &mut progress)?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
+            let large = if args.skip_large {
+                None
+            } else {
+                let options = shardlift::lab::bench::LargeBenchOptions {
+                    state_bytes: args.state_bytes,
+                    chunk_elements: args.chunk_elements,
+                    dir: args.dir.clone(),
+                    drop_caches: args.drop_caches,
+                };
+                Some(shardlift::lab::bench::run_large(&options, &mut progress)?)
+            };
+            let small_state = if args.skip_small {
+                None
+            } else {
+                Some(shardlift::lab::bench::run(
+                    args.bytes,
+                    args.dir.as_deref(),
+                    &mut progress,
+                )?)
+            };
+            drop(progress);
+            print_json(&serde_json::json!({
+                "large": large,
+                "small_state": small_state,
+            }))
         }
     }
 }
@@ -344,6 +397,48 @@ fn publish_synthetic(
         return print_json(&summary);
     }
     println!("published generation {}", summary.generation);
+    Ok(())
+}
+
+/// `publish-synthetic --state-bytes`: the state plus synthetic objects of its chunk size
+/// up to `state_bytes` chunk-payload bytes in all (at least one object).
+fn publish_scaled(
+    store: &Path,
+    state: &LogicalState,
+    seed: u64,
+    workers: u32,
+    state_bytes: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let topology = Topology::new(workers)?;
+    let model_bytes: u64 = state
+        .chunks()
+        .iter()
+        .map(|c| c.parameters().len() as u64 * 12)
+        .sum();
+    let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
+    let spec = shardlift::store::writer::SyntheticSpec {
+        seed,
+        object_bytes,
+        total_bytes: state_bytes
+            .saturating_sub(model_bytes)
+            .max(u64::from(object_bytes)),
+    };
+    let mut progress = super::progress::StderrProgress::new();
+    let summary = shardlift::store::publish_synthetic(store, state, topology, spec, &mut progress)?;
+    drop(progress);
+    if json {
+        return print_json(&serde_json::json!({
+            "summary": summary,
+            "state_bytes": model_bytes + spec.total_bytes,
+            "synthetic_objects": spec.object_count(),
+        }));
+    }
+    println!(
+        "published generation {} ({} bytes of chunk payloads)",
+        summary.generation,
+        model_bytes + spec.total_bytes
+    );
     Ok(())
 }
 

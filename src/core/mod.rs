@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod digest;
 pub mod ledger;
 pub mod logical;
+pub mod parallel;
 pub mod pins;
 pub mod progress;
 pub mod rng;

@@ -9,6 +9,8 @@ use std::path::Path;
 
 use rustix::fs::{Mode, OFlags, RenameFlags, CWD};
 
+use crate::core::digest::Digest;
+
 /// What a directory entry is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryKind {
@@ -39,7 +41,23 @@ pub trait FileSystem {
     fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>>;
     /// The kind of the entry at `path`, or `None` if there is none.
     fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>>;
+    /// The SHA-256 and length of at most `cap + 1` bytes of a file (so a caller can tell
+    /// "more than cap"). The default reads the file whole through [`FileSystem::read_file`];
+    /// the real file system streams it through fixed-size buffers.
+    fn hash_file(&self, path: &Path, cap: u64) -> std::io::Result<(Digest, u64)> {
+        let bytes = self.read_file(path, cap)?;
+        Ok((Digest::of(&bytes), bytes.len() as u64))
+    }
+    /// This file system as one that threads may share for reads, when it is one (the real
+    /// file system). `None`, the default, keeps callers sequential: recording and
+    /// fault-injecting file systems see every operation from one thread, in one order.
+    fn shared(&self) -> Option<&(dyn FileSystem + Sync)> {
+        None
+    }
 }
+
+/// Buffer size of [`RealFs::hash_file`]: memory per hashing thread, whatever the file size.
+pub const HASH_BUFFER_BYTES: usize = 256 << 10;
 
 /// The real file system (std + rustix).
 #[derive(Debug, Default, Clone, Copy)]
@@ -115,5 +133,35 @@ impl FileSystem for RealFs {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn hash_file(&self, path: &Path, cap: u64) -> std::io::Result<(Digest, u64)> {
+        use sha2::Digest as _;
+        thread_local! {
+            // One buffer per thread, reused for every file it hashes.
+            static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let mut file = File::open(path)?.take(cap.saturating_add(1));
+        let mut hasher = sha2::Sha256::new();
+        let mut length = 0u64;
+        BUFFER.with_borrow_mut(|buffer| {
+            buffer.resize(HASH_BUFFER_BYTES, 0);
+            loop {
+                let n = match file.read(buffer) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                hasher.update(&buffer[..n]);
+                length += n as u64;
+            }
+            Ok(())
+        })?;
+        Ok((Digest(hasher.finalize().into()), length))
+    }
+
+    fn shared(&self) -> Option<&(dyn FileSystem + Sync)> {
+        Some(self)
     }
 }

@@ -1,5 +1,9 @@
 //! `shardlift store bench`: publish vs plain write+fsync, reshard vs copy, recovery
 //! verify vs raw SHA-256 — measured in one run, printed as JSON.
+//!
+//! Two benches: [`run_large`] publishes one synthetic state of `--state-bytes` (chunked
+//! like the real state, scaled with synthetic objects) and measures bandwidth; [`run`]
+//! publishes many generations of the 1.2 MB model state and measures per-commit overhead.
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
@@ -178,4 +182,419 @@ fn time_recovery_and_sha256(store: &Path, verified_bytes: u64) -> Result<Rates, 
         recovery_bytes_per_s: ratio(verified_bytes as f64, recover_s),
         sha256_bytes_per_s: ratio(hashed as f64, sha_s),
     })
+}
+
+/// Bytes, seconds and MB/s (10^6 bytes per second) of one measured operation.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Figure {
+    /// Bytes the operation wrote, copied or verified.
+    pub bytes: u64,
+    /// Wall-clock seconds it took.
+    pub seconds: f64,
+    /// `bytes / seconds / 1e6`.
+    pub mb_per_s: f64,
+}
+
+impl Figure {
+    fn new(bytes: u64, seconds: f64) -> Figure {
+        Figure {
+            bytes,
+            seconds,
+            mb_per_s: ratio(bytes as f64, seconds) / 1e6,
+        }
+    }
+}
+
+/// Options of [`run_large`].
+#[derive(Clone, Debug)]
+pub struct LargeBenchOptions {
+    /// Total chunk-payload bytes of the state (the model's chunks plus synthetic objects).
+    pub state_bytes: u64,
+    /// FP32 values per chunk: every object holds `4 × chunk_elements` bytes (the last
+    /// synthetic object may be shorter).
+    pub chunk_elements: u32,
+    /// Directory for the scratch files (default: the system temp dir).
+    pub dir: Option<std::path::PathBuf>,
+    /// Drop the whole page cache (`/proc/sys/vm/drop_caches`, needs root) before the cold
+    /// figures, instead of evicting only the bench's own files.
+    pub drop_caches: bool,
+}
+
+/// The large-state bench: every figure measured in one run on one file system.
+#[derive(Debug, Serialize)]
+pub struct LargeBenchReport {
+    /// Chunk-payload bytes of the published state.
+    pub state_bytes: u64,
+    /// Objects (and plain files) the state is cut into.
+    pub files: u64,
+    /// Bytes per object.
+    pub object_bytes: u32,
+    /// CPU cores the process may use.
+    pub cores_available: usize,
+    /// Threads recovery hashes on (the divisor of `recovery_over_parallel_sha256`).
+    pub cores_used: usize,
+    /// How the cold figures were made cold, and why a global cache drop was not used.
+    pub cache_drop: String,
+    /// Writing and fsyncing the same bytes in as many plain files, then their directory.
+    pub plain_write_fsync: Figure,
+    /// Publishing the state (objects, manifest, commit record, LATEST).
+    pub publish: Figure,
+    /// Recovery scan with full verification of the published generation, page cache warm.
+    pub recovery_verify: Figure,
+    /// The same with the store's files evicted from the page cache first.
+    pub recovery_verify_cold: Figure,
+    /// SHA-256 of the same bytes on one core, in memory.
+    pub sha256_single_core: Figure,
+    /// SHA-256 of the same bytes in memory on `cores_used` threads at once (generation
+    /// time subtracted): what the cores give now, other processes included.
+    pub sha256_parallel_in_memory: Figure,
+    /// Offline reshard W4 → W3 (RFC 0001 §7: verify the source, then commit).
+    pub reshard_w3: Figure,
+    /// Offline reshard W4 → W2.
+    pub reshard_w2: Figure,
+    /// Offline reshard W4 → W8.
+    pub reshard_w8: Figure,
+    /// Copying the plain files (read, write, fsync each, fsync the directory).
+    pub copy: Figure,
+    /// The same copy with the source files evicted from the page cache first.
+    pub copy_cold: Figure,
+    /// Per-operation latency of this disk, sampled right after publish: what bounds
+    /// `publish_over_plain` (a plain file costs one fsync, a published object two: its
+    /// file and, after the rename, its fan-out directory).
+    pub fsync_probe: FsyncProbe,
+    /// Mean write+fsync time per plain file, in milliseconds.
+    pub plain_ms_per_file: f64,
+    /// Mean publish time per object, in milliseconds.
+    pub publish_ms_per_object: f64,
+    /// `publish.seconds / plain_write_fsync.seconds`.
+    pub publish_over_plain: f64,
+    /// `reshard_w3.seconds / copy.seconds`.
+    pub reshard_over_copy: f64,
+    /// `recovery_verify.mb_per_s / (sha256_single_core.mb_per_s × cores_used)`.
+    pub recovery_over_parallel_sha256: f64,
+    /// `recovery_verify.mb_per_s / sha256_parallel_in_memory.mb_per_s`: against what the
+    /// cores delivered in this run (below `cores_used` × single-core when other processes
+    /// hold cores).
+    pub recovery_over_measured_parallel_sha256: f64,
+}
+
+/// Evicts every file under `dir` from the page cache (`posix_fadvise(DONTNEED)`; the
+/// files are fsynced, so their pages are clean and can go).
+fn evict_tree(dir: &Path) -> Result<(), LabError> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            evict_tree(&entry.path())?;
+        } else if kind.is_file() {
+            let file = std::fs::File::open(entry.path())?;
+            rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed)
+                .map_err(std::io::Error::from)?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes `dir`'s files cold: the whole page cache dropped when asked, else the files
+/// evicted one by one.
+fn make_cold(dir: &Path, drop_caches: bool) -> Result<(), LabError> {
+    if drop_caches {
+        std::fs::write("/proc/sys/vm/drop_caches", b"1")?;
+        Ok(())
+    } else {
+        evict_tree(dir)
+    }
+}
+
+/// Forwards progress with a prefix on every phase name.
+struct Prefixed<'a> {
+    inner: &'a mut dyn Progress,
+    prefix: &'static str,
+}
+
+impl Progress for Prefixed<'_> {
+    fn phase(&mut self, name: &str, total: Option<u64>) {
+        self.inner.phase(&format!("{}{name}", self.prefix), total);
+    }
+    fn advance(&mut self, done: u64) {
+        self.inner.advance(done);
+    }
+    fn finish(&mut self) {
+        self.inner.finish();
+    }
+}
+
+/// How the cold figures were made cold.
+fn cache_drop_note(drop_caches: bool) -> String {
+    if drop_caches {
+        return "global: /proc/sys/vm/drop_caches written (1) before each cold figure".to_owned();
+    }
+    let global = match std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/sys/vm/drop_caches")
+    {
+        Ok(_) => "writable but not used without --drop-caches (it evicts every other user's cache)"
+            .to_owned(),
+        Err(e) => format!("unavailable: /proc/sys/vm/drop_caches: {e}"),
+    };
+    format!(
+        "global drop_caches {global}; cold figures evict this bench's own files with posix_fadvise(POSIX_FADV_DONTNEED) after fsync"
+    )
+}
+
+/// Publishes one synthetic state of about `options.state_bytes` and measures, in this
+/// order on one file system: plain write+fsync of the same bytes in as many files,
+/// publish, recovery (warm, then cold), single-core SHA-256, reshards W4 → W3, W2, W8, and
+/// copies of the plain files (warm, then cold). The scratch directory is removed after.
+pub fn run_large(
+    options: &LargeBenchOptions,
+    progress: &mut dyn Progress,
+) -> Result<LargeBenchReport, LabError> {
+    use crate::store::layout::synthetic_object;
+    use crate::store::writer::SyntheticSpec;
+    let work = match &options.dir {
+        Some(dir) => tempfile::tempdir_in(dir)?,
+        None => tempfile::tempdir()?,
+    };
+    let store = work.path().join("store");
+    let plain = work.path().join("plain");
+    std::fs::create_dir(&plain)?;
+    let state = synthetic_state(1, 0, options.chunk_elements);
+    let model: Vec<Vec<u8>> = state.chunks().iter().flat_map(chunk_payloads).collect();
+    let model_bytes: u64 = model.iter().map(|p| p.len() as u64).sum();
+    let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
+    let spec = SyntheticSpec {
+        seed: 1,
+        object_bytes,
+        total_bytes: options
+            .state_bytes
+            .saturating_sub(model_bytes)
+            .max(u64::from(object_bytes)),
+    };
+    let synthetic_count = spec.object_count();
+    let files = model.len() as u64 + synthetic_count;
+    let state_bytes = model_bytes + spec.total_bytes;
+    // Object `i` of the state, in publish order: the model's payloads, then the synthetic.
+    let object = |i: u64| -> Vec<u8> {
+        match model.get(i as usize) {
+            Some(payload) => payload.clone(),
+            None => {
+                let j = i - model.len() as u64;
+                synthetic_object(spec.seed, j, spec.object_len(j) as usize)
+            }
+        }
+    };
+
+    progress.phase("store bench: plain write+fsync", Some(files));
+    let mut plain_s = 0.0;
+    for i in 0..files {
+        let bytes = object(i);
+        let started = Instant::now();
+        let mut file = std::fs::File::create(plain.join(format!("{i:08}")))?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        plain_s += started.elapsed().as_secs_f64();
+        progress.advance(i + 1);
+    }
+    let started = Instant::now();
+    std::fs::File::open(&plain)?.sync_all()?;
+    plain_s += started.elapsed().as_secs_f64();
+    progress.finish();
+
+    let started = Instant::now();
+    let summary = crate::store::publish_synthetic(
+        &store,
+        &state,
+        Topology::new(4)?,
+        spec,
+        &mut Prefixed {
+            inner: progress,
+            prefix: "store bench: ",
+        },
+    )?;
+    let publish_s = started.elapsed().as_secs_f64();
+
+    let fsync_probe = probe_fsync(&work.path().join("probe"), object_bytes as usize, 200)?;
+
+    let recover_timed = |store: &Path| -> Result<f64, LabError> {
+        let started = Instant::now();
+        let report = crate::store::recover(store)?;
+        let seconds = started.elapsed().as_secs_f64();
+        if !report.rejected.is_empty() || report.valid_generations != vec![summary.generation] {
+            return Err(LabError::Model("the bench store did not verify".to_owned()));
+        }
+        Ok(seconds)
+    };
+    progress.phase("store bench: recovery (warm, cold)", None);
+    let recovery_s = recover_timed(&store)?;
+    make_cold(&store, options.drop_caches)?;
+    let recovery_cold_s = recover_timed(&store)?;
+    progress.finish();
+
+    progress.phase("store bench: single-core SHA-256", Some(files));
+    let mut sha_s = 0.0;
+    for i in 0..files {
+        let bytes = object(i);
+        let started = Instant::now();
+        std::hint::black_box(Digest::of(&bytes));
+        sha_s += started.elapsed().as_secs_f64();
+        progress.advance(i + 1);
+    }
+    progress.finish();
+
+    // The same bytes hashed in memory on `cores_used` threads at once: the ceiling the
+    // machine gives recovery now (other processes may hold cores).
+    let cores_used = crate::store::recovery::verify_threads(&crate::store::RealFs);
+    let started = Instant::now();
+    crate::core::parallel::ordered_map(
+        files as usize,
+        cores_used,
+        2,
+        |i| Digest::of(&object(i as u64)),
+        |_, digest| {
+            std::hint::black_box(digest);
+            Ok::<(), LabError>(())
+        },
+    )?;
+    let generate_and_hash_s = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    crate::core::parallel::ordered_map(
+        files as usize,
+        cores_used,
+        2,
+        |i| object(i as u64).len(),
+        |_, len| {
+            std::hint::black_box(len);
+            Ok::<(), LabError>(())
+        },
+    )?;
+    let sha_parallel_s = (generate_and_hash_s - started.elapsed().as_secs_f64()).max(1e-9);
+
+    progress.phase("store bench: reshard W4 to W3, W2, W8", Some(3));
+    let mut reshard_s = [0.0; 3];
+    for (k, workers) in [3, 2, 8].into_iter().enumerate() {
+        let started = Instant::now();
+        crate::store::reshard(&store, summary.generation, Topology::new(workers)?)?;
+        reshard_s[k] = started.elapsed().as_secs_f64();
+        progress.advance(k as u64 + 1);
+    }
+    progress.finish();
+
+    progress.phase("store bench: copy (warm, cold)", Some(2));
+    let copy_s = copy_tree(&plain, &work.path().join("copy"))?;
+    // At most three copies of the state on disk at once (store, plain, one copy).
+    std::fs::remove_dir_all(work.path().join("copy"))?;
+    progress.advance(1);
+    make_cold(&plain, options.drop_caches)?;
+    let copy_cold_s = copy_tree(&plain, &work.path().join("copy-cold"))?;
+    progress.advance(2);
+    progress.finish();
+
+    let recovery_verify = Figure::new(state_bytes, recovery_s);
+    let sha256_single_core = Figure::new(state_bytes, sha_s);
+    let plain_write_fsync = Figure::new(state_bytes, plain_s);
+    let publish = Figure::new(state_bytes, publish_s);
+    let copy = Figure::new(state_bytes, copy_s);
+    let reshard_w3 = Figure::new(state_bytes, reshard_s[0]);
+    let sha256_parallel_in_memory = Figure::new(state_bytes, sha_parallel_s);
+    Ok(LargeBenchReport {
+        state_bytes,
+        files,
+        object_bytes,
+        cores_available: crate::core::parallel::worker_count(usize::MAX),
+        cores_used,
+        cache_drop: cache_drop_note(options.drop_caches),
+        fsync_probe,
+        plain_ms_per_file: plain_s * 1e3 / files as f64,
+        publish_ms_per_object: publish_s * 1e3 / files as f64,
+        publish_over_plain: ratio(publish.seconds, plain_write_fsync.seconds),
+        reshard_over_copy: ratio(reshard_w3.seconds, copy.seconds),
+        recovery_over_parallel_sha256: ratio(
+            recovery_verify.mb_per_s,
+            sha256_single_core.mb_per_s * cores_used as f64,
+        ),
+        plain_write_fsync,
+        publish,
+        recovery_over_measured_parallel_sha256: ratio(
+            recovery_verify.mb_per_s,
+            sha256_parallel_in_memory.mb_per_s,
+        ),
+        sha256_parallel_in_memory,
+        recovery_verify,
+        recovery_verify_cold: Figure::new(state_bytes, recovery_cold_s),
+        sha256_single_core,
+        reshard_w3,
+        reshard_w2: Figure::new(state_bytes, reshard_s[1]),
+        reshard_w8: Figure::new(state_bytes, reshard_s[2]),
+        copy,
+        copy_cold: Figure::new(state_bytes, copy_cold_s),
+    })
+}
+
+/// Mean latencies of the steps a published object takes, over `samples` objects.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct FsyncProbe {
+    /// Objects sampled.
+    pub samples: u64,
+    /// Creating and writing one object-sized file, in milliseconds.
+    pub write_ms: f64,
+    /// Its fsync, in milliseconds.
+    pub file_fsync_ms: f64,
+    /// Renaming it into another directory, in milliseconds.
+    pub rename_ms: f64,
+    /// Fsyncing that directory after the rename, in milliseconds.
+    pub directory_fsync_ms: f64,
+}
+
+/// Times write, file fsync, rename and directory fsync of `samples` files of `bytes`.
+fn probe_fsync(dir: &Path, bytes: usize, samples: u64) -> Result<FsyncProbe, LabError> {
+    let staging = dir.join("staging");
+    let objects = dir.join("objects");
+    std::fs::create_dir_all(&staging)?;
+    std::fs::create_dir_all(&objects)?;
+    let payload = vec![0xa5u8; bytes];
+    let mut total = [0.0f64; 4];
+    for i in 0..samples {
+        let temp = staging.join(format!("{i}"));
+        let started = Instant::now();
+        std::fs::File::create(&temp)?.write_all(&payload)?;
+        let written = Instant::now();
+        std::fs::File::open(&temp)?.sync_all()?;
+        let synced = Instant::now();
+        std::fs::rename(&temp, objects.join(format!("{i}")))?;
+        let renamed = Instant::now();
+        std::fs::File::open(&objects)?.sync_all()?;
+        let done = Instant::now();
+        total[0] += (written - started).as_secs_f64();
+        total[1] += (synced - written).as_secs_f64();
+        total[2] += (renamed - synced).as_secs_f64();
+        total[3] += (done - renamed).as_secs_f64();
+    }
+    std::fs::remove_dir_all(dir)?;
+    let ms = |t: f64| t * 1e3 / samples.max(1) as f64;
+    Ok(FsyncProbe {
+        samples,
+        write_ms: ms(total[0]),
+        file_fsync_ms: ms(total[1]),
+        rename_ms: ms(total[2]),
+        directory_fsync_ms: ms(total[3]),
+    })
+}
+
+/// Copies every file of `from` into a new directory `to`, fsyncing each copy and then
+/// `to`; returns the seconds it took.
+fn copy_tree(from: &Path, to: &Path) -> Result<f64, LabError> {
+    std::fs::create_dir(to)?;
+    let mut names: Vec<_> = std::fs::read_dir(from)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    let started = Instant::now();
+    for name in names {
+        let target = to.join(&name);
+        std::fs::copy(from.join(&name), &target)?;
+        std::fs::File::open(&target)?.sync_all()?;
+    }
+    std::fs::File::open(to)?.sync_all()?;
+    Ok(started.elapsed().as_secs_f64())
 }

@@ -201,6 +201,45 @@ pub struct ManifestRecord {
     pub chunks: Vec<ChunkEntry>,
     /// The projected logical-state root of the state this manifest describes.
     pub logical_state_root: Digest,
+    /// Extra opaque objects that scale a synthetic state to benchmark size (absent in
+    /// every trained state; RFC 0001 §3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthetic: Option<SyntheticPayloads>,
+}
+
+/// The opaque objects of a state made by `store publish-synthetic --state-bytes`: each is
+/// verified like a chunk payload (SHA-256 and exact length) and kept by reshard; they are
+/// not part of the logical-state root.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyntheticPayloads {
+    /// Seed of their deterministic content.
+    #[serde(with = "dec_u64")]
+    pub seed: u64,
+    /// Bytes of every object but the last (at most [`MAX_CHUNK_OBJECT_BYTES`]).
+    pub object_bytes: u32,
+    /// Bytes of all objects together.
+    #[serde(with = "dec_u64")]
+    pub total_bytes: u64,
+    /// The objects' digests, in order.
+    pub objects: Vec<Digest>,
+}
+
+impl SyntheticPayloads {
+    /// The length object `index` must have, or `None` if the record is inconsistent
+    /// (zero sizes, too large objects, or a count that does not cover `total_bytes`).
+    pub fn object_len(&self, index: usize) -> Option<u64> {
+        let object_bytes = u64::from(self.object_bytes);
+        if object_bytes == 0 || object_bytes > MAX_CHUNK_OBJECT_BYTES || self.total_bytes == 0 {
+            return None;
+        }
+        let count = self.total_bytes.div_ceil(object_bytes);
+        if count != self.objects.len() as u64 || index as u64 >= count {
+            return None;
+        }
+        let start = object_bytes.checked_mul(index as u64)?;
+        Some(object_bytes.min(self.total_bytes - start))
+    }
 }
 
 /// How a generation came to be.

@@ -142,6 +142,26 @@ pub enum StoreError {
         /// The object's size, in bytes.
         found: u64,
     },
+    /// A synthetic state was asked for with impossible sizes.
+    #[error("synthetic objects of {object_bytes} bytes for {total_bytes} bytes in all: objects must hold 1 to one chunk slot's bytes and the total must be positive")]
+    InvalidSynthetic {
+        /// The requested object size.
+        object_bytes: u32,
+        /// The requested total.
+        total_bytes: u64,
+    },
+    /// A synthetic object's size is not the one its manifest records.
+    #[error("{}: synthetic object {index} holds {found} bytes, the manifest says {expected}", path.display())]
+    SyntheticObjectSize {
+        /// The manifest that records the object.
+        path: PathBuf,
+        /// The object's position in the manifest's synthetic objects.
+        index: u64,
+        /// The size the manifest records, in bytes.
+        expected: u64,
+        /// The object's size, in bytes (at most one more than expected is read).
+        found: u64,
+    },
     /// The state loaded from the store is malformed.
     #[error("{}: the stored state is malformed: {source}", path.display())]
     MalformedState {
@@ -228,6 +248,8 @@ impl StoreError {
             StoreError::MalformedManifest { .. } => "malformed-manifest",
             StoreError::OwnershipMismatch { .. } => "ownership-mismatch",
             StoreError::ChunkSize { .. } => "chunk-size",
+            StoreError::SyntheticObjectSize { .. } => "synthetic-object-size",
+            StoreError::InvalidSynthetic { .. } => "invalid-synthetic",
             StoreError::MalformedState { .. } => "malformed-state",
             StoreError::RootMismatch { .. } => "root-mismatch",
             StoreError::InvalidTopology(_) => "invalid-topology",
@@ -258,6 +280,7 @@ impl StoreError {
             | StoreError::MalformedManifest { path, .. }
             | StoreError::OwnershipMismatch { path, .. }
             | StoreError::ChunkSize { path, .. }
+            | StoreError::SyntheticObjectSize { path, .. }
             | StoreError::MalformedState { path, .. }
             | StoreError::RootMismatch { path, .. }
             | StoreError::GenerationNotFound { path, .. }

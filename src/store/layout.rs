@@ -36,6 +36,7 @@ pub fn manifest_for(
         ownership: topology.chunk_ownership(chunks.len()),
         chunks,
         logical_state_root: state.logical_state_root(),
+        synthetic: None,
     }
 }
 
@@ -93,6 +94,16 @@ pub fn check_manifest(path: &Path, manifest: &ManifestRecord) -> Result<Topology
             return Err(malformed(format!(
                 "chunk {position} lists {} elements, expected {length}",
                 entry.elements
+            )));
+        }
+    }
+    if let Some(synthetic) = &manifest.synthetic {
+        if synthetic.object_len(0).is_none() {
+            return Err(malformed(format!(
+                "synthetic objects: {} listed of {} bytes for {} bytes in all",
+                synthetic.objects.len(),
+                synthetic.object_bytes,
+                synthetic.total_bytes
             )));
         }
     }
@@ -209,6 +220,19 @@ pub fn synthetic_state(seed: u64, step: u64, chunk_elements: u32) -> LogicalStat
         }
     }
     state
+}
+
+/// Object `index` of the synthetic objects seeded by `seed`: `len` deterministic bytes
+/// (SplitMix64 keyed by seed and index), distinct for every index.
+pub fn synthetic_object(seed: u64, index: u64, len: usize) -> Vec<u8> {
+    let mut rng =
+        crate::core::rng::SplitMix64::keyed(seed, "shardlift/store/synthetic-object/v1", index);
+    let mut out = Vec::with_capacity(len.next_multiple_of(8));
+    while out.len() < len {
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }
 
 /// Checks every payload of a (checked) manifest and the root binding without decoding

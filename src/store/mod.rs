@@ -45,6 +45,28 @@ pub fn publish(
     )
 }
 
+/// Publishes `state` plus the synthetic objects of `spec` (a state scaled to benchmark
+/// size, `store publish-synthetic --state-bytes`) as the next generation; `progress` gets
+/// one step per object.
+pub fn publish_synthetic(
+    store_dir: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    spec: writer::SyntheticSpec,
+    progress: &mut dyn crate::core::progress::Progress,
+) -> Result<CommitSummary, StoreError> {
+    writer::publish_synthetic_with(
+        &RealFs,
+        store_dir,
+        state,
+        topology,
+        spec,
+        &mut NoHooks,
+        WriterFaults::default(),
+        progress,
+    )
+}
+
 /// Read-only recovery scan of a store.
 pub fn recover(store_dir: &Path) -> Result<RecoveryReport, StoreError> {
     recovery::recover_with(&RealFs, store_dir)

@@ -13,7 +13,7 @@ use crate::core::canonical::CanonicalRecord;
 use crate::durable::fs::{EntryKind, FileSystem};
 use crate::store::codec::{
     commit_rel_path, decode, object_rel_path, parse_commit_name, CommitRecord, LatestRecord,
-    ManifestRecord, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
+    ManifestRecord, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
@@ -291,6 +291,9 @@ fn verify_generation_faulty(
         verify_payloads(&manifest_path, &manifest, &mut fetch)?;
         None
     };
+    if let Some(synthetic) = &manifest.synthetic {
+        verify_synthetic(fs, root, &manifest_path, synthetic, faults)?;
+    }
     Ok(VerifiedGeneration {
         generation,
         commit_digest: crate::core::digest::Digest::of(&commit_bytes),
@@ -300,6 +303,105 @@ fn verify_generation_faulty(
         state,
         topology,
     })
+}
+
+/// Objects one verifying thread takes at a time.
+const VERIFY_BATCH: usize = 16;
+
+/// Most threads recovery hashes objects on.
+pub const MAX_VERIFY_THREADS: usize = 8;
+
+/// How many threads recovery hashes synthetic objects on through `fs` (1 unless `fs` may be
+/// shared between threads).
+pub fn verify_threads(fs: &dyn FileSystem) -> usize {
+    if fs.shared().is_some() {
+        crate::core::parallel::worker_count(MAX_VERIFY_THREADS)
+    } else {
+        1
+    }
+}
+
+/// Verifies one synthetic object: present, exactly its recorded length, its SHA-256 its
+/// address. Streams the file (the seam's `hash_file`); returns no bytes.
+fn verify_synthetic_object(
+    fs: &dyn FileSystem,
+    root: &Path,
+    manifest_path: &Path,
+    synthetic: &SyntheticPayloads,
+    index: usize,
+    faults: RecoveryFaults,
+) -> Result<(), StoreError> {
+    let digest = synthetic.objects[index];
+    let path = root.join(object_rel_path(&digest));
+    let expected = synthetic
+        .object_len(index)
+        .ok_or_else(|| StoreError::MalformedManifest {
+            path: manifest_path.to_owned(),
+            reason: "synthetic objects do not cover their total".into(),
+        })?;
+    if faults.skip_object_digests {
+        return match fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))? {
+            Some(EntryKind::File) => Ok(()),
+            _ => Err(StoreError::MissingObject { path, digest }),
+        };
+    }
+    let (actual, found) = match fs.hash_file(&path, expected) {
+        Ok(hashed) => hashed,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(StoreError::MissingObject { path, digest })
+        }
+        Err(e) => return Err(StoreError::io(path, e)),
+    };
+    if found != expected {
+        return Err(StoreError::SyntheticObjectSize {
+            path: manifest_path.to_owned(),
+            index: index as u64,
+            expected,
+            found,
+        });
+    }
+    if actual != digest {
+        return Err(StoreError::DigestMismatch {
+            path,
+            expected: digest,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// Verifies every synthetic object of a manifest, hashing them in parallel on up to
+/// [`MAX_VERIFY_THREADS`] threads when the file system may be shared (memory: one
+/// fixed-size buffer per thread). If several objects are bad, the first in manifest order
+/// is reported, every time.
+fn verify_synthetic(
+    fs: &dyn FileSystem,
+    root: &Path,
+    manifest_path: &Path,
+    synthetic: &SyntheticPayloads,
+    faults: RecoveryFaults,
+) -> Result<(), StoreError> {
+    let count = synthetic.objects.len();
+    match fs.shared() {
+        // Objects go to the threads in batches (fewer hand-offs); a batch stops at its
+        // first bad object, and batches are consumed in order, so the error reported is
+        // the first in manifest order.
+        Some(shared) => crate::core::parallel::ordered_map(
+            count.div_ceil(VERIFY_BATCH),
+            verify_threads(fs),
+            2,
+            |batch| {
+                let end = ((batch + 1) * VERIFY_BATCH).min(count);
+                (batch * VERIFY_BATCH..end).try_for_each(|i| {
+                    verify_synthetic_object(shared, root, manifest_path, synthetic, i, faults)
+                })
+            },
+            |_, result| result,
+        ),
+        None => (0..count).try_for_each(|i| {
+            verify_synthetic_object(fs, root, manifest_path, synthetic, i, faults)
+        }),
+    }
 }
 
 fn latest_report(

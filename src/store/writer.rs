@@ -9,14 +9,16 @@ use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 
+use crate::core::progress::{NoProgress, Progress};
 use crate::durable::fs::{EntryKind, FileSystem};
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
 use crate::store::codec::{
     commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, CommitRecord,
     LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES, SCHEMA_VERSION,
 };
+use crate::store::codec::{ChunkEntry, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES};
 use crate::store::error::StoreError;
-use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for};
+use crate::store::layout::{manifest_for, synthetic_object};
 
 pub use crate::store::paths::{LATEST_REL_PATH, LAYOUT_DIRS};
 
@@ -310,6 +312,17 @@ impl<'a> Writer<'a> {
 
     /// Installs one content-addressed object (a chunk payload or a manifest).
     fn put_object(&mut self, bytes: &[u8], manifest: bool) -> Result<Digest, StoreError> {
+        self.put_object_digested(bytes, Digest::of(bytes), manifest)
+    }
+
+    /// Installs one object whose SHA-256 the caller computed (`digest` MUST be
+    /// `Digest::of(bytes)`; the pipelined publish hashes on other threads).
+    fn put_object_digested(
+        &mut self,
+        bytes: &[u8],
+        digest: Digest,
+        manifest: bool,
+    ) -> Result<Digest, StoreError> {
         let [after_write, after_fsync, after_rename, after_dir_fsync] = if manifest {
             [
                 Barrier::ManifestAfterWrite,
@@ -325,7 +338,6 @@ impl<'a> Writer<'a> {
                 Barrier::ObjectAfterDirectoryFsync,
             ]
         };
-        let digest = Digest::of(bytes);
         let rel = object_rel_path(&digest);
         let target = self.root.join(&rel);
         let fan_dir = target
@@ -552,6 +564,70 @@ impl<'a> Writer<'a> {
     }
 }
 
+/// Most threads a publish generates and hashes objects on.
+pub const MAX_HASH_THREADS: usize = 8;
+
+/// Installs `count` chunk objects in index order (RFC 0001 §4 steps 1–4 for each, every
+/// file-system operation issued from this thread, in the same order as a sequential
+/// writer), while up to [`MAX_HASH_THREADS`] threads produce and hash the next objects
+/// (at most three per thread in flight). Returns the digests in order.
+fn put_objects_pipelined(
+    writer: &mut Writer<'_>,
+    count: usize,
+    produce: &(dyn Fn(usize) -> Vec<u8> + Sync),
+    progress: &mut dyn Progress,
+) -> Result<Vec<Digest>, StoreError> {
+    let mut digests = Vec::with_capacity(count);
+    crate::core::parallel::ordered_map(
+        count,
+        crate::core::parallel::worker_count(MAX_HASH_THREADS),
+        2,
+        |i| {
+            let bytes = produce(i);
+            let digest = Digest::of(&bytes);
+            (bytes, digest)
+        },
+        |i, (bytes, digest)| {
+            writer.put_object_digested(&bytes, digest, false)?;
+            digests.push(digest);
+            progress.advance(i as u64 + 1);
+            Ok::<(), StoreError>(())
+        },
+    )?;
+    Ok(digests)
+}
+
+/// Installs every chunk payload of `state` (three per chunk, chunks in id order) and
+/// returns the manifest entries.
+fn put_chunks(
+    writer: &mut Writer<'_>,
+    state: &LogicalState,
+    progress: &mut dyn Progress,
+) -> Result<Vec<ChunkEntry>, StoreError> {
+    let produce = |i: usize| {
+        let chunk = &state.chunks()[i / 3];
+        let slot = match i % 3 {
+            0 => &chunk.parameters(),
+            1 => &chunk.exp_avg(),
+            _ => &chunk.exp_avg_sq(),
+        };
+        crate::core::logical::f32_le_bytes(slot)
+    };
+    let digests = put_objects_pipelined(writer, state.chunks().len() * 3, &produce, progress)?;
+    Ok(state
+        .chunks()
+        .iter()
+        .zip(digests.chunks_exact(3))
+        .map(|(chunk, d)| ChunkEntry {
+            id: chunk.id(),
+            elements: chunk.parameters().len() as u32,
+            parameters: d[0],
+            exp_avg: d[1],
+            exp_avg_sq: d[2],
+        })
+        .collect())
+}
+
 /// Publishes a state as the next generation through `fs`.
 pub fn publish_with(
     fs: &dyn FileSystem,
@@ -563,14 +639,103 @@ pub fn publish_with(
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
     let mut writer = Writer::begin(fs, root, hooks, faults)?;
-    let entries = chunk_entries(state);
-    for chunk in state.chunks() {
-        for payload in chunk_payloads(chunk) {
-            writer.put_object(&payload, false)?;
-        }
-    }
+    let entries = put_chunks(&mut writer, state, &mut NoProgress)?;
     let manifest = manifest_for(state, topology, entries);
     writer.commit(&manifest, CommitKind::Publish, None)
+}
+
+/// The extra objects of a synthetic state scaled to benchmark size (see
+/// [`SyntheticPayloads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyntheticSpec {
+    /// Seed of their content ([`crate::store::layout::synthetic_object`]).
+    pub seed: u64,
+    /// Bytes of every object but the last (1 ..= `MAX_CHUNK_OBJECT_BYTES`).
+    pub object_bytes: u32,
+    /// Bytes of all objects together (more than 0).
+    pub total_bytes: u64,
+}
+
+impl SyntheticSpec {
+    /// How many objects the spec makes.
+    pub fn object_count(&self) -> u64 {
+        self.total_bytes
+            .div_ceil(u64::from(self.object_bytes.max(1)))
+    }
+
+    /// The length of object `index`.
+    pub fn object_len(&self, index: u64) -> u64 {
+        let object_bytes = u64::from(self.object_bytes.max(1));
+        object_bytes.min(
+            self.total_bytes
+                .saturating_sub(index.saturating_mul(object_bytes)),
+        )
+    }
+}
+
+/// Publishes `state` plus the synthetic objects of `spec` as the next generation through
+/// `fs`: the chunk payloads, then the synthetic objects in order, each by steps 1–4, then
+/// the manifest (which lists them), the commit record and LATEST. `progress` gets one
+/// phase with a step per object.
+#[allow(clippy::too_many_arguments)]
+pub fn publish_synthetic_with(
+    fs: &dyn FileSystem,
+    root: &Path,
+    state: &LogicalState,
+    topology: Topology,
+    spec: SyntheticSpec,
+    hooks: &mut dyn BarrierHook,
+    faults: WriterFaults,
+    progress: &mut dyn Progress,
+) -> Result<CommitSummary, StoreError> {
+    let topology = Topology::new(topology.workers())?;
+    let invalid = || StoreError::InvalidSynthetic {
+        object_bytes: spec.object_bytes,
+        total_bytes: spec.total_bytes,
+    };
+    if spec.object_bytes == 0
+        || u64::from(spec.object_bytes) > MAX_CHUNK_OBJECT_BYTES
+        || spec.total_bytes == 0
+    {
+        return Err(invalid());
+    }
+    let count = usize::try_from(spec.object_count()).map_err(|_| invalid())?;
+    let chunk_objects = state.chunks().len() as u64 * 3;
+    progress.phase("publish", Some(chunk_objects + count as u64));
+    let mut writer = Writer::begin(fs, root, hooks, faults)?;
+    let entries = put_chunks(&mut writer, state, &mut NoProgress)?;
+    progress.advance(chunk_objects);
+    let produce = |i: usize| {
+        let len = spec.object_len(i as u64) as usize;
+        synthetic_object(spec.seed, i as u64, len)
+    };
+    let mut offset = OffsetProgress {
+        inner: progress,
+        offset: chunk_objects,
+    };
+    let objects = put_objects_pipelined(&mut writer, count, &produce, &mut offset)?;
+    let mut manifest = manifest_for(state, topology, entries);
+    manifest.synthetic = Some(SyntheticPayloads {
+        seed: spec.seed,
+        object_bytes: spec.object_bytes,
+        total_bytes: spec.total_bytes,
+        objects,
+    });
+    let summary = writer.commit(&manifest, CommitKind::Publish, None);
+    progress.finish();
+    summary
+}
+
+/// Forwards `advance` with an offset (the synthetic objects come after the chunks).
+struct OffsetProgress<'a> {
+    inner: &'a mut dyn Progress,
+    offset: u64,
+}
+
+impl Progress for OffsetProgress<'_> {
+    fn advance(&mut self, done: u64) {
+        self.inner.advance(self.offset + done);
+    }
 }
 
 /// Offline reshard through `fs`: verifies `generation`, then commits the next generation
