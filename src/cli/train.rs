@@ -53,12 +53,20 @@ fn parse_engine(name: &str) -> Result<EngineKind, String> {
 #[cfg(feature = "torch")]
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Step time for W = 1, 3, 4 and in-process, each as a ratio to a plain
-    /// single-process tch step (tch's own Adam, one 192-sample batch) measured in the same run.
+    /// Step time for in-process, W = 1, 3 and 4, each as a ratio to a plain single-process
+    /// tch step (tch's own AdamW, one 192-sample batch) measured in the same run: medians
+    /// of steps timed one by one after a warm-up, with the measured per-phase split
+    /// (forward/backward, IPC, reduction, AdamW). Progress on stderr, the report on stdout.
     Train {
-        /// Steps timed per configuration (after one warm-up step).
-        #[arg(long, default_value_t = 5)]
+        /// Steps timed one by one per configuration (after the warm-up); figures are medians.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
         steps: u64,
+        /// Untimed warm-up steps per configuration.
+        #[arg(long, default_value_t = 3)]
+        warmup: u64,
+        /// Print the report as one JSON object (otherwise a short table).
+        #[arg(long)]
+        json: bool,
         #[arg(long, value_name = "DIR")]
         cache_directory: Option<PathBuf>,
         #[arg(long, value_name = "DIR")]
@@ -190,18 +198,56 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
     )?)
 }
 
+/// The train bench as a short table: median step, ratio, and the W4 split.
+#[cfg(feature = "torch")]
+fn print_train_bench(report: &serde_json::Value) {
+    let ms = |value: &serde_json::Value| value.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "plain tch step {:.2} ms (median of {} steps, {} profile)",
+        ms(&report["plain_tch_step_ms"]),
+        report["steps_timed"],
+        report["profile"].as_str().unwrap_or("?"),
+    );
+    for row in report["configurations"].as_array().into_iter().flatten() {
+        println!(
+            "{:<11} {:>8.2} ms  {:>5.2}x",
+            row["configuration"].as_str().unwrap_or("?"),
+            ms(&row["step_ms"]),
+            ms(&row["ratio_to_plain_tch"]),
+        );
+    }
+    if let Some(phases) = report["w4_phases_ms"].as_object() {
+        let split: Vec<String> = phases
+            .iter()
+            .map(|(name, value)| format!("{name} {:.2}", ms(value)))
+            .collect();
+        println!("W4 phases (ms): {}", split.join(", "));
+    }
+}
+
 #[cfg(feature = "torch")]
 pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Train {
             steps,
+            warmup,
+            json,
             cache_directory,
             source_directory,
         } => {
             let data = load_dataset(cache_directory.as_deref(), source_directory.as_deref())?;
             let exe = std::env::current_exe().context("locating the shardlift binary")?;
-            let report = shardlift::orchestrate::bench::train(&exe, &data, steps.max(1))?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            let options = shardlift::orchestrate::bench::TrainBenchOptions {
+                warmup_steps: warmup,
+                timed_steps: steps,
+            };
+            let mut progress = crate::cli::progress::StderrProgress::new();
+            let report = shardlift::orchestrate::bench::train(&exe, &data, options, &mut progress)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print_train_bench(&report);
+            }
             Ok(())
         }
         BenchCommand::Demo {

@@ -70,6 +70,10 @@ pub fn check_parameter_count(flat_parameters: &[f32]) -> Result<(), StepError> {
     Ok(())
 }
 
+/// Receives one micro-batch's result: its index, its loss and its gradient (lent only for
+/// the call, so an engine can reuse one buffer for every micro-batch).
+pub type GradientSink<'a> = dyn FnMut(u32, f32, &[f32]) -> Result<(), StepError> + 'a;
+
 /// Computes the gradient of one logical micro-batch. Implementations must be pure: the
 /// same parameters and micro-batch give the same bits in every process, whatever the
 /// topology (the tch engine pins torch to one thread for this).
@@ -81,6 +85,24 @@ pub trait GradientEngine {
         batch: &MicroBatch,
         global_batch_size: u64,
     ) -> Result<MicroBatchGradient, StepError>;
+
+    /// The gradients of `batches`, all at the same parameters, handed to `sink` one by one
+    /// in the order given. Each must have the bits [`Self::micro_batch_gradient`] gives;
+    /// an engine overrides this to set the parameters up once per call and reuse its
+    /// buffers across micro-batches.
+    fn micro_batch_gradients(
+        &self,
+        flat_parameters: &[f32],
+        batches: &[MicroBatch],
+        global_batch_size: u64,
+        sink: &mut GradientSink<'_>,
+    ) -> Result<(), StepError> {
+        for batch in batches {
+            let result = self.micro_batch_gradient(flat_parameters, batch, global_batch_size)?;
+            sink(result.index, result.loss, &result.gradient)?;
+        }
+        Ok(())
+    }
 }
 
 /// Images and labels of one split, borrowed (row-major 28×28 u8 images).
@@ -166,6 +188,89 @@ pub fn plan_step(
         .collect()
 }
 
+/// A running sum of micro-batch gradients and losses that accepts them only in logical
+/// order m = 0, 1, …, L-1 (plain FP32 adds onto a zeroed vector, one micro-batch at a time).
+#[derive(Debug)]
+pub struct LogicalSum {
+    total: Vec<f32>,
+    loss: f32,
+    next: u32,
+    expected: u32,
+}
+
+impl LogicalSum {
+    /// An empty sum of `logical_micro_batches` micro-batches.
+    pub fn new(logical_micro_batches: u32) -> Self {
+        LogicalSum {
+            total: vec![0f32; PARAMETER_COUNT],
+            loss: 0f32,
+            next: 0,
+            expected: logical_micro_batches,
+        }
+    }
+
+    /// Adds the next micro-batch; refuses one out of order or of the wrong length.
+    pub fn add(&mut self, index: u32, loss: f32, gradient: &[f32]) -> Result<(), StepError> {
+        self.check_next(index, gradient.len())?;
+        for (sum, value) in self.total.iter_mut().zip(gradient) {
+            *sum += *value;
+        }
+        self.loss += loss;
+        self.next += 1;
+        Ok(())
+    }
+
+    /// [`Self::add`] for a gradient given as little-endian FP32 bytes (4 per value, as an
+    /// IPC frame carries it): the same values, so the same sum, without decoding a copy.
+    pub fn add_le_bytes(
+        &mut self,
+        index: u32,
+        loss: f32,
+        gradient: &[u8],
+    ) -> Result<(), StepError> {
+        let values = gradient.len() / 4;
+        let length = if gradient.len() % 4 == 0 {
+            values
+        } else {
+            usize::MAX
+        };
+        self.check_next(index, length)?;
+        for (sum, bytes) in self.total.iter_mut().zip(gradient.chunks_exact(4)) {
+            *sum += f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        self.loss += loss;
+        self.next += 1;
+        Ok(())
+    }
+
+    fn check_next(&self, index: u32, length: usize) -> Result<(), StepError> {
+        if index != self.next || index >= self.expected {
+            return Err(StepError::MicroBatchCoverage {
+                expected: self.expected,
+                got: (0..self.next).chain([index]).collect(),
+            });
+        }
+        if length != PARAMETER_COUNT {
+            return Err(StepError::GradientLength {
+                micro_batch: index,
+                found: length,
+            });
+        }
+        Ok(())
+    }
+
+    /// The summed loss and gradient, once every micro-batch was added.
+    pub fn finish(self) -> Result<(f32, Vec<f32>), StepError> {
+        if self.next != self.expected {
+            return Err(StepError::MicroBatchCoverage {
+                expected: self.expected,
+                got: (0..self.next).collect(),
+            });
+        }
+        Ok((self.loss, self.total))
+    }
+}
+
 /// Sums micro-batch gradients and losses in logical order m = 0..L-1 (plain FP32 adds).
 pub fn reduce_in_logical_order(
     mut results: Vec<MicroBatchGradient>,
@@ -179,21 +284,11 @@ pub fn reduce_in_logical_order(
             got: indices,
         });
     }
-    let mut total = vec![0f32; PARAMETER_COUNT];
-    let mut loss = 0f32;
+    let mut sum = LogicalSum::new(logical_micro_batches);
     for result in &results {
-        if result.gradient.len() != PARAMETER_COUNT {
-            return Err(StepError::GradientLength {
-                micro_batch: result.index,
-                found: result.gradient.len(),
-            });
-        }
-        for (sum, value) in total.iter_mut().zip(&result.gradient) {
-            *sum += *value;
-        }
-        loss += result.loss;
+        sum.add(result.index, result.loss, &result.gradient)?;
     }
-    Ok((loss, total))
+    sum.finish()
 }
 
 /// Advances step, cursor and ledger after the update of the step planned as `batches`.
@@ -235,12 +330,13 @@ pub fn in_process_step(
     let batches = plan_step(state, stream, train)?;
     let flat = state.flat_parameters();
     let global = state.hyperparameters().global_batch_size();
-    let results = batches
-        .iter()
-        .map(|batch| engine.micro_batch_gradient(&flat, batch, global))
-        .collect::<Result<Vec<_>, _>>()?;
-    let (loss, gradient) =
-        reduce_in_logical_order(results, state.hyperparameters().logical_micro_batches)?;
+    // The micro-batches are planned in logical order, so each gradient is added to the
+    // sum as it comes: one gradient buffer in flight instead of L.
+    let mut sum = LogicalSum::new(state.hyperparameters().logical_micro_batches);
+    engine.micro_batch_gradients(&flat, &batches, global, &mut |index, loss, gradient| {
+        sum.add(index, loss, gradient)
+    })?;
+    let (loss, gradient) = sum.finish()?;
     apply_update(state, &gradient)?;
     advance_counters(state, &batches);
     Ok(StepOutcome {

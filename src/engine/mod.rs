@@ -12,8 +12,8 @@ use crate::core::logical::{
 };
 use crate::core::sampling::SampleStream;
 use crate::core::step::{
-    self, GradientEngine, MicroBatch, MicroBatchGradient, SplitView, StepError, StepOutcome,
-    IMAGE_BYTES, LOGIT_PROBE_IMAGES,
+    self, GradientEngine, GradientSink, MicroBatch, MicroBatchGradient, SplitView, StepError,
+    StepOutcome, IMAGE_BYTES, LOGIT_PROBE_IMAGES,
 };
 
 /// Why a tch computation failed.
@@ -38,9 +38,37 @@ impl GradientEngine for TchEngine {
         batch: &MicroBatch,
         global_batch_size: u64,
     ) -> Result<MicroBatchGradient, StepError> {
-        micro_batch_gradient(flat_parameters, batch, global_batch_size)
-            .map_err(|error| StepError::Engine(error.to_string()))
+        micro_batch_gradient(flat_parameters, batch, global_batch_size).map_err(into_step_error)
     }
+
+    fn micro_batch_gradients(
+        &self,
+        flat_parameters: &[f32],
+        batches: &[MicroBatch],
+        global_batch_size: u64,
+        sink: &mut GradientSink<'_>,
+    ) -> Result<(), StepError> {
+        micro_batch_gradients(flat_parameters, batches, global_batch_size, sink)
+            .map_err(into_step_error)
+    }
+}
+
+/// A sink's own error passes through; a torch failure becomes the engine's message.
+fn into_step_error(error: EngineError) -> StepError {
+    match error {
+        EngineError::Step(error) => error,
+        other => StepError::Engine(other.to_string()),
+    }
+}
+
+/// The images of a micro-batch as an N×784 FP32 tensor, converted through `values` (a
+/// buffer reused across micro-batches; the tensor owns a copy).
+fn pixels_to_tensor_with(pixels: &[u8], values: &mut Vec<f32>) -> Result<Tensor, EngineError> {
+    values.clear();
+    // Exact: each byte / 255 rounds once, the same in every process.
+    values.extend(pixels.iter().map(|&p| f32::from(p) / 255.0));
+    Ok(Tensor::f_from_slice(values)?
+        .f_view([(pixels.len() / IMAGE_BYTES) as i64, INPUT_FEATURES as i64])?)
 }
 
 fn pixels_to_tensor(pixels: &[u8]) -> Tensor {
@@ -89,19 +117,6 @@ impl ModelTensors {
             .f_relu()?;
         Ok(hidden.f_linear(&self.fc2_weight, Some(&self.fc2_bias))?)
     }
-
-    fn flat_gradient(&self) -> Result<Vec<f32>, EngineError> {
-        let mut out = Vec::with_capacity(PARAMETER_COUNT);
-        for tensor in [
-            &self.fc1_weight,
-            &self.fc1_bias,
-            &self.fc2_weight,
-            &self.fc2_bias,
-        ] {
-            out.extend(tensor_to_vec(&tensor.f_grad()?)?);
-        }
-        Ok(out)
-    }
 }
 
 fn tensor_to_vec(tensor: &Tensor) -> Result<Vec<f32>, EngineError> {
@@ -118,21 +133,71 @@ pub fn micro_batch_gradient(
     batch: &MicroBatch,
     global_batch_size: u64,
 ) -> Result<MicroBatchGradient, EngineError> {
+    let mut result = None;
+    micro_batch_gradients(
+        flat_parameters,
+        std::slice::from_ref(batch),
+        global_batch_size,
+        &mut |index, loss, gradient| {
+            result = Some(MicroBatchGradient {
+                index,
+                loss,
+                gradient: gradient.to_vec(),
+            });
+            Ok(())
+        },
+    )?;
+    result.ok_or(EngineError::ParameterLength(0))
+}
+
+/// The gradients of several micro-batches at the same parameters, each handed to `sink`
+/// in turn. The parameter tensors are made once per call and every gradient is copied
+/// straight out of torch into one reused buffer; the graph of each micro-batch (linear,
+/// relu, linear, summed cross-entropy, division, backward) is the one
+/// [`micro_batch_gradient`] always ran, so the bits are the same. The gradients are taken
+/// with `autograd::grad` (returned, never accumulated into `.grad`), so no micro-batch
+/// sees another's.
+pub fn micro_batch_gradients(
+    flat_parameters: &[f32],
+    batches: &[MicroBatch],
+    global_batch_size: u64,
+    sink: &mut GradientSink<'_>,
+) -> Result<(), EngineError> {
     pin_single_thread();
     let model = ModelTensors::from_flat(flat_parameters, true)?;
-    let input = pixels_to_tensor(&batch.pixels);
-    let targets = Tensor::from_slice(&batch.labels).f_to_kind(Kind::Int64)?;
-    let logits = model.logits(&input)?;
-    let loss = logits
-        .f_cross_entropy_loss::<Tensor>(&targets, None, Reduction::Sum, -100, 0.0)?
-        .f_div_scalar(global_batch_size as f64)?;
-    loss.f_backward()?;
-    let loss_value = tensor_to_vec(&loss)?.first().copied().unwrap_or(f32::NAN);
-    Ok(MicroBatchGradient {
-        index: batch.index,
-        loss: loss_value,
-        gradient: model.flat_gradient()?,
-    })
+    let leaves = [
+        &model.fc1_weight,
+        &model.fc1_bias,
+        &model.fc2_weight,
+        &model.fc2_bias,
+    ];
+    let mut gradient = vec![0f32; PARAMETER_COUNT];
+    let mut values = Vec::with_capacity(IMAGE_BYTES * 16);
+    for batch in batches {
+        let input = pixels_to_tensor_with(&batch.pixels, &mut values)?;
+        let targets = Tensor::f_from_slice(&batch.labels)?.f_to_kind(Kind::Int64)?;
+        let logits = model.logits(&input)?;
+        let loss = logits
+            .f_cross_entropy_loss::<Tensor>(&targets, None, Reduction::Sum, -100, 0.0)?
+            .f_div_scalar(global_batch_size as f64)?;
+        let gradients = Tensor::f_run_backward(&[&loss], &leaves, false, false)?;
+        let mut offset = 0;
+        for tensor in &gradients {
+            let count = tensor.numel();
+            let target = gradient
+                .get_mut(offset..offset + count)
+                .ok_or(EngineError::ParameterLength(offset + count))?;
+            tensor.f_copy_data(target, count)?;
+            offset += count;
+        }
+        if offset != PARAMETER_COUNT {
+            return Err(EngineError::ParameterLength(offset));
+        }
+        let mut loss_value = [f32::NAN];
+        loss.f_copy_data(&mut loss_value, 1)?;
+        sink(batch.index, loss_value[0], &gradient)?;
+    }
+    Ok(())
 }
 
 /// One whole step in this process with the tch engine (the reference arithmetic).

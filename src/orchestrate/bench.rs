@@ -1,17 +1,21 @@
 //! `shardlift bench train` and `bench demo`: wall times as ratios to a baseline measured
 //! in the same run (figures, never assertions).
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Kind, Reduction, Tensor};
 
-use crate::core::logical::{Hyperparameters, CLASSES, HIDDEN_UNITS, INPUT_FEATURES};
-use crate::core::step::SplitView;
+use crate::core::logical::{Hyperparameters, LogicalState, CLASSES, HIDDEN_UNITS, INPUT_FEATURES};
+use crate::core::progress::Progress;
+use crate::core::sampling::SampleStream;
+use crate::core::step::{self, GradientEngine, LogicalSum, MicroBatch, SplitView, StepError};
 use crate::dataset::FashionMnist;
 use crate::engine;
 use crate::orchestrate::demo::{self, DemoError};
-use crate::trainer::{run_steps, EngineKind, Placement, TrainError};
+use crate::trainer::{
+    run_steps, CoordinatorSession, EngineKind, Placement, SessionOptions, StepTimings, TrainError,
+};
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +24,8 @@ pub enum BenchError {
     Torch(#[from] tch::TchError),
     #[error(transparent)]
     Train(#[from] TrainError),
+    #[error(transparent)]
+    Step(#[from] StepError),
     #[error(transparent)]
     Demo(#[from] DemoError),
     #[error("cannot create a scratch directory: {0}")]
@@ -36,27 +42,178 @@ fn placement(shardlift_exe: &Path, workers: Option<u32>) -> Placement {
     }
 }
 
-/// Times `steps` steps after one warm-up; milliseconds per step.
-fn time_steps(
-    shardlift_exe: &Path,
-    workers: Option<u32>,
-    steps: u64,
-    data: &FashionMnist,
-) -> Result<f64, BenchError> {
-    let placement = placement(shardlift_exe, workers);
-    let train = SplitView::from(&data.train);
-    let started = Instant::now();
-    run_steps(EngineKind::Tch, &placement, 1, 0, train, false)?;
-    let warm = started.elapsed();
-    let started = Instant::now();
-    run_steps(EngineKind::Tch, &placement, steps + 1, 0, train, false)?;
-    let total = started.elapsed().saturating_sub(warm);
-    Ok(total.as_secs_f64() * 1000.0 / steps as f64)
+/// How `bench train` runs: untimed warm-up steps, then steps timed one by one.
+#[derive(Clone, Copy, Debug)]
+pub struct TrainBenchOptions {
+    /// Steps taken and discarded first in each configuration (page-in, allocator, torch
+    /// start-up, process start-up).
+    pub warmup_steps: u64,
+    /// Steps timed one by one after the warm-up; every figure is their median.
+    pub timed_steps: u64,
 }
 
-/// Milliseconds per step of the same MLP trained the ordinary way: one tch process, one
-/// thread, tch's AdamW, the whole global batch at once.
-fn plain_tch_step_ms(data: &FashionMnist, steps: u64) -> Result<f64, BenchError> {
+impl Default for TrainBenchOptions {
+    fn default() -> Self {
+        TrainBenchOptions {
+            warmup_steps: 3,
+            timed_steps: 20,
+        }
+    }
+}
+
+/// The median of some durations in milliseconds (upper median for an even count).
+fn median_ms(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples
+        .get(samples.len() / 2)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+}
+
+fn ns_ms(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+/// One configuration's timed steps: the step time and its phases, each a median.
+struct Timed {
+    step_ms: f64,
+    min_ms: f64,
+    phases: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Medians of named phase samples, as a JSON object of milliseconds.
+fn phase_medians(
+    names: &[&str],
+    samples: Vec<Vec<Duration>>,
+) -> serde_json::Map<String, serde_json::Value> {
+    names
+        .iter()
+        .zip(samples)
+        .map(|(name, samples)| ((*name).to_owned(), serde_json::json!(median_ms(samples))))
+        .collect()
+}
+
+fn timed(steps: Vec<Duration>, phases: serde_json::Map<String, serde_json::Value>) -> Timed {
+    let min_ms = steps
+        .iter()
+        .min()
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0);
+    Timed {
+        step_ms: median_ms(steps),
+        min_ms,
+        phases,
+    }
+}
+
+/// In-process steps with the tch engine, timed one by one and split into planning, the
+/// engine's forward and backward passes, the logical-order reduction and AdamW (the
+/// arithmetic of `core::step::in_process_step`, in the same order).
+fn time_in_process(data: &FashionMnist, options: TrainBenchOptions) -> Result<Timed, BenchError> {
+    engine::pin_single_thread();
+    let train = SplitView::from(&data.train);
+    let mut state = LogicalState::genesis(Hyperparameters::with_seed(0));
+    let mut stream = SampleStream::new(0, train.count as u32);
+    let names = ["plan", "forward_backward", "reduction", "adamw"];
+    let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    let mut steps = Vec::new();
+    for index in 0..options.warmup_steps + options.timed_steps {
+        let started = Instant::now();
+        let batches = step::plan_step(&state, &mut stream, train)?;
+        let plan = started.elapsed();
+        let engine_started = Instant::now();
+        let flat = state.flat_parameters();
+        let mut sum = LogicalSum::new(state.hyperparameters().logical_micro_batches);
+        let mut reduction = Duration::ZERO;
+        engine::TchEngine.micro_batch_gradients(
+            &flat,
+            &batches,
+            state.hyperparameters().global_batch_size(),
+            &mut |micro_batch, loss, gradient| {
+                let add_started = Instant::now();
+                let added = sum.add(micro_batch, loss, gradient);
+                reduction += add_started.elapsed();
+                added
+            },
+        )?;
+        let (_, gradient) = sum.finish()?;
+        let engine_time = engine_started.elapsed().saturating_sub(reduction);
+        let update_started = Instant::now();
+        step::apply_update(&mut state, &gradient)?;
+        step::advance_counters(&mut state, &batches);
+        let adamw = update_started.elapsed();
+        let total = started.elapsed();
+        if index >= options.warmup_steps {
+            steps.push(total);
+            for (samples, value) in phases.iter_mut().zip([plan, engine_time, reduction, adamw]) {
+                samples.push(value);
+            }
+        }
+    }
+    Ok(timed(steps, phase_medians(&names, phases)))
+}
+
+/// Steps of one coordinator session over `workers` processes, timed one by one after the
+/// warm-up; the phases are what the coordinator and its workers measured
+/// ([`StepTimings`]). Starting and finishing the session is not timed.
+fn time_workers(
+    shardlift_exe: &Path,
+    workers: u32,
+    data: &FashionMnist,
+    options: TrainBenchOptions,
+) -> Result<Timed, BenchError> {
+    let train = SplitView::from(&data.train);
+    let state = LogicalState::genesis(Hyperparameters::with_seed(0));
+    let mut stream = SampleStream::new(0, train.count as u32);
+    let session_options = SessionOptions::new(shardlift_exe, workers, "bench");
+    let mut session =
+        CoordinatorSession::start(session_options, state).map_err(TrainError::from)?;
+    let names = [
+        "plan",
+        "forward_backward",
+        "ipc",
+        "ipc_compute_round_trip",
+        "ipc_update_round_trip",
+        "reduction",
+        "adamw",
+        "other",
+        "forward_backward_all_workers",
+        "adamw_all_workers",
+    ];
+    let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    let mut steps = Vec::new();
+    for index in 0..options.warmup_steps + options.timed_steps {
+        let started = Instant::now();
+        session.step(&mut stream, train).map_err(TrainError::from)?;
+        let total = started.elapsed();
+        if index < options.warmup_steps {
+            continue;
+        }
+        let t: StepTimings = session.last_step_timings();
+        let accounted =
+            t.plan_ns + t.compute_round_trip_ns + t.reduction_ns + t.update_round_trip_ns;
+        let values = [
+            t.plan_ns,
+            t.compute_max_ns,
+            t.ipc_ns(),
+            t.compute_round_trip_ns.saturating_sub(t.compute_max_ns),
+            t.update_round_trip_ns.saturating_sub(t.adamw_max_ns),
+            t.reduction_ns,
+            t.adamw_max_ns,
+            t.total_ns.saturating_sub(accounted),
+            t.compute_sum_ns,
+            t.adamw_sum_ns,
+        ];
+        steps.push(total);
+        for (samples, value) in phases.iter_mut().zip(values) {
+            samples.push(ns_ms(value));
+        }
+    }
+    session.finish().map_err(TrainError::from)?;
+    Ok(timed(steps, phase_medians(&names, phases)))
+}
+
+/// The same MLP trained the ordinary way: one tch process, one thread, tch's AdamW, the
+/// whole global batch at once; each step timed after the warm-up.
+fn plain_tch_steps(data: &FashionMnist, options: TrainBenchOptions) -> Result<Timed, BenchError> {
     engine::pin_single_thread();
     let h = Hyperparameters::with_seed(0);
     let batch = h.global_batch_size() as usize;
@@ -81,9 +238,11 @@ fn plain_tch_step_ms(data: &FashionMnist, steps: u64) -> Result<f64, BenchError>
         .iter()
         .map(|&p| f32::from(p) / 255.0)
         .collect();
-    let input = Tensor::from_slice(&pixels).view([batch as i64, INPUT_FEATURES as i64]);
-    let targets = Tensor::from_slice(&data.train.labels[..batch]).f_to_kind(Kind::Int64)?;
-    let mut step = || -> Result<(), BenchError> {
+    let input = Tensor::f_from_slice(&pixels)?.f_view([batch as i64, INPUT_FEATURES as i64])?;
+    let targets = Tensor::f_from_slice(&data.train.labels[..batch])?.f_to_kind(Kind::Int64)?;
+    let mut steps = Vec::new();
+    for index in 0..options.warmup_steps + options.timed_steps {
+        let started = Instant::now();
         let loss = model.forward(&input).f_cross_entropy_loss::<Tensor>(
             &targets,
             None,
@@ -92,45 +251,136 @@ fn plain_tch_step_ms(data: &FashionMnist, steps: u64) -> Result<f64, BenchError>
             0.0,
         )?;
         optimizer.backward_step(&loss);
-        Ok(())
-    };
-    step()?;
-    let started = Instant::now();
-    for _ in 0..steps {
-        step()?;
+        if index >= options.warmup_steps {
+            steps.push(started.elapsed());
+        }
     }
-    Ok(started.elapsed().as_secs_f64() * 1000.0 / steps as f64)
+    Ok(timed(steps, serde_json::Map::new()))
 }
 
-/// Step time for in-process, W1, W3 and W4 against a plain tch step; a JSON report.
+/// What bounds the in-process step, measured: the engine over one 192-sample batch
+/// against the same 192 samples as twelve 16-sample micro-batches (what bitwise topology
+/// independence requires), and libtorch's cost per dispatched operation.
+fn engine_bounds(
+    data: &FashionMnist,
+    options: TrainBenchOptions,
+) -> Result<serde_json::Value, BenchError> {
+    engine::pin_single_thread();
+    let h = Hyperparameters::with_seed(0);
+    let state = LogicalState::genesis(h);
+    let flat = state.flat_parameters();
+    let train = SplitView::from(&data.train);
+    let mut stream = SampleStream::new(0, train.count as u32);
+    let micro_batches = step::plan_step(&state, &mut stream, train)?;
+    let whole = MicroBatch {
+        index: 0,
+        sample_ids: micro_batches
+            .iter()
+            .flat_map(|b| b.sample_ids.clone())
+            .collect(),
+        pixels: micro_batches
+            .iter()
+            .flat_map(|b| b.pixels.clone())
+            .collect(),
+        labels: micro_batches
+            .iter()
+            .flat_map(|b| b.labels.clone())
+            .collect(),
+    };
+    let global = h.global_batch_size();
+    let time_engine = |batches: &[MicroBatch]| -> Result<f64, BenchError> {
+        let mut samples = Vec::new();
+        for index in 0..options.warmup_steps + options.timed_steps {
+            let started = Instant::now();
+            engine::TchEngine
+                .micro_batch_gradients(&flat, batches, global, &mut |_, _, _| Ok(()))?;
+            if index >= options.warmup_steps {
+                samples.push(started.elapsed());
+            }
+        }
+        Ok(median_ms(samples))
+    };
+    let one_batch_ms = time_engine(std::slice::from_ref(&whole))?;
+    let micro_batches_ms = time_engine(&micro_batches)?;
+    // The cheapest dispatched operation: adding two one-element tensors.
+    let a = Tensor::f_from_slice(&[1f32])?;
+    let b = Tensor::f_from_slice(&[2f32])?;
+    const OPS: u32 = 2000;
+    let mut samples = Vec::new();
+    for index in 0..options.warmup_steps + options.timed_steps {
+        let started = Instant::now();
+        for _ in 0..OPS {
+            let _ = a.f_add(&b)?;
+        }
+        if index >= options.warmup_steps {
+            samples.push(started.elapsed() / OPS);
+        }
+    }
+    let dispatch_us = median_ms(samples) * 1000.0;
+    Ok(serde_json::json!({
+        "engine_one_192_sample_batch_ms": one_batch_ms,
+        "engine_twelve_16_sample_micro_batches_ms": micro_batches_ms,
+        "dispatch_us_per_op": dispatch_us,
+    }))
+}
+
+/// Step times for plain tch, in-process, W1, W3 and W4 (medians of individually timed
+/// steps after a warm-up), each as a ratio to the plain tch step, with the measured phase
+/// split of every configuration and what bounds the in-process step; a JSON report.
+/// Progress goes to `progress` (the CLI draws it on stderr).
 pub fn train(
     shardlift_exe: &Path,
     data: &FashionMnist,
-    steps: u64,
+    options: TrainBenchOptions,
+    progress: &mut dyn Progress,
 ) -> Result<serde_json::Value, BenchError> {
-    eprintln!("bench: plain tch baseline ({steps} steps)");
-    let baseline_ms = plain_tch_step_ms(data, steps)?;
+    let options = TrainBenchOptions {
+        warmup_steps: options.warmup_steps,
+        timed_steps: options.timed_steps.max(1),
+    };
+    progress.phase("bench train: plain tch", None);
+    let baseline = plain_tch_steps(data, options)?;
+    progress.finish();
     let mut rows = Vec::new();
+    let mut w4_phases = serde_json::Value::Null;
     for (label, workers) in [
         ("in-process", None),
         ("W1", Some(1)),
         ("W3", Some(3)),
         ("W4", Some(4)),
     ] {
-        eprintln!("bench: {label} ({steps} steps)");
-        let step_ms = time_steps(shardlift_exe, workers, steps, data)?;
+        progress.phase(&format!("bench train: {label}"), None);
+        let result = match workers {
+            None => time_in_process(data, options)?,
+            Some(workers) => time_workers(shardlift_exe, workers, data, options)?,
+        };
+        progress.finish();
+        if label == "W4" {
+            w4_phases = serde_json::Value::Object(result.phases.clone());
+        }
         rows.push(serde_json::json!({
             "configuration": label,
-            "step_ms": step_ms,
-            "ratio_to_plain_tch": step_ms / baseline_ms,
+            "step_ms": result.step_ms,
+            "min_step_ms": result.min_ms,
+            "ratio_to_plain_tch": result.step_ms / baseline.step_ms,
+            "phases_ms": result.phases,
         }));
     }
+    progress.phase("bench train: bounds", None);
+    let bounds = engine_bounds(data, options)?;
+    progress.finish();
     let report = serde_json::json!({
         "benchmark": "train-step",
-        "steps_timed": steps,
-        "plain_tch_step_ms": baseline_ms,
+        "profile": if cfg!(debug_assertions) { "dev" } else { "release" },
+        "cores": std::thread::available_parallelism().map_or(0, usize::from),
+        "warmup_steps": options.warmup_steps,
+        "steps_timed": options.timed_steps,
+        "statistic": "median of individually timed steps",
+        "plain_tch_step_ms": baseline.step_ms,
         "configurations": rows,
-        "note": "wall-clock on this machine; workers include IPC and per-step parameter broadcast",
+        "w4_phases_ms": w4_phases,
+        "bounds": bounds,
+        "note": "wall-clock on this machine. Worker phases are measured: forward_backward and adamw by the slowest worker, ipc is the two round trips less them (encode, socket, decode, scheduling), other is the rest of the step; each phase is its own median, so they need not add up to step_ms",
     });
     Ok(report)
 }

@@ -102,12 +102,24 @@ pub fn accept_checked(
 }
 
 /// One end of a framed connection, with a per-read deadline.
+///
+/// The stream keeps one send and one receive buffer for its whole life: after the first
+/// frames of each size, a step's frames are built and read without allocating, and each
+/// frame goes out in one `write` (header and payload together).
 #[derive(Debug)]
 pub struct FramedStream {
     stream: UnixStream,
     peer: String,
     timeout_ms: u64,
+    send_buffer: Vec<u8>,
+    receive_buffer: Vec<u8>,
 }
+
+/// Socket buffer size asked for on each framed connection (4 MiB).
+const SOCKET_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bytes of the frame header (the u32 payload length).
+const HEADER_BYTES: usize = 4;
 
 impl FramedStream {
     pub fn new(
@@ -116,6 +128,12 @@ impl FramedStream {
         timeout_ms: u64,
     ) -> Result<Self, IpcError> {
         let peer = peer.into();
+        // A hint, not a requirement (the kernel caps it at net.core.[wr]mem_max): with
+        // the default ~200 KiB a step's ~1–5 MB frames cross the socket in dozens of
+        // writer/reader hand-offs, each a wake-up that waits for a core on a loaded
+        // machine. A failure only leaves the default.
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size(&stream, SOCKET_BUFFER_BYTES);
+        let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&stream, SOCKET_BUFFER_BYTES);
         stream
             .set_read_timeout(Some(Duration::from_millis(timeout_ms.max(1))))
             .map_err(|source| IpcError::Io {
@@ -126,6 +144,8 @@ impl FramedStream {
             stream,
             peer,
             timeout_ms,
+            send_buffer: Vec::new(),
+            receive_buffer: Vec::new(),
         })
     }
 
@@ -135,25 +155,78 @@ impl FramedStream {
 
     /// Sends one frame.
     pub fn send(&mut self, payload: &[u8]) -> Result<(), IpcError> {
-        let length = u32::try_from(payload.len())
+        let (&tag, body) = match payload.split_first() {
+            Some(split) => split,
+            None => return self.send_raw(&[]),
+        };
+        self.send_with(tag, |encoder| {
+            encoder.0.extend_from_slice(body);
+        })
+    }
+
+    /// Builds a payload that starts with `tag` in the stream's reused send buffer (behind
+    /// room for the header) and sends it as one frame with one write.
+    pub fn send_with(&mut self, tag: u8, build: impl FnOnce(&mut Encoder)) -> Result<(), IpcError> {
+        let mut encoder = self.encoder(tag);
+        build(&mut encoder);
+        self.send_encoder(encoder)
+    }
+
+    /// An encoder over the stream's reused send buffer, holding room for the header and
+    /// `tag`; send it with [`Self::send_encoder`] (one dropped instead only costs the
+    /// buffer, which the next frame allocates again).
+    pub fn encoder(&mut self, tag: u8) -> Encoder {
+        let mut buffer = std::mem::take(&mut self.send_buffer);
+        buffer.clear();
+        buffer.extend_from_slice(&[0; HEADER_BYTES]);
+        buffer.push(tag);
+        Encoder(buffer)
+    }
+
+    /// Sends what `encoder` (from [`Self::encoder`]) holds as one frame with one write,
+    /// and keeps its buffer for the next frame.
+    pub fn send_encoder(&mut self, encoder: Encoder) -> Result<(), IpcError> {
+        let mut buffer = encoder.0;
+        let result = self.write_frame(&mut buffer);
+        self.send_buffer = buffer;
+        result
+    }
+
+    /// An empty frame (no tag): what `send(&[])` always sent.
+    fn send_raw(&mut self, payload: &[u8]) -> Result<(), IpcError> {
+        let mut frame = Vec::with_capacity(HEADER_BYTES + payload.len());
+        frame.extend_from_slice(&[0; HEADER_BYTES]);
+        frame.extend_from_slice(payload);
+        self.write_frame(&mut frame)
+    }
+
+    /// Fills in the header of `frame` (header room + payload) and writes it whole.
+    fn write_frame(&mut self, frame: &mut [u8]) -> Result<(), IpcError> {
+        let length = u32::try_from(frame.len() - HEADER_BYTES)
             .ok()
             .filter(|&length| length <= MAX_FRAME_BYTES)
             .ok_or_else(|| IpcError::FrameTooLarge {
                 peer: self.peer.clone(),
                 length: u32::MAX,
             })?;
+        frame[..HEADER_BYTES].copy_from_slice(&length.to_le_bytes());
         let io = |source| IpcError::Io {
             peer: self.peer.clone(),
             source,
         };
-        self.stream.write_all(&length.to_le_bytes()).map_err(io)?;
-        self.stream.write_all(payload).map_err(io)?;
+        self.stream.write_all(frame).map_err(io)?;
         self.stream.flush().map_err(io)
     }
 
     /// Receives one frame, waiting at most the stream's timeout for each read.
     pub fn receive(&mut self) -> Result<Vec<u8>, IpcError> {
-        let mut header = [0u8; 4];
+        self.receive_frame().map(<[u8]>::to_vec)
+    }
+
+    /// Receives one frame into the stream's reused receive buffer and lends it out until
+    /// the next receive.
+    pub fn receive_frame(&mut self) -> Result<&[u8], IpcError> {
+        let mut header = [0u8; HEADER_BYTES];
         self.read_exact(&mut header)?;
         let length = u32::from_le_bytes(header);
         if length > MAX_FRAME_BYTES {
@@ -162,9 +235,17 @@ impl FramedStream {
                 length,
             });
         }
-        let mut payload = vec![0u8; length as usize];
-        self.read_exact(&mut payload)?;
-        Ok(payload)
+        let mut buffer = std::mem::take(&mut self.receive_buffer);
+        buffer.resize(length as usize, 0);
+        let result = self.read_exact(&mut buffer);
+        self.receive_buffer = buffer;
+        result?;
+        Ok(&self.receive_buffer)
+    }
+
+    /// The payload of the last frame received (empty before any), still in the buffer.
+    pub fn last_frame(&self) -> &[u8] {
+        &self.receive_buffer
     }
 
     fn read_exact(&mut self, buffer: &mut [u8]) -> Result<(), IpcError> {
@@ -217,21 +298,38 @@ impl Encoder {
         self.0.extend_from_slice(bytes);
         self
     }
-    /// A length-prefixed FP32 vector (little-endian).
+    /// A length-prefixed FP32 vector (little-endian): one copy of the values' bytes.
     pub fn f32s(&mut self, values: &[f32]) -> &mut Self {
         self.u64(values.len() as u64);
+        #[cfg(target_endian = "little")]
+        self.0.extend_from_slice(bytemuck::cast_slice(values));
+        #[cfg(not(target_endian = "little"))]
         for value in values {
             self.0.extend_from_slice(&value.to_le_bytes());
         }
         self
     }
-    /// A length-prefixed u32 vector.
+    /// A length-prefixed u32 vector (little-endian): one copy of the values' bytes.
     pub fn u32s(&mut self, values: &[u32]) -> &mut Self {
         self.u64(values.len() as u64);
+        #[cfg(target_endian = "little")]
+        self.0.extend_from_slice(bytemuck::cast_slice(values));
+        #[cfg(not(target_endian = "little"))]
         for value in values {
             self.0.extend_from_slice(&value.to_le_bytes());
         }
         self
+    }
+    /// Bytes written so far (a position for [`Self::patch_u64`]).
+    pub fn position(&self) -> usize {
+        self.0.len()
+    }
+    /// Overwrites the u64 written at `position` (a field known only once the rest is
+    /// written); a position outside what was written is left alone.
+    pub fn patch_u64(&mut self, position: usize, value: u64) {
+        if let Some(slot) = self.0.get_mut(position..position + 8) {
+            slot.copy_from_slice(&value.to_le_bytes());
+        }
     }
     pub fn finish(self) -> Vec<u8> {
         self.0
@@ -320,21 +418,35 @@ impl<'a> Decoder<'a> {
         let count = self.length(1)?;
         self.take(count)
     }
+    /// A length-prefixed FP32 vector left as its little-endian bytes (4 per value).
+    pub fn f32_bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let count = self.length(4)?;
+        self.take(count * 4)
+    }
+    /// A length-prefixed FP32 vector: one copy of its bytes (then a byte swap per value
+    /// on a big-endian machine).
     pub fn f32s(&mut self) -> Result<Vec<f32>, DecodeError> {
         let count = self.length(4)?;
         let raw = self.take(count * 4)?;
-        Ok(raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+        let mut values = vec![0f32; count];
+        bytemuck::cast_slice_mut::<f32, u8>(&mut values).copy_from_slice(raw);
+        #[cfg(not(target_endian = "little"))]
+        for value in &mut values {
+            *value = f32::from_bits(u32::from_le(value.to_bits()));
+        }
+        Ok(values)
     }
+    /// A length-prefixed u32 vector, read like [`Self::f32s`].
     pub fn u32s(&mut self) -> Result<Vec<u32>, DecodeError> {
         let count = self.length(4)?;
         let raw = self.take(count * 4)?;
-        Ok(raw
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+        let mut values = vec![0u32; count];
+        bytemuck::cast_slice_mut::<u32, u8>(&mut values).copy_from_slice(raw);
+        #[cfg(not(target_endian = "little"))]
+        for value in &mut values {
+            *value = u32::from_le(*value);
+        }
+        Ok(values)
     }
 
     /// Fails if anything is left unread.
@@ -418,6 +530,19 @@ mod tests {
         let mut right = FramedStream::new(b, "right", 200).expect("right");
         left.send(b"hello").expect("send");
         assert_eq!(right.receive().expect("frame"), b"hello");
+        // Frames of growing and shrinking sizes through the reused buffers.
+        for length in [3usize, 70_000, 1, 0, 5_000] {
+            let values: Vec<f32> = (0..length).map(|i| i as f32).collect();
+            left.send_with(9, |e| {
+                e.f32s(&values);
+            })
+            .expect("send_with");
+            let frame = right.receive_frame().expect("frame");
+            let (tag, mut decoder) = Decoder::new(frame).expect("tag");
+            assert_eq!(tag, 9);
+            assert_eq!(decoder.f32s(), Ok(values));
+            decoder.finish().expect("nothing left");
+        }
         // Nothing sent: the read deadline fires.
         assert!(matches!(right.receive(), Err(IpcError::Timeout { .. })));
         // Oversized header is refused.

@@ -11,6 +11,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::core::logical::{ChunkState, LogicalState};
 use crate::core::sampling::SampleStream;
@@ -20,9 +21,9 @@ use crate::supervise::process::{
     ChildSpec, ExitRecord, ProcessError, ShardliftChild, Supervisor, TEARDOWN_GRACE_MS,
 };
 
-use crate::core::step::{self, MicroBatch, MicroBatchGradient, SplitView, StepError, StepOutcome};
+use crate::core::step::{self, MicroBatch, SplitView, StepError, StepOutcome};
 use crate::trainer::engines::EngineKind;
-use crate::trainer::protocol::{Message, ProtocolError};
+use crate::trainer::protocol::{self, GradientsView, Message, ProtocolError};
 
 /// Options of one session.
 #[derive(Clone, Debug)]
@@ -228,6 +229,48 @@ fn accept_hello(
     }
 }
 
+/// Where one step of a session spent its time, as the coordinator and the workers
+/// measured it (nanoseconds of wall-clock time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepTimings {
+    /// The whole step, planning to the last updated chunk taken back.
+    pub total_ns: u64,
+    /// Planning the micro-batches (gathering their bytes from the split).
+    pub plan_ns: u64,
+    /// From encoding the first `Compute` to the last `Gradients` decoded.
+    pub compute_round_trip_ns: u64,
+    /// The slowest worker's forward and backward passes (its engine time alone).
+    pub compute_max_ns: u64,
+    /// All workers' forward and backward time, added up.
+    pub compute_sum_ns: u64,
+    /// Summing the micro-batch gradients in logical order.
+    pub reduction_ns: u64,
+    /// From encoding the first `Update` to the last `Chunks` applied.
+    pub update_round_trip_ns: u64,
+    /// The slowest worker's AdamW.
+    pub adamw_max_ns: u64,
+    /// All workers' AdamW time, added up.
+    pub adamw_sum_ns: u64,
+}
+
+impl StepTimings {
+    /// The round trips less the slowest worker's own work: encoding, the socket writes
+    /// and reads, decoding and waiting to be scheduled.
+    pub fn ipc_ns(&self) -> u64 {
+        self.compute_round_trip_ns
+            .saturating_sub(self.compute_max_ns)
+            + self.update_round_trip_ns.saturating_sub(self.adamw_max_ns)
+    }
+}
+
+fn elapsed_ns(since: Instant) -> u64 {
+    duration_ns(since.elapsed())
+}
+
+fn duration_ns(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A running session.
 #[derive(Debug)]
 pub struct CoordinatorSession {
@@ -238,6 +281,7 @@ pub struct CoordinatorSession {
     child_of_rank: Vec<usize>,
     connections: Vec<FramedStream>,
     state: LogicalState,
+    timings: StepTimings,
     _socket_directory: SocketDirectory,
 }
 
@@ -265,6 +309,7 @@ impl CoordinatorSession {
             child_of_rank,
             connections,
             state,
+            timings: StepTimings::default(),
             _socket_directory: socket_directory,
         };
         session.send_init()?;
@@ -300,6 +345,11 @@ impl CoordinatorSession {
         self.topology
     }
 
+    /// Where the last completed step spent its time.
+    pub fn last_step_timings(&self) -> StepTimings {
+        self.timings
+    }
+
     /// Every exit reaped so far.
     pub fn exits(&self) -> Vec<ExitRecord> {
         self.supervisor.exits()
@@ -331,7 +381,17 @@ impl CoordinatorSession {
     }
 
     fn send(&mut self, rank: u32, message: &Message) -> Result<(), SessionError> {
-        let result = self.connections[rank as usize].send(&message.encode());
+        self.send_with(rank, message.tag(), |e| message.encode_body(e))
+    }
+
+    /// Sends one frame to `rank`, built in place in its connection's send buffer.
+    fn send_with(
+        &mut self,
+        rank: u32,
+        tag: u8,
+        build: impl FnOnce(&mut ipc::Encoder),
+    ) -> Result<(), SessionError> {
+        let result = self.connections[rank as usize].send_with(tag, build);
         result.map_err(|source| {
             self.fail(SessionError::Ipc {
                 rank,
@@ -342,8 +402,8 @@ impl CoordinatorSession {
     }
 
     fn receive(&mut self, rank: u32) -> Result<Message, SessionError> {
-        let bytes = match self.connections[rank as usize].receive() {
-            Ok(bytes) => bytes,
+        let decoded = match self.connections[rank as usize].receive_frame() {
+            Ok(bytes) => Message::decode(bytes),
             Err(source) => {
                 return Err(self.fail(SessionError::Ipc {
                     rank,
@@ -352,7 +412,7 @@ impl CoordinatorSession {
                 }))
             }
         };
-        match Message::decode(&bytes) {
+        match decoded {
             Ok(Message::Failure { message }) => {
                 Err(self.fail(SessionError::WorkerFailure { rank, message }))
             }
@@ -372,114 +432,150 @@ impl CoordinatorSession {
         stream: &mut SampleStream,
         train: SplitView<'_>,
     ) -> Result<StepOutcome, SessionError> {
+        let started = Instant::now();
         let batches = match step::plan_step(&self.state, stream, train) {
             Ok(batches) => batches,
             Err(error) => return Err(self.fail(error.into())),
         };
-        let next_step = self.state.step() + 1;
-        self.send_compute(next_step, &batches)?;
-        let results = self.gather_gradients(next_step)?;
-        let (loss, gradient) = match step::reduce_in_logical_order(
-            results,
-            self.state.hyperparameters().logical_micro_batches,
-        ) {
-            Ok(reduced) => reduced,
-            Err(error) => return Err(self.fail(error.into())),
+        let mut timings = StepTimings {
+            plan_ns: elapsed_ns(started),
+            ..StepTimings::default()
         };
+        let next_step = self.state.step() + 1;
+        let phase = Instant::now();
+        self.send_compute(next_step, &batches)?;
+        self.gather_gradients(next_step, &mut timings)?;
+        timings.compute_round_trip_ns = elapsed_ns(phase);
+        let phase = Instant::now();
+        let (loss, gradient) = self.reduce_gathered()?;
+        timings.reduction_ns = elapsed_ns(phase);
+        let phase = Instant::now();
         self.send_updates(next_step, &gradient)?;
-        self.gather_chunks(next_step)?;
+        self.gather_chunks(next_step, &mut timings)?;
+        timings.update_round_trip_ns = elapsed_ns(phase);
         step::advance_counters(&mut self.state, &batches);
+        timings.total_ns = elapsed_ns(started);
+        self.timings = timings;
         Ok(StepOutcome {
             step: self.state.step(),
             loss,
         })
     }
 
-    /// Sends each worker the parameters and the micro-batches it owns (`m mod W`).
+    /// Sends each worker the parameters and the micro-batches it owns (`m mod W`),
+    /// encoded straight from the state and the plan (no per-rank copy of either).
     fn send_compute(&mut self, next_step: u64, batches: &[MicroBatch]) -> Result<(), SessionError> {
         let parameters = self.state.flat_parameters();
-        for rank in 0..self.topology.workers() {
-            let owned = batches
+        let topology = self.topology;
+        for rank in 0..topology.workers() {
+            let owned: Vec<&MicroBatch> = batches
                 .iter()
-                .filter(|b| self.topology.micro_batch_owner(b.index) == rank)
-                .cloned()
+                .filter(|b| topology.micro_batch_owner(b.index) == rank)
                 .collect();
-            self.send(
-                rank,
-                &Message::Compute {
-                    step: next_step,
-                    parameters: parameters.clone(),
-                    batches: owned,
-                },
-            )?;
+            self.send_with(rank, protocol::TAG_COMPUTE, |e| {
+                protocol::encode_compute(e, next_step, &parameters, owned.into_iter());
+            })?;
         }
         Ok(())
     }
 
-    /// Every worker's gradients for `next_step`, each only for micro-batches it owns.
+    /// Receives every worker's `Gradients` for `next_step` into its connection's buffer
+    /// and checks it in place: the step, and only micro-batches the worker owns.
     fn gather_gradients(
         &mut self,
         next_step: u64,
-    ) -> Result<Vec<MicroBatchGradient>, SessionError> {
-        let mut results: Vec<MicroBatchGradient> = Vec::new();
+        timings: &mut StepTimings,
+    ) -> Result<(), SessionError> {
         for rank in 0..self.topology.workers() {
-            match self.receive(rank)? {
-                Message::Gradients {
-                    step,
-                    results: mine,
-                } if step == next_step => {
-                    if let Some(bad) = mine
-                        .iter()
-                        .find(|r| self.topology.micro_batch_owner(r.index) != rank)
-                    {
-                        let reason = format!("returned micro-batch {} it does not own", bad.index);
-                        return Err(self.bad_reply(rank, reason));
-                    }
-                    results.extend(mine);
+            if let Err(source) = self.connections[rank as usize].receive_frame() {
+                return Err(self.fail(SessionError::Ipc {
+                    rank,
+                    source,
+                    exit: ExitNote(None),
+                }));
+            }
+            let frame = self.connections[rank as usize].last_frame();
+            let checked = match GradientsView::decode(frame) {
+                Ok(Some(view)) if view.step != next_step => Err(GradientsRefusal::Bad(format!(
+                    "gradients for step {}, expected {next_step}",
+                    view.step
+                ))),
+                Ok(Some(view)) => match view
+                    .results
+                    .iter()
+                    .find(|r| self.topology.micro_batch_owner(r.index) != rank)
+                {
+                    Some(bad) => Err(GradientsRefusal::Bad(format!(
+                        "returned micro-batch {} it does not own",
+                        bad.index
+                    ))),
+                    None => Ok(view.compute_ns),
+                },
+                Ok(None) => Err(GradientsRefusal::Other(Message::decode(frame))),
+                Err(source) => Err(GradientsRefusal::Other(Err(source))),
+            };
+            match checked {
+                Ok(compute_ns) => {
+                    timings.compute_max_ns = timings.compute_max_ns.max(compute_ns);
+                    timings.compute_sum_ns = timings.compute_sum_ns.saturating_add(compute_ns);
                 }
-                Message::Gradients { step, .. } => {
-                    return Err(self.bad_reply(
-                        rank,
-                        format!("gradients for step {step}, expected {next_step}"),
-                    ))
+                Err(GradientsRefusal::Bad(reason)) => return Err(self.bad_reply(rank, reason)),
+                Err(GradientsRefusal::Other(Ok(Message::Failure { message }))) => {
+                    return Err(self.fail(SessionError::WorkerFailure { rank, message }))
                 }
-                other => return Err(self.unexpected(rank, "gradients", &other)),
+                Err(GradientsRefusal::Other(Ok(other))) => {
+                    return Err(self.unexpected(rank, "gradients", &other))
+                }
+                Err(GradientsRefusal::Other(Err(source))) => {
+                    return Err(self.fail(SessionError::Protocol { rank, source }))
+                }
             }
         }
-        Ok(results)
+        Ok(())
     }
 
-    /// Sends each worker the reduced gradient slices of the chunks it owns (`c mod W`).
+    /// Sums the gathered gradients in logical order m = 0..L-1 straight from the frames
+    /// (each gradient's bytes are read once, never decoded into a copy).
+    fn reduce_gathered(&mut self) -> Result<(f32, Vec<f32>), SessionError> {
+        let reduced = reduce_frames(
+            &self.connections,
+            self.topology,
+            self.state.hyperparameters().logical_micro_batches,
+        );
+        reduced.map_err(|error| self.fail(error.into()))
+    }
+
+    /// Sends each worker the reduced gradient slices of the chunks it owns (`c mod W`),
+    /// encoded straight from the reduced gradient.
     fn send_updates(&mut self, next_step: u64, gradient: &[f32]) -> Result<(), SessionError> {
         let hyperparameters = *self.state.hyperparameters();
         for rank in 0..self.topology.workers() {
-            let gradients = self
-                .owned_chunk_ids(rank)
-                .into_iter()
-                .map(|id| {
-                    (
-                        id,
-                        gradient[hyperparameters.chunk_range(id as usize)].to_vec(),
-                    )
-                })
-                .collect();
-            self.send(
-                rank,
-                &Message::Update {
-                    step: next_step,
-                    gradients,
-                },
-            )?;
+            let ids = self.owned_chunk_ids(rank);
+            self.send_with(rank, protocol::TAG_UPDATE, |e| {
+                protocol::encode_update(e, next_step, &ids, gradient, |id| {
+                    hyperparameters.chunk_range(id as usize)
+                });
+            })?;
         }
         Ok(())
     }
 
     /// Takes back every worker's updated chunks; a reply must hold exactly the chunks the
     /// worker owns, each of the right size, before any is applied.
-    fn gather_chunks(&mut self, next_step: u64) -> Result<(), SessionError> {
+    fn gather_chunks(
+        &mut self,
+        next_step: u64,
+        timings: &mut StepTimings,
+    ) -> Result<(), SessionError> {
         for rank in 0..self.topology.workers() {
             match self.receive(rank)? {
-                Message::Chunks { step, chunks } if step == next_step => {
+                Message::Chunks {
+                    step,
+                    adamw_ns,
+                    chunks,
+                } if step == next_step => {
+                    timings.adamw_max_ns = timings.adamw_max_ns.max(adamw_ns);
+                    timings.adamw_sum_ns = timings.adamw_sum_ns.saturating_add(adamw_ns);
                     let owned = self.owned_chunk_ids(rank);
                     if let Err(reason) = check_chunks_reply(&self.state, &owned, &chunks) {
                         return Err(self.bad_reply(rank, reason));
@@ -537,6 +633,58 @@ impl CoordinatorSession {
         }
         Ok((self.state.clone(), exits))
     }
+}
+
+/// Why a gathered `Gradients` frame was refused.
+enum GradientsRefusal {
+    /// A `Gradients` reply that is wrong (the reason).
+    Bad(String),
+    /// Another message, or none that decodes.
+    Other(Result<Message, ProtocolError>),
+}
+
+/// The logical-order sum over the `Gradients` frames each connection last received
+/// (already checked by `gather_gradients`): micro-batch m is taken from rank `m mod W`.
+/// The results must cover 0..L-1 exactly once.
+fn reduce_frames(
+    connections: &[FramedStream],
+    topology: Topology,
+    logical_micro_batches: u32,
+) -> Result<(f32, Vec<f32>), StepError> {
+    let mut views = Vec::with_capacity(connections.len());
+    for connection in connections {
+        match GradientsView::decode(connection.last_frame()) {
+            Ok(Some(view)) => views.push(view),
+            _ => {
+                return Err(StepError::Engine(
+                    "a gathered frame is not gradients".into(),
+                ))
+            }
+        }
+    }
+    let mut indices: Vec<u32> = views
+        .iter()
+        .flat_map(|view| view.results.iter().map(|r| r.index))
+        .collect();
+    indices.sort_unstable();
+    if indices != (0..logical_micro_batches).collect::<Vec<_>>() {
+        return Err(StepError::MicroBatchCoverage {
+            expected: logical_micro_batches,
+            got: indices,
+        });
+    }
+    let mut sum = step::LogicalSum::new(logical_micro_batches);
+    for index in 0..logical_micro_batches {
+        let result = views
+            .get(topology.micro_batch_owner(index) as usize)
+            .and_then(|view| view.results.iter().find(|r| r.index == index))
+            .ok_or(StepError::MicroBatchCoverage {
+                expected: logical_micro_batches,
+                got: vec![index],
+            })?;
+        sum.add_le_bytes(index, result.loss, result.gradient)?;
+    }
+    sum.finish()
 }
 
 /// Checks a `Chunks` reply against the chunk ids the worker owns (`owned`, ascending):

@@ -9,6 +9,6 @@ pub mod protocol;
 pub mod run;
 pub mod worker;
 
-pub use coordinator::{CoordinatorSession, SessionError, SessionOptions};
+pub use coordinator::{CoordinatorSession, SessionError, SessionOptions, StepTimings};
 pub use engines::{EngineKind, FakeEngine};
 pub use run::{run_steps, Placement, TrainError, TrainRun};

@@ -6,10 +6,14 @@ use crate::core::step::{MicroBatch, MicroBatchGradient};
 
 const TAG_HELLO: u8 = 1;
 const TAG_INIT: u8 = 2;
-const TAG_COMPUTE: u8 = 3;
-const TAG_GRADIENTS: u8 = 4;
-const TAG_UPDATE: u8 = 5;
-const TAG_CHUNKS: u8 = 6;
+/// The tag of a `Compute` message (sent encoded in place).
+pub const TAG_COMPUTE: u8 = 3;
+/// The tag of a `Gradients` message (for replies encoded in place).
+pub const TAG_GRADIENTS: u8 = 4;
+/// The tag of an `Update` message (sent encoded in place).
+pub const TAG_UPDATE: u8 = 5;
+/// The tag of a `Chunks` message (for replies encoded in place).
+pub const TAG_CHUNKS: u8 = 6;
 const TAG_SHUTDOWN: u8 = 7;
 const TAG_BYE: u8 = 8;
 const TAG_FAILURE: u8 = 9;
@@ -36,9 +40,11 @@ pub enum Message {
         parameters: Vec<f32>,
         batches: Vec<MicroBatch>,
     },
-    /// Worker → coordinator: the gradients of its micro-batches.
+    /// Worker → coordinator: the gradients of its micro-batches, and the nanoseconds the
+    /// worker spent computing them (forward and backward; for `bench train`'s split).
     Gradients {
         step: u64,
+        compute_ns: u64,
         results: Vec<MicroBatchGradient>,
     },
     /// Coordinator → worker: apply AdamW step `step` with these reduced gradient slices.
@@ -46,9 +52,10 @@ pub enum Message {
         step: u64,
         gradients: Vec<(u32, Vec<f32>)>,
     },
-    /// Worker → coordinator: the updated chunks.
+    /// Worker → coordinator: the updated chunks, and the nanoseconds its AdamW took.
     Chunks {
         step: u64,
+        adamw_ns: u64,
         chunks: Vec<ChunkState>,
     },
     Shutdown,
@@ -83,7 +90,7 @@ fn list_length(decoder: &mut Decoder<'_>) -> Result<usize, ProtocolError> {
     Ok(count as usize)
 }
 
-fn put_chunks(encoder: &mut Encoder, chunks: &[ChunkState]) {
+fn put_chunks<'a>(encoder: &mut Encoder, chunks: impl ExactSizeIterator<Item = &'a ChunkState>) {
     encoder.u64(chunks.len() as u64);
     for chunk in chunks {
         encoder
@@ -107,68 +114,178 @@ fn get_chunks(decoder: &mut Decoder<'_>) -> Result<Vec<ChunkState>, ProtocolErro
         .collect()
 }
 
+/// Writes the body of a `Compute` message straight from borrowed parameters and
+/// micro-batches (the coordinator sends it this way, without building a [`Message`]).
+pub fn encode_compute<'a>(
+    e: &mut Encoder,
+    step: u64,
+    parameters: &[f32],
+    batches: impl ExactSizeIterator<Item = &'a MicroBatch>,
+) {
+    e.u64(step).f32s(parameters).u64(batches.len() as u64);
+    for batch in batches {
+        e.u32(batch.index)
+            .u32s(&batch.sample_ids)
+            .bytes(&batch.pixels)
+            .bytes(&batch.labels);
+    }
+}
+
+/// Writes the body of a `Chunks` message straight from borrowed chunks.
+pub fn encode_chunks<'a>(
+    e: &mut Encoder,
+    step: u64,
+    adamw_ns: u64,
+    chunks: impl ExactSizeIterator<Item = &'a ChunkState>,
+) {
+    e.u64(step).u64(adamw_ns);
+    put_chunks(e, chunks);
+}
+
+/// Writes the body of an `Update` message straight from the reduced gradient: the slice
+/// `range(id)` for each chunk id.
+pub fn encode_update(
+    e: &mut Encoder,
+    step: u64,
+    ids: &[u32],
+    gradient: &[f32],
+    range: impl Fn(u32) -> std::ops::Range<usize>,
+) {
+    e.u64(step).u64(ids.len() as u64);
+    for &id in ids {
+        e.u32(id).f32s(&gradient[range(id)]);
+    }
+}
+
+/// Writes the head of a `Gradients` body; `count` results follow, each written with
+/// [`encode_gradient`].
+pub fn encode_gradients_head(e: &mut Encoder, step: u64, compute_ns: u64, count: usize) {
+    e.u64(step).u64(compute_ns).u64(count as u64);
+}
+
+/// Writes one micro-batch's result of a `Gradients` body.
+pub fn encode_gradient(e: &mut Encoder, index: u32, loss: f32, gradient: &[f32]) {
+    e.u32(index).f32(loss).f32s(gradient);
+}
+
+/// One micro-batch's result in a `Gradients` frame, read in place.
+#[derive(Clone, Copy, Debug)]
+pub struct GradientBytes<'a> {
+    /// The micro-batch's logical index m.
+    pub index: u32,
+    /// Its loss.
+    pub loss: f32,
+    /// Its gradient as little-endian FP32 bytes, 4 per value.
+    pub gradient: &'a [u8],
+}
+
+/// A `Gradients` message read in place: nothing of its gradients is copied.
+#[derive(Clone, Debug)]
+pub struct GradientsView<'a> {
+    /// The step the gradients are for.
+    pub step: u64,
+    /// The worker's engine time for them.
+    pub compute_ns: u64,
+    /// Each micro-batch's result, in the order sent.
+    pub results: Vec<GradientBytes<'a>>,
+}
+
+impl<'a> GradientsView<'a> {
+    /// Reads a `Gradients` payload strictly (as [`Message::decode`] would); `Ok(None)` when
+    /// the payload is another message.
+    pub fn decode(payload: &'a [u8]) -> Result<Option<Self>, ProtocolError> {
+        let (tag, mut d) = Decoder::new(payload)?;
+        if tag != TAG_GRADIENTS {
+            return Ok(None);
+        }
+        let step = d.u64()?;
+        let compute_ns = d.u64()?;
+        let count = list_length(&mut d)?;
+        let results = (0..count)
+            .map(|_| {
+                Ok(GradientBytes {
+                    index: d.u32()?,
+                    loss: d.f32()?,
+                    gradient: d.f32_bytes()?,
+                })
+            })
+            .collect::<Result<_, ProtocolError>>()?;
+        d.finish()?;
+        Ok(Some(GradientsView {
+            step,
+            compute_ns,
+            results,
+        }))
+    }
+}
+
 impl Message {
+    /// The message's tag byte.
+    pub fn tag(&self) -> u8 {
+        match self {
+            Message::Hello { .. } => TAG_HELLO,
+            Message::Init { .. } => TAG_INIT,
+            Message::Compute { .. } => TAG_COMPUTE,
+            Message::Gradients { .. } => TAG_GRADIENTS,
+            Message::Update { .. } => TAG_UPDATE,
+            Message::Chunks { .. } => TAG_CHUNKS,
+            Message::Shutdown => TAG_SHUTDOWN,
+            Message::Bye => TAG_BYE,
+            Message::Failure { .. } => TAG_FAILURE,
+        }
+    }
+
+    /// The whole payload: the tag, then the body.
     pub fn encode(&self) -> Vec<u8> {
+        let mut e = Encoder::new(self.tag());
+        self.encode_body(&mut e);
+        e.finish()
+    }
+
+    /// Writes everything after the tag (for `FramedStream::send_with`).
+    pub fn encode_body(&self, e: &mut Encoder) {
         match self {
             Message::Hello { rank } => {
-                let mut e = Encoder::new(TAG_HELLO);
                 e.u32(*rank);
-                e.finish()
             }
             Message::Init {
                 workers,
                 hyperparameters,
                 chunks,
             } => {
-                let mut e = Encoder::new(TAG_INIT);
                 e.u32(*workers);
-                hyperparameters.write_fields(&mut e);
-                put_chunks(&mut e, chunks);
-                e.finish()
+                hyperparameters.write_fields(e);
+                put_chunks(e, chunks.iter());
             }
             Message::Compute {
                 step,
                 parameters,
                 batches,
+            } => encode_compute(e, *step, parameters, batches.iter()),
+            Message::Gradients {
+                step,
+                compute_ns,
+                results,
             } => {
-                let mut e = Encoder::new(TAG_COMPUTE);
-                e.u64(*step).f32s(parameters).u64(batches.len() as u64);
-                for batch in batches {
-                    e.u32(batch.index)
-                        .u32s(&batch.sample_ids)
-                        .bytes(&batch.pixels)
-                        .bytes(&batch.labels);
-                }
-                e.finish()
-            }
-            Message::Gradients { step, results } => {
-                let mut e = Encoder::new(TAG_GRADIENTS);
-                e.u64(*step).u64(results.len() as u64);
+                encode_gradients_head(e, *step, *compute_ns, results.len());
                 for result in results {
-                    e.u32(result.index).f32(result.loss).f32s(&result.gradient);
+                    encode_gradient(e, result.index, result.loss, &result.gradient);
                 }
-                e.finish()
             }
             Message::Update { step, gradients } => {
-                let mut e = Encoder::new(TAG_UPDATE);
                 e.u64(*step).u64(gradients.len() as u64);
                 for (id, gradient) in gradients {
                     e.u32(*id).f32s(gradient);
                 }
-                e.finish()
             }
-            Message::Chunks { step, chunks } => {
-                let mut e = Encoder::new(TAG_CHUNKS);
-                e.u64(*step);
-                put_chunks(&mut e, chunks);
-                e.finish()
-            }
-            Message::Shutdown => Encoder::new(TAG_SHUTDOWN).finish(),
-            Message::Bye => Encoder::new(TAG_BYE).finish(),
+            Message::Chunks {
+                step,
+                adamw_ns,
+                chunks,
+            } => encode_chunks(e, *step, *adamw_ns, chunks.iter()),
+            Message::Shutdown | Message::Bye => {}
             Message::Failure { message } => {
-                let mut e = Encoder::new(TAG_FAILURE);
                 e.bytes(message.as_bytes());
-                e.finish()
             }
         }
     }
@@ -208,6 +325,7 @@ impl Message {
             }
             TAG_GRADIENTS => {
                 let step = d.u64()?;
+                let compute_ns = d.u64()?;
                 let count = list_length(&mut d)?;
                 let results = (0..count)
                     .map(|_| {
@@ -218,7 +336,11 @@ impl Message {
                         })
                     })
                     .collect::<Result<_, ProtocolError>>()?;
-                Message::Gradients { step, results }
+                Message::Gradients {
+                    step,
+                    compute_ns,
+                    results,
+                }
             }
             TAG_UPDATE => {
                 let step = d.u64()?;
@@ -230,6 +352,7 @@ impl Message {
             }
             TAG_CHUNKS => Message::Chunks {
                 step: d.u64()?,
+                adamw_ns: d.u64()?,
                 chunks: get_chunks(&mut d)?,
             },
             TAG_SHUTDOWN => Message::Shutdown,
@@ -289,6 +412,7 @@ mod tests {
             },
             Message::Gradients {
                 step: 1,
+                compute_ns: 17,
                 results: vec![MicroBatchGradient {
                     index: 5,
                     loss: 0.3,
@@ -301,6 +425,7 @@ mod tests {
             },
             Message::Chunks {
                 step: 1,
+                adamw_ns: 4,
                 chunks: vec![chunk],
             },
             Message::Shutdown,
@@ -312,6 +437,26 @@ mod tests {
         for message in messages {
             let bytes = message.encode();
             assert_eq!(Message::decode(&bytes).expect("decodes"), message);
+            let view = GradientsView::decode(&bytes).expect("decodes in place");
+            match (&message, view) {
+                (
+                    Message::Gradients {
+                        step,
+                        compute_ns,
+                        results,
+                    },
+                    Some(view),
+                ) => {
+                    assert_eq!((view.step, view.compute_ns), (*step, *compute_ns));
+                    assert_eq!(view.results.len(), results.len());
+                    for (seen, result) in view.results.iter().zip(results) {
+                        assert_eq!((seen.index, seen.loss), (result.index, result.loss));
+                        assert_eq!(seen.gradient.len(), result.gradient.len() * 4);
+                    }
+                }
+                (Message::Gradients { .. }, None) => panic!("gradients not read in place"),
+                (_, view) => assert!(view.is_none(), "{} read as gradients", message.kind()),
+            }
             let mut extended = bytes.clone();
             extended.push(0);
             assert!(

@@ -3,13 +3,14 @@
 //! beyond what it checks: chunk ids it does not own and malformed frames end it.
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crate::core::adamw::{self, AdamwError};
 use crate::core::logical::{ChunkState, Hyperparameters};
-use crate::core::step::{GradientEngine, MicroBatchGradient, StepError};
+use crate::core::step::{GradientEngine, StepError};
 use crate::supervise::ipc::{FramedStream, IpcError};
 use crate::supervise::process::{enter_supervised_child, ProcessError};
-use crate::trainer::protocol::{Message, ProtocolError};
+use crate::trainer::protocol::{self, Message, ProtocolError};
 
 /// How long a worker waits for the coordinator's next message before giving up.
 pub const WORKER_IDLE_TIMEOUT_MS: u64 = 30 * 60 * 1000;
@@ -65,30 +66,119 @@ pub fn serve(
     rank: u32,
     engine: &dyn GradientEngine,
 ) -> Result<(), WorkerError> {
-    connection.send(&Message::Hello { rank }.encode())?;
-    let mut hyperparameters: Option<Hyperparameters> = None;
-    let mut owned: Vec<ChunkState> = Vec::new();
+    let hello = Message::Hello { rank };
+    connection.send_with(hello.tag(), |e| hello.encode_body(e))?;
+    let mut worker = Worker {
+        engine,
+        hyperparameters: None,
+        owned: Vec::new(),
+    };
     loop {
-        let message = Message::decode(&connection.receive()?)?;
-        let reply = match handle(engine, message, &mut hyperparameters, &mut owned) {
-            Ok(Some(reply)) => reply,
-            Ok(None) => continue,
+        let message = Message::decode(connection.receive_frame()?)?;
+        match worker.handle(message, &mut connection) {
+            Ok(Handled::Continue) => {}
+            Ok(Handled::Done) => return Ok(()),
             Err(error) => {
-                let _ = connection.send(
-                    &Message::Failure {
-                        message: error_chain_text(&error),
-                    }
-                    .encode(),
-                );
+                let failure = Message::Failure {
+                    message: error_chain_text(&error),
+                };
+                let _ = connection.send_with(failure.tag(), |e| failure.encode_body(e));
                 return Err(error);
             }
-        };
-        let done = reply == Message::Bye;
-        connection.send(&reply.encode())?;
-        if done {
-            return Ok(());
         }
     }
+}
+
+/// What a handled message leaves to do.
+enum Handled {
+    Continue,
+    Done,
+}
+
+/// A worker's state between messages.
+struct Worker<'a> {
+    engine: &'a dyn GradientEngine,
+    hyperparameters: Option<Hyperparameters>,
+    owned: Vec<ChunkState>,
+}
+
+impl Worker<'_> {
+    /// Handles one message, sending its reply (if any) on `connection`. Replies are
+    /// encoded straight into the connection's reused send buffer.
+    fn handle(
+        &mut self,
+        message: Message,
+        connection: &mut FramedStream,
+    ) -> Result<Handled, WorkerError> {
+        match message {
+            Message::Init {
+                hyperparameters: h,
+                chunks,
+                ..
+            } => {
+                self.hyperparameters = Some(h);
+                self.owned = chunks;
+            }
+            Message::Compute {
+                step,
+                parameters,
+                batches,
+            } => {
+                let h = self.hyperparameters.ok_or(WorkerError::ComputeBeforeInit)?;
+                let mut e = connection.encoder(protocol::TAG_GRADIENTS);
+                let timing = e.position() + 8;
+                protocol::encode_gradients_head(&mut e, step, 0, batches.len());
+                // Time the engine alone: what encoding the results costs is IPC.
+                let started = Instant::now();
+                let mut encoding = std::time::Duration::ZERO;
+                self.engine.micro_batch_gradients(
+                    &parameters,
+                    &batches,
+                    h.global_batch_size(),
+                    &mut |index, loss, gradient| {
+                        let encode_started = Instant::now();
+                        protocol::encode_gradient(&mut e, index, loss, gradient);
+                        encoding += encode_started.elapsed();
+                        Ok(())
+                    },
+                )?;
+                let compute = started.elapsed().saturating_sub(encoding);
+                e.patch_u64(timing, duration_ns(compute));
+                connection.send_encoder(e)?;
+            }
+            Message::Update { step, gradients } => {
+                let h = self.hyperparameters.ok_or(WorkerError::UpdateBeforeInit)?;
+                let started = Instant::now();
+                let mut updated = Vec::with_capacity(gradients.len());
+                for (id, gradient) in &gradients {
+                    let index = self
+                        .owned
+                        .iter()
+                        .position(|c| c.id() == *id)
+                        .ok_or(WorkerError::ChunkNotOwned { id: *id })?;
+                    adamw::update_chunk(&h, step, self.owned[index].slots_mut(), gradient)?;
+                    updated.push(index);
+                }
+                let adamw_ns = duration_ns(started.elapsed());
+                let owned = &self.owned;
+                connection.send_with(protocol::TAG_CHUNKS, |e| {
+                    protocol::encode_chunks(e, step, adamw_ns, updated.iter().map(|&i| &owned[i]));
+                })?;
+            }
+            Message::Shutdown => {
+                let bye = Message::Bye;
+                connection.send_with(bye.tag(), |e| bye.encode_body(e))?;
+                return Ok(Handled::Done);
+            }
+            other => return Err(WorkerError::UnexpectedMessage { kind: other.kind() }),
+        }
+        Ok(Handled::Continue)
+    }
+}
+
+/// A duration in whole nanoseconds (saturating).
+fn duration_ns(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The error and each of its sources, joined by ": " (what the coordinator reports).
@@ -101,55 +191,6 @@ fn error_chain_text(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-fn handle(
-    engine: &dyn GradientEngine,
-    message: Message,
-    hyperparameters: &mut Option<Hyperparameters>,
-    owned: &mut Vec<ChunkState>,
-) -> Result<Option<Message>, WorkerError> {
-    match message {
-        Message::Init {
-            hyperparameters: h,
-            chunks,
-            ..
-        } => {
-            *hyperparameters = Some(h);
-            *owned = chunks;
-            Ok(None)
-        }
-        Message::Compute {
-            step,
-            parameters,
-            batches,
-        } => {
-            let h = hyperparameters.ok_or(WorkerError::ComputeBeforeInit)?;
-            let results = batches
-                .iter()
-                .map(|batch| engine.micro_batch_gradient(&parameters, batch, h.global_batch_size()))
-                .collect::<Result<Vec<MicroBatchGradient>, _>>()?;
-            Ok(Some(Message::Gradients { step, results }))
-        }
-        Message::Update { step, gradients } => {
-            let h = hyperparameters.ok_or(WorkerError::UpdateBeforeInit)?;
-            let mut updated = Vec::with_capacity(gradients.len());
-            for (id, gradient) in gradients {
-                let chunk = owned
-                    .iter_mut()
-                    .find(|c| c.id() == id)
-                    .ok_or(WorkerError::ChunkNotOwned { id })?;
-                adamw::update_chunk(&h, step, chunk.slots_mut(), &gradient)?;
-                updated.push(chunk.clone());
-            }
-            Ok(Some(Message::Chunks {
-                step,
-                chunks: updated,
-            }))
-        }
-        Message::Shutdown => Ok(Some(Message::Bye)),
-        other => Err(WorkerError::UnexpectedMessage { kind: other.kind() }),
-    }
 }
 
 #[cfg(test)]
