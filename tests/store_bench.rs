@@ -5,6 +5,21 @@ use std::process::Command;
 
 use shardlift::core::progress::RecordedProgress;
 
+/// Runs `shardlift store bench ARGS --dir DIR`, which must succeed; returns its JSON report
+/// and its stderr.
+fn bench(dir: &std::path::Path, args: &[&str]) -> (serde_json::Value, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_shardlift"))
+        .args(["store", "bench"])
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .expect("run shardlift");
+    assert!(output.status.success(), "{output:?}");
+    let report = serde_json::from_slice(&output.stdout).expect("stdout is the JSON report");
+    (report, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
 #[test]
 fn bench_reports_its_phases_and_one_step_per_state() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -32,24 +47,9 @@ fn bench_reports_its_phases_and_one_step_per_state() {
 #[test]
 fn bench_prints_phase_lines_not_a_line_per_state_when_stderr_is_not_a_terminal() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = Command::new(env!("CARGO_BIN_EXE_shardlift"))
-        .args([
-            "store",
-            "bench",
-            "--skip-large",
-            "--bytes",
-            "2500000",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .expect("run shardlift");
-    assert!(output.status.success(), "{output:?}");
-    let report: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("stdout is the JSON report");
+    let (report, stderr) = bench(dir.path(), &["--skip-large", "--bytes", "2500000"]);
     assert!(report["large"].is_null());
     assert_eq!(report["small_state"]["states"], 3);
-    let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 6, "{stderr}");
     assert_eq!(lines[0], "store bench: publish: 3 steps");
@@ -62,22 +62,10 @@ fn bench_prints_phase_lines_not_a_line_per_state_when_stderr_is_not_a_terminal()
 #[test]
 fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = Command::new(env!("CARGO_BIN_EXE_shardlift"))
-        .args([
-            "store",
-            "bench",
-            "--state-bytes",
-            "2000000",
-            "--skip-small",
-            "--json",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .expect("run shardlift");
-    assert!(output.status.success(), "{output:?}");
-    let report: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("stdout is the JSON report");
+    let (report, stderr) = bench(
+        dir.path(),
+        &["--state-bytes", "2000000", "--skip-small", "--json"],
+    );
     assert!(report["small_state"].is_null());
     let large = &report["large"];
     let state_bytes = large["state_bytes"].as_u64().expect("state_bytes");
@@ -145,7 +133,6 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
         "recovery_over_measured_parallel_sha256",
         figure("recovery_verify").1 / figure("sha256_parallel_in_memory").1,
     );
-    let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("store bench: publish"), "{stderr}");
     assert!(
         stderr.contains("store bench: reshard W4 to W3, W2, W8"),
