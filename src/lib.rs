@@ -34,6 +34,7 @@ pub mod evidence;
 pub mod interop;
 #[allow(missing_docs)]
 pub mod lab;
+pub mod objstore;
 #[cfg(feature = "torch")]
 #[allow(missing_docs)]
 pub mod orchestrate;
