@@ -10,6 +10,7 @@
 //! - [`store`]: the content-addressed checkpoint store and its commit protocol (RFC 0001).
 //! - [`interop`]: generations as safetensors files PyTorch loads, and back.
 //! - [`lab`]: the crash lab that tests the store (kills, power loss, corruption).
+//! - [`objstore`]: the same store on S3-compatible object storage (RFC 0001 §9).
 //! - [`supervise`]: child processes and framed IPC.
 //! - [`engine`] (feature `torch`): the tch arithmetic of one micro-batch.
 //! - [`trainer`]: coordinator sessions over worker processes, engine injected.
@@ -32,6 +33,7 @@ pub mod evidence;
 pub mod interop;
 #[allow(missing_docs)]
 pub mod lab;
+pub mod objstore;
 #[cfg(feature = "torch")]
 #[allow(missing_docs)]
 pub mod orchestrate;

@@ -16,6 +16,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("store", &["core", "durable"]),
     ("interop", &["core", "durable", "store"]),
     ("lab", &["core", "durable", "store", "supervise"]),
+    // The object-store backend: the store's records, codec and checks over S3.
+    ("objstore", &["core", "store"]),
     ("supervise", &["core"]),
     ("engine", &["core"]),
     ("trainer", &["core", "supervise", "engine"]),

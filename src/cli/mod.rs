@@ -6,6 +6,7 @@ pub mod dataset;
 pub mod demo;
 #[cfg(feature = "torch")]
 pub mod invariants;
+pub mod objstore;
 pub mod progress;
 pub mod store;
 pub mod train;

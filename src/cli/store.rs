@@ -187,7 +187,67 @@ fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The `s3://…` location `--store` names, if it names one (else a local directory).
+fn s3_location(store: &Path) -> Option<&str> {
+    store.to_str().filter(|s| s.starts_with("s3://"))
+}
+
 pub fn run(command: StoreCommand) -> anyhow::Result<()> {
+    match &command {
+        StoreCommand::Recover {
+            store,
+            json,
+            repair_latest,
+            expect_root,
+        } if s3_location(store).is_some() => {
+            anyhow::ensure!(
+                !*repair_latest,
+                "--repair-latest is not supported on an object store yet"
+            );
+            let url = s3_location(store).unwrap_or_default();
+            return super::objstore::recover(url, *json, expect_root);
+        }
+        StoreCommand::Verify {
+            store,
+            generation,
+            json,
+        } if s3_location(store).is_some() => {
+            let url = s3_location(store).unwrap_or_default();
+            return super::objstore::verify(url, *generation, *json);
+        }
+        StoreCommand::PublishSynthetic {
+            store,
+            seed,
+            step,
+            workers,
+            chunk_elements,
+            json,
+            trace_operations,
+            state_bytes,
+        } if s3_location(store).is_some() => {
+            anyhow::ensure!(
+                !*trace_operations,
+                "--trace-operations traces the local file-system seam; an object store has none"
+            );
+            anyhow::ensure!(
+                state_bytes.is_none(),
+                "--state-bytes works on a local store only so far (the object-store writer has no synthetic objects yet)"
+            );
+            let url = s3_location(store).unwrap_or_default();
+            let state = synthetic_state(*seed, *step, *chunk_elements);
+            return super::objstore::publish(url, &state, *workers, *json);
+        }
+        StoreCommand::Reshard { store, .. }
+        | StoreCommand::Export { store, .. }
+        | StoreCommand::Import { store, .. }
+            if s3_location(store).is_some() =>
+        {
+            anyhow::bail!(
+                "this command works on a local store only so far; publish-synthetic, recover and verify accept s3://"
+            );
+        }
+        _ => {}
+    }
     match command {
         StoreCommand::Recover {
             store,

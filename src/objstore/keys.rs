@@ -1,0 +1,55 @@
+//! Keys of the object-store layout, relative to the store prefix (RFC 0001 §9.1).
+use crate::core::digest::Digest;
+
+/// The prefix of commit records.
+pub const COMMITS_PREFIX: &str = "commits";
+/// The LATEST hint.
+pub const LATEST_KEY: &str = "refs/LATEST";
+
+/// `objects/ab/cdef…`: the same content address as the local store's object paths.
+pub fn object_key(digest: &Digest) -> String {
+    crate::store::codec::object_rel_path(digest)
+}
+
+/// `commits/<generation:020>/<record digest>.json`.
+pub fn commit_key(generation: u64, record_digest: &Digest) -> String {
+    format!(
+        "{COMMITS_PREFIX}/{generation:020}/{}.json",
+        record_digest.to_hex()
+    )
+}
+
+/// The generation and record digest a key under `commits/` names, if it is a commit
+/// record key (20 decimal digits, `/`, 64 lower-case hex digits, `.json`).
+pub fn parse_commit_key(key: &str) -> Option<(u64, Digest)> {
+    let rest = key.strip_prefix("commits/")?;
+    let (generation, name) = rest.split_once('/')?;
+    let hex = name.strip_suffix(".json")?;
+    if generation.len() != 20 || !generation.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if hex.len() != 64
+        || !hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    Some((generation.parse().ok()?, Digest::from_hex(hex).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_keys_round_trip_and_reject_others() {
+        let digest = Digest::of(b"record");
+        let key = commit_key(42, &digest);
+        assert_eq!(parse_commit_key(&key), Some((42, digest)));
+        assert_eq!(parse_commit_key("commits/00000000000000000042.json"), None);
+        assert_eq!(parse_commit_key(&key.to_uppercase()), None);
+        assert_eq!(parse_commit_key(&key.replace(".json", ".tmp")), None);
+        assert_eq!(parse_commit_key(&format!("x{key}")), None);
+    }
+}

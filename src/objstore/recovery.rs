@@ -1,0 +1,386 @@
+//! Object-store recovery (RFC 0001 §9.4): LIST `commits/`, verify every record end to end
+//! with the store's own checks, select the highest generation with exactly one valid
+//! record, report split brains and LATEST's status. Writes nothing.
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::canonical::CanonicalRecord;
+use crate::core::digest::Digest;
+use crate::core::logical::LogicalState;
+use crate::core::topology::Topology;
+use crate::objstore::client::{ConditionalCreate, Fetched, ObjClient};
+use crate::objstore::error::ObjStoreError;
+use crate::objstore::keys::{object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY};
+use crate::store::codec::{
+    decode, CommitRecord, LatestRecord, ManifestRecord, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
+};
+use crate::store::error::StoreError;
+use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
+use crate::store::recovery::{LatestReport, LatestStatus, Rejection, SelectedGeneration};
+
+/// Two or more different valid commit records for one generation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitBrainRecords {
+    /// The contested generation.
+    pub generation: u64,
+    /// The keys of its valid records (relative to the store), sorted.
+    pub records: Vec<String>,
+}
+
+/// The result of an object-store recovery scan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjRecoveryReport {
+    /// The store location.
+    pub location: String,
+    /// The highest generation with exactly one valid record, if any.
+    pub selected: Option<SelectedGeneration>,
+    /// The selected record's key (relative to the store).
+    pub selected_key: Option<String>,
+    /// Every generation with at least one valid record, ascending.
+    pub valid_generations: Vec<u64>,
+    /// Every commit record that did not verify, and why (`file` is its key).
+    pub rejected: Vec<Rejection>,
+    /// Split brains below the selected generation (one at the top is an error instead).
+    pub split_brains: Vec<SplitBrainRecords>,
+    /// What `refs/LATEST` says, compared with the selection.
+    pub latest: LatestReport,
+    /// Keys under `commits/` that are not commit record keys.
+    pub ignored: Vec<String>,
+    /// What the conditional-create probe found (recovery itself does not probe).
+    pub conditional_create: ConditionalCreate,
+}
+
+/// A record that verified end to end.
+struct Verified {
+    generation: u64,
+    key: String,
+    commit_digest: Digest,
+    manifest: ManifestRecord,
+    manifest_digest: Digest,
+    topology: Topology,
+    state: Option<LogicalState>,
+}
+
+/// GET `rel` under `cap`; `MissingObject` when absent.
+fn fetch(client: &ObjClient, rel: &str, cap_bytes: u64) -> Result<Vec<u8>, ObjStoreError> {
+    match client.get_capped(rel, cap_bytes)? {
+        Fetched::Bytes(bytes) => Ok(bytes),
+        Fetched::Missing => Err(ObjStoreError::MissingObject {
+            key: client.location().key_url(rel),
+        }),
+    }
+}
+
+/// GET a content-addressed object and check its bytes against the digest its key carries.
+fn fetch_object(
+    client: &ObjClient,
+    digest: Digest,
+    cap_bytes: u64,
+) -> Result<Vec<u8>, ObjStoreError> {
+    let rel = object_key(&digest);
+    let bytes = fetch(client, &rel, cap_bytes)?;
+    let actual = Digest::of(&bytes);
+    if actual != digest {
+        return Err(ObjStoreError::DigestMismatch {
+            key: client.location().key_url(&rel),
+            expected: digest,
+            actual,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Verifies the record at `rel` (generation and digest from its key) end to end: the
+/// record's bytes against its key's digest, the store's record decode, the generation
+/// binding, the manifest object, the record-manifest bindings, the manifest's structure,
+/// every chunk payload and the recomputed root (RFC 0001 §5 steps 2–4, §9.4).
+fn verify_record(
+    client: &ObjClient,
+    rel: &str,
+    generation: u64,
+    record_digest: Digest,
+    decode_state: bool,
+) -> Result<Verified, ObjStoreError> {
+    let location = client.location();
+    let record_url = location.key_url(rel);
+    let invalid = |key: &str, source| ObjStoreError::Invalid {
+        key: key.to_owned(),
+        source,
+    };
+    let bytes = fetch(client, rel, CommitRecord::CAP)?;
+    let actual = Digest::of(&bytes);
+    if actual != record_digest {
+        return Err(ObjStoreError::DigestMismatch {
+            key: record_url,
+            expected: record_digest,
+            actual,
+        });
+    }
+    let record: CommitRecord =
+        decode(Path::new(&record_url), &bytes).map_err(|e| invalid(&record_url, e))?;
+    if record.generation != generation {
+        return Err(invalid(
+            &record_url,
+            StoreError::GenerationNameMismatch {
+                path: record_url.clone().into(),
+                named: generation,
+                recorded: record.generation,
+            },
+        ));
+    }
+    let manifest_url = location.key_url(&object_key(&record.manifest));
+    let manifest_bytes = fetch_object(client, record.manifest, MAX_MANIFEST_BYTES)?;
+    let manifest: ManifestRecord =
+        decode(Path::new(&manifest_url), &manifest_bytes).map_err(|e| invalid(&manifest_url, e))?;
+    for (what, agrees) in [
+        ("workers", record.workers == manifest.workers),
+        ("step", record.step == manifest.step),
+        (
+            "logical_state_root",
+            record.logical_state_root == manifest.logical_state_root,
+        ),
+    ] {
+        if !agrees {
+            return Err(invalid(
+                &record_url,
+                StoreError::BindingMismatch {
+                    path: record_url.clone().into(),
+                    what,
+                },
+            ));
+        }
+    }
+    let manifest_path = Path::new(&manifest_url);
+    let topology =
+        check_manifest(manifest_path, &manifest).map_err(|e| invalid(&manifest_url, e))?;
+    // §9 carries no synthetic objects, so a manifest naming some cannot be verified here
+    // and is refused rather than selected with those objects unchecked.
+    if manifest.synthetic.is_some() {
+        return Err(invalid(
+            &manifest_url,
+            StoreError::MalformedManifest {
+                path: manifest_url.clone().into(),
+                reason: "names synthetic objects, which the object-store protocol (RFC 0001 §9) does not carry".into(),
+            },
+        ));
+    }
+    // The store's payload checks take a fetch returning StoreError; the object-store
+    // error (naming the payload's key) is kept aside and returned in its place.
+    let mut failure: Option<ObjStoreError> = None;
+    let mut fetch_payload = |digest: Digest, expected: u64| {
+        fetch_object(client, digest, expected.min(MAX_CHUNK_OBJECT_BYTES)).map_err(|error| {
+            let message = error.to_string();
+            failure = Some(error);
+            StoreError::Io {
+                path: location.key_url(&object_key(&digest)).into(),
+                source: std::io::Error::other(message),
+            }
+        })
+    };
+    let checked = if decode_state {
+        assemble_state(manifest_path, &manifest, &mut fetch_payload).map(Some)
+    } else {
+        verify_payloads(manifest_path, &manifest, &mut fetch_payload).map(|()| None)
+    };
+    let state = match checked {
+        Ok(state) => state,
+        Err(error) => {
+            return Err(failure
+                .take()
+                .unwrap_or_else(|| invalid(&manifest_url, error)))
+        }
+    };
+    Ok(Verified {
+        generation,
+        key: rel.to_owned(),
+        commit_digest: record_digest,
+        manifest_digest: Digest::of(&manifest_bytes),
+        manifest,
+        topology,
+        state,
+    })
+}
+
+fn selected_of(v: &Verified) -> SelectedGeneration {
+    SelectedGeneration {
+        generation: v.generation,
+        commit_digest: v.commit_digest,
+        manifest_digest: v.manifest_digest,
+        workers: v.topology.workers(),
+        step: v.manifest.step,
+        logical_state_root: v.manifest.logical_state_root,
+    }
+}
+
+/// LATEST's status; a request that fails (after its retries) fails recovery, as every
+/// other read does; a LATEST too large or undecodable is `garbage`.
+fn latest_report(
+    client: &ObjClient,
+    selected: Option<&SelectedGeneration>,
+) -> Result<LatestReport, ObjStoreError> {
+    let url = client.location().key_url(LATEST_KEY);
+    let garbage = |reason: String, generation| LatestReport {
+        status: LatestStatus::Garbage,
+        generation,
+        reason: Some(reason),
+    };
+    let bytes = match client.get_capped(LATEST_KEY, LatestRecord::CAP) {
+        Ok(Fetched::Bytes(bytes)) => bytes,
+        Ok(Fetched::Missing) => {
+            return Ok(LatestReport {
+                status: LatestStatus::Missing,
+                generation: None,
+                reason: None,
+            })
+        }
+        Err(error @ ObjStoreError::TooLarge { .. }) => return Ok(garbage(error.to_string(), None)),
+        Err(error) => return Err(error),
+    };
+    let record: LatestRecord = match decode(Path::new(&url), &bytes) {
+        Ok(record) => record,
+        Err(error) => return Ok(garbage(error.to_string(), None)),
+    };
+    let status = match selected {
+        None => LatestStatus::Ahead,
+        Some(s) if record.generation > s.generation => LatestStatus::Ahead,
+        Some(s) if record.generation < s.generation => LatestStatus::Stale,
+        Some(s) if record.commit == s.commit_digest => LatestStatus::Consistent,
+        Some(_) => {
+            return Ok(garbage(
+                "names the selected generation with another commit digest".into(),
+                Some(record.generation),
+            ))
+        }
+    };
+    Ok(LatestReport {
+        status,
+        generation: Some(record.generation),
+        reason: None,
+    })
+}
+
+/// Scans `commits/`, verifies every record, selects the highest generation with exactly
+/// one valid record. Two different valid records at the highest valid generation are
+/// [`ObjStoreError::SplitBrain`]; a request that fails (after its bounded retries) fails
+/// the scan — recovery never answers from a partial listing or a partial read.
+pub fn recover(
+    client: &ObjClient,
+    conditional_create: ConditionalCreate,
+) -> Result<ObjRecoveryReport, ObjStoreError> {
+    let mut ignored = Vec::new();
+    let mut records = Vec::new();
+    for key in client.list(COMMITS_PREFIX)? {
+        match parse_commit_key(&key) {
+            Some((generation, digest)) => records.push((generation, digest, key)),
+            None => ignored.push(key),
+        }
+    }
+    records.sort();
+    let mut valid: BTreeMap<u64, Vec<Verified>> = BTreeMap::new();
+    let mut rejected = Vec::new();
+    for (generation, digest, key) in records {
+        match verify_record(client, &key, generation, digest, false) {
+            Ok(v) => valid.entry(generation).or_default().push(v),
+            // A request that failed says nothing about the record: fail the scan.
+            Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
+                return Err(error)
+            }
+            Err(error) => rejected.push(Rejection {
+                file: key,
+                generation: Some(generation),
+                kind: error.kind().to_owned(),
+                reason: error.to_string(),
+            }),
+        }
+    }
+    // Every split brain here is below the selected generation: one at the top is an error.
+    let split_brains: Vec<SplitBrainRecords> = valid
+        .iter()
+        .filter(|(_, records)| records.len() > 1)
+        .map(|(&generation, records)| SplitBrainRecords {
+            generation,
+            records: records.iter().map(|v| v.key.clone()).collect(),
+        })
+        .collect();
+    let top = valid.iter().next_back();
+    let selected = match top {
+        None => None,
+        Some((&generation, records)) if records.len() > 1 => {
+            return Err(ObjStoreError::SplitBrain {
+                generation,
+                records: records
+                    .iter()
+                    .map(|v| client.location().key_url(&v.key))
+                    .collect(),
+            })
+        }
+        Some((_, records)) => records.first(),
+    };
+    let selected_generation = selected.map(selected_of);
+    let latest = latest_report(client, selected_generation.as_ref())?;
+    Ok(ObjRecoveryReport {
+        location: client.location().url(),
+        selected_key: selected.map(|v| v.key.clone()),
+        selected: selected_generation,
+        valid_generations: valid.keys().copied().collect(),
+        rejected,
+        split_brains,
+        latest,
+        ignored,
+        conditional_create,
+    })
+}
+
+/// The fully verified state of `generation`: its one valid record, decoded end to end.
+pub fn load_generation(
+    client: &ObjClient,
+    generation: u64,
+) -> Result<(LogicalState, Topology), ObjStoreError> {
+    let prefix = format!("{COMMITS_PREFIX}/{generation:020}");
+    let mut found = Vec::new();
+    let mut first_error = None;
+    for key in client.list(&prefix)? {
+        let Some((named, digest)) = parse_commit_key(&key) else {
+            continue;
+        };
+        if named != generation {
+            continue;
+        }
+        match verify_record(client, &key, generation, digest, true) {
+            Ok(v) => found.push(v),
+            Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
+                return Err(error)
+            }
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match found.len() {
+        0 => Err(first_error.unwrap_or(ObjStoreError::GenerationNotFound {
+            location: client.location().url(),
+            generation,
+        })),
+        1 => {
+            let v = found.remove(0);
+            match v.state {
+                Some(state) => Ok((state, v.topology)),
+                None => Err(ObjStoreError::GenerationNotFound {
+                    location: client.location().url(),
+                    generation,
+                }),
+            }
+        }
+        _ => Err(ObjStoreError::SplitBrain {
+            generation,
+            records: found
+                .iter()
+                .map(|v| client.location().key_url(&v.key))
+                .collect(),
+        }),
+    }
+}

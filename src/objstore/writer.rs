@@ -1,0 +1,217 @@
+//! The object-store writer (RFC 0001 §9.3): chunk objects, the manifest, the commit
+//! record, LATEST — each a PUT, each reaching the barriers RFC 0001 §9.6 maps to it.
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::digest::Digest;
+use crate::core::logical::LogicalState;
+use crate::core::topology::Topology;
+use crate::objstore::client::{ConditionalCreate, ObjClient};
+use crate::objstore::error::ObjStoreError;
+use crate::objstore::keys::{commit_key, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
+use crate::store::codec::{
+    encode, CommitKind, CommitRecord, LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA,
+    SCHEMA_VERSION,
+};
+use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for};
+
+/// What a publish committed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjCommitSummary {
+    /// The store location.
+    pub location: String,
+    /// The generation committed.
+    pub generation: u64,
+    /// Publish or reshard.
+    pub kind: CommitKind,
+    /// The commit record's key (relative to the store).
+    pub commit_key: String,
+    /// SHA-256 of the commit record.
+    pub commit_digest: Digest,
+    /// SHA-256 of the manifest.
+    pub manifest_digest: Digest,
+    /// The worker count of the committed topology.
+    pub workers: u32,
+    /// The optimizer step of the committed state.
+    pub step: u64,
+    /// The committed logical-state root.
+    pub logical_state_root: Digest,
+    /// Chunk objects PUT (every one, idempotently).
+    pub objects_put: u64,
+    /// Bytes PUT: chunk objects, manifest, commit record and LATEST.
+    pub bytes_put: u64,
+    /// What the conditional-create probe found at open.
+    pub conditional_create: ConditionalCreate,
+    /// Wall time of the publish, in milliseconds.
+    pub elapsed_ms: u64,
+}
+
+/// Highest generation named under `commits/` plus one (0 for an empty store). Names
+/// count whether or not their records verify, as in the local store.
+pub fn next_generation(client: &ObjClient) -> Result<u64, ObjStoreError> {
+    let keys = client.list(COMMITS_PREFIX)?;
+    match keys
+        .iter()
+        .filter_map(|k| parse_commit_key(k))
+        .map(|(g, _)| g)
+        .max()
+    {
+        None => Ok(0),
+        Some(highest) => highest
+            .checked_add(1)
+            .ok_or(ObjStoreError::GenerationOverflow),
+    }
+}
+
+struct Run<'a> {
+    client: &'a ObjClient,
+    hooks: &'a mut dyn BarrierHook,
+    seq: u64,
+    occurrences: [u32; Barrier::ALL.len()],
+    bytes_put: u64,
+}
+
+impl Run<'_> {
+    fn emit(&mut self, barrier: Barrier, rel: &str) -> Result<(), ObjStoreError> {
+        let index = barrier as usize;
+        self.occurrences[index] = self.occurrences[index].saturating_add(1);
+        let event = BarrierEvent {
+            seq: self.seq,
+            barrier,
+            occurrence: self.occurrences[index],
+            path: rel.to_owned(),
+        };
+        self.seq += 1;
+        self.hooks
+            .reached(&event)
+            .map_err(|reason| ObjStoreError::Stopped {
+                barrier: barrier.name(),
+                reason,
+            })
+    }
+
+    /// One PUT with its four barriers: the two "write/fsync" barriers when the bytes are
+    /// ready and nothing is sent, the two "rename/directory-fsync" barriers when the PUT
+    /// was acknowledged (visible and, on a store that fsyncs before acknowledging,
+    /// durable). RFC 0001 §9.6.
+    fn put(
+        &mut self,
+        barriers: [Barrier; 4],
+        rel: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), ObjStoreError> {
+        let [after_write, after_file_fsync, after_rename, after_directory_fsync] = barriers;
+        self.emit(after_write, rel)?;
+        self.emit(after_file_fsync, rel)?;
+        let length = bytes.len() as u64;
+        self.client.put(rel, bytes)?;
+        self.bytes_put += length;
+        self.emit(after_rename, rel)?;
+        self.emit(after_directory_fsync, rel)
+    }
+}
+
+const OBJECT_BARRIERS: [Barrier; 4] = [
+    Barrier::ObjectAfterWrite,
+    Barrier::ObjectAfterFileFsync,
+    Barrier::ObjectAfterRename,
+    Barrier::ObjectAfterDirectoryFsync,
+];
+const MANIFEST_BARRIERS: [Barrier; 4] = [
+    Barrier::ManifestAfterWrite,
+    Barrier::ManifestAfterFileFsync,
+    Barrier::ManifestAfterRename,
+    Barrier::ManifestAfterDirectoryFsync,
+];
+const COMMIT_BARRIERS: [Barrier; 4] = [
+    Barrier::CommitAfterWrite,
+    Barrier::CommitAfterFileFsync,
+    Barrier::CommitAfterRename,
+    Barrier::CommitAfterDirectoryFsync,
+];
+const LATEST_BARRIERS: [Barrier; 4] = [
+    Barrier::LatestAfterWrite,
+    Barrier::LatestAfterFileFsync,
+    Barrier::LatestAfterRename,
+    Barrier::LatestAfterDirectoryFsync,
+];
+
+/// Publishes `state` on `topology` as the next generation: every chunk payload, then the
+/// manifest, then the commit record (the commit point), then LATEST. Nothing is reported
+/// committed unless the commit record's PUT was acknowledged.
+pub fn publish(
+    client: &ObjClient,
+    conditional_create: ConditionalCreate,
+    state: &LogicalState,
+    topology: Topology,
+    hooks: &mut dyn BarrierHook,
+) -> Result<ObjCommitSummary, ObjStoreError> {
+    let started = Instant::now();
+    let topology =
+        Topology::new(topology.workers()).map_err(|e| ObjStoreError::Publish(e.into()))?;
+    let generation = next_generation(client)?;
+    let mut run = Run {
+        client,
+        hooks,
+        seq: 0,
+        occurrences: [0; Barrier::ALL.len()],
+        bytes_put: 0,
+    };
+    let mut objects_put = 0u64;
+    for chunk in state.chunks() {
+        for payload in chunk_payloads(chunk) {
+            let rel = object_key(&Digest::of(&payload));
+            run.put(OBJECT_BARRIERS, &rel, payload)?;
+            objects_put += 1;
+        }
+    }
+    let manifest: ManifestRecord = manifest_for(state, topology, chunk_entries(state));
+    let manifest_bytes = encode(&manifest).map_err(ObjStoreError::Publish)?;
+    let manifest_digest = Digest::of(&manifest_bytes);
+    run.put(
+        MANIFEST_BARRIERS,
+        &object_key(&manifest_digest),
+        manifest_bytes,
+    )?;
+    let record = CommitRecord {
+        schema: COMMIT_SCHEMA.to_owned(),
+        version: SCHEMA_VERSION,
+        generation,
+        kind: CommitKind::Publish,
+        source_generation: None,
+        manifest: manifest_digest,
+        workers: manifest.workers,
+        step: manifest.step,
+        logical_state_root: manifest.logical_state_root,
+    };
+    let record_bytes = encode(&record).map_err(ObjStoreError::Publish)?;
+    let commit_digest = Digest::of(&record_bytes);
+    let record_key = commit_key(generation, &commit_digest);
+    run.put(COMMIT_BARRIERS, &record_key, record_bytes)?;
+    let latest = LatestRecord {
+        schema: LATEST_SCHEMA.to_owned(),
+        version: SCHEMA_VERSION,
+        generation,
+        commit: commit_digest,
+    };
+    let latest_bytes = encode(&latest).map_err(ObjStoreError::Publish)?;
+    run.put(LATEST_BARRIERS, LATEST_KEY, latest_bytes)?;
+    Ok(ObjCommitSummary {
+        location: client.location().url(),
+        generation,
+        kind: CommitKind::Publish,
+        commit_key: record_key,
+        commit_digest,
+        manifest_digest,
+        workers: manifest.workers,
+        step: manifest.step,
+        logical_state_root: manifest.logical_state_root,
+        objects_put,
+        bytes_put: run.bytes_put,
+        conditional_create,
+        elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
