@@ -475,15 +475,22 @@ mod tests {
     /// before the coordinator could apply it.
     #[test]
     fn a_chunk_with_uneven_slots_is_refused() {
-        let mut e = Encoder::new(TAG_CHUNKS);
-        e.u64(1)
-            .u64(1)
-            .u32(3)
-            .f32s(&[1.0, 2.0])
-            .f32s(&[0.5])
-            .f32s(&[0.25, 0.5]);
+        // step, adamw_ns, one chunk: id, then its three slots.
+        let frame = |exp_avg: &[f32]| {
+            let mut e = Encoder::new(TAG_CHUNKS);
+            e.u64(1)
+                .u64(0)
+                .u64(1)
+                .u32(3)
+                .f32s(&[1.0, 2.0])
+                .f32s(exp_avg)
+                .f32s(&[0.25, 0.5]);
+            e.finish()
+        };
+        // Control: the same frame with even slots decodes.
+        assert!(Message::decode(&frame(&[0.5, 0.5])).is_ok());
         assert!(matches!(
-            Message::decode(&e.finish()),
+            Message::decode(&frame(&[0.5])),
             Err(ProtocolError::Chunk(LogicalStateError::ChunkLength {
                 id: 3,
                 slot: "exp_avg",
