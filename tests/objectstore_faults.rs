@@ -44,7 +44,7 @@ fn one_node_stopped_mid_publish_the_publish_completes_and_recovers() {
     assert_eq!(summary.generation, 0);
     // Recovered with the node still down, then again after it rejoined.
     let report = store.recover().expect("recover with node 2 down");
-    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+    assert_eq!(report.scan.selected.map(|s| s.generation), Some(0));
     garage_node("start", 2);
     let (loaded, _) = open(&url, false)
         .load_generation(0)
@@ -108,7 +108,7 @@ fn two_nodes_stopped_mid_publish_fail_typed_and_nothing_is_committed() {
     );
     let report = store.recover().expect("recover after restart");
     assert_eq!(
-        report.selected.as_ref().map(|s| s.generation),
+        report.scan.selected.as_ref().map(|s| s.generation),
         Some(0),
         "{report:?}"
     );

@@ -46,7 +46,11 @@ fn a_publisher_killed_at_spread_instants_never_leaves_an_unverified_selection() 
         }
         let store = open(&url, false);
         let report = store.recover().expect("recover after the kill");
-        let selected = report.selected.as_ref().map(|s| (s.generation, s.step));
+        let selected = report
+            .scan
+            .selected
+            .as_ref()
+            .map(|s| (s.generation, s.step));
         let candidate_generation = committed.map_or(0, |(g, _)| g + 1);
         let allowed = [committed, Some((candidate_generation, step))];
         assert!(

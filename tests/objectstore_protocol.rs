@@ -90,8 +90,8 @@ fn publish_then_a_fresh_process_recovers_and_verifies_it() {
     assert_eq!(loaded, state);
     assert_eq!(topology.workers(), 2);
     let report = store.recover().expect("recover");
-    assert_eq!(report.selected.map(|s| s.generation), Some(1));
-    assert_eq!(report.valid_generations, vec![0, 1]);
+    assert_eq!(report.scan.selected.map(|s| s.generation), Some(1));
+    assert_eq!(report.scan.valid_generations, vec![0, 1]);
 }
 
 #[test]
@@ -109,7 +109,7 @@ fn a_corrupted_object_is_refused_naming_its_key() {
         .expect("publish 1");
     // Control: both verify, generation 1 is selected.
     let report = store.recover().expect("recover before corruption");
-    assert_eq!(report.selected.as_ref().map(|s| s.generation), Some(1));
+    assert_eq!(report.scan.selected.as_ref().map(|s| s.generation), Some(1));
 
     // Corrupt one chunk object only generation 1 uses, through the S3 API.
     let digest = chunk_entries(&new)[1].exp_avg;
@@ -130,12 +130,12 @@ fn a_corrupted_object_is_refused_naming_its_key() {
 
     let report = store.recover().expect("recover after corruption");
     assert_eq!(
-        report.selected.as_ref().map(|s| s.generation),
+        report.scan.selected.as_ref().map(|s| s.generation),
         Some(0),
         "recovery must fall back to generation 0: {report:?}"
     );
-    assert_eq!(report.rejected.len(), 1, "{report:?}");
-    let rejection = &report.rejected[0];
+    assert_eq!(report.scan.rejected.len(), 1, "{report:?}");
+    let rejection = &report.scan.rejected[0];
     assert_eq!(rejection.generation, Some(1));
     assert_eq!(rejection.kind, "digest-mismatch");
     assert!(
@@ -173,9 +173,10 @@ fn a_corrupted_object_is_refused_naming_its_key() {
         .put(&record_rel, b"{}".to_vec())
         .expect("PUT a garbage record");
     let report = store.recover().expect("recover");
-    assert!(report.selected.is_none(), "{report:?}");
+    assert!(report.scan.selected.is_none(), "{report:?}");
     assert!(
         report
+            .scan
             .rejected
             .iter()
             .any(|r| r.file == record_rel && r.reason.contains(&record_url)),
@@ -242,11 +243,12 @@ fn a_manifest_naming_synthetic_objects_is_refused() {
 
     let report = store.recover().expect("recover after the forgery");
     assert_eq!(
-        report.selected.as_ref().map(|s| s.generation),
+        report.scan.selected.as_ref().map(|s| s.generation),
         Some(0),
         "{report:?}"
     );
     let rejection = report
+        .scan
         .rejected
         .iter()
         .find(|r| r.file == forged_rel)
@@ -276,6 +278,7 @@ fn racing_publishers_keep_both_records_and_recovery_reports_the_split_brain() {
         open(&url, false)
             .recover()
             .expect("recover")
+            .scan
             .selected
             .map(|s| s.generation),
         Some(0)
@@ -366,10 +369,10 @@ fn racing_publishers_keep_both_records_and_recovery_reports_the_split_brain() {
         .expect("publish 2");
     assert_eq!(later.generation, 2);
     let report = store.recover().expect("recover");
-    assert_eq!(report.selected.as_ref().map(|s| s.generation), Some(2));
+    assert_eq!(report.scan.selected.as_ref().map(|s| s.generation), Some(2));
     assert_eq!(report.split_brains.len(), 1);
     assert_eq!(report.split_brains[0].generation, 1);
-    assert_eq!(report.latest.status, LatestStatus::Consistent);
+    assert_eq!(report.scan.latest.status, LatestStatus::Consistent);
 }
 
 /// Not a benchmark: one figure of this run, publish throughput next to raw PUTs of the
@@ -410,7 +413,7 @@ fn publish_throughput_next_to_raw_put_of_the_same_bytes() {
     }
     let raw_s = started.elapsed().as_secs_f64();
     let report = store.recover().expect("recover");
-    assert_eq!(report.selected.map(|s| s.generation), Some(STATES - 1));
+    assert_eq!(report.scan.selected.map(|s| s.generation), Some(STATES - 1));
     eprintln!(
         "objectstore throughput: publish {:.1} MB/s ({published_bytes} bytes in {publish_s:.2} s, {STATES} generations), raw PUT {:.1} MB/s ({raw_bytes} bytes in {raw_s:.2} s)",
         published_bytes as f64 / publish_s / 1e6,

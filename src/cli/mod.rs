@@ -11,3 +11,23 @@ pub mod progress;
 pub mod store;
 pub mod train;
 pub mod verify_bundle;
+
+/// Prints `value` as pretty JSON on stdout.
+fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// A command's result on stdout: `value` as JSON with `--json`, else the one line for
+/// people that `line` writes.
+fn print_report<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    line: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    if json {
+        return print_json(value);
+    }
+    println!("{}", line());
+    Ok(())
+}

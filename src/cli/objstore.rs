@@ -6,10 +6,7 @@ use shardlift::core::topology::Topology;
 use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions};
 use shardlift::store::barrier::NoHooks;
 
-fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
-}
+use super::{print_json, print_report};
 
 /// A typed object-store failure as JSON on stdout (kind, key, message), then the error.
 fn fail(error: ObjStoreError, json: bool) -> anyhow::Error {
@@ -45,14 +42,12 @@ pub fn publish(url: &str, state: &LogicalState, workers: u32, json: bool) -> any
     let summary = store
         .publish(state, topology, &mut NoHooks)
         .map_err(|e| fail(e, json))?;
-    if json {
-        return print_json(&summary);
-    }
-    println!(
-        "published generation {} ({})",
-        summary.generation, summary.commit_key
-    );
-    Ok(())
+    print_report(json, &summary, || {
+        format!(
+            "published generation {} ({})",
+            summary.generation, summary.commit_key
+        )
+    })
 }
 
 /// Recovers `url` read-only and prints the report.
@@ -63,31 +58,9 @@ pub fn recover(url: &str, json: bool, expect_root: &[String]) -> anyhow::Result<
     if json {
         print_json(&serde_json::json!({ "report": report }))?;
     } else {
-        match &report.selected {
-            Some(s) => println!(
-                "selected generation {} (step {}, {} workers, root {})",
-                s.generation, s.step, s.workers, s.logical_state_root
-            ),
-            None => println!("no valid generation"),
-        }
-        for r in &report.rejected {
-            println!("rejected {}: {}", r.file, r.reason);
-        }
+        super::store::print_recovery(&report.scan)?;
     }
-    if !expect_root.is_empty() {
-        let selected = report
-            .selected
-            .as_ref()
-            .map(|s| s.logical_state_root.to_string());
-        match selected {
-            Some(root) if expect_root.iter().any(|e| e.eq_ignore_ascii_case(&root)) => {}
-            Some(root) => {
-                anyhow::bail!("the selected generation's root {root} is not an expected one")
-            }
-            None => anyhow::bail!("no valid generation (expected one with a given root)"),
-        }
-    }
-    Ok(())
+    super::store::check_expected_root(&report.scan, expect_root)
 }
 
 /// Loads and fully verifies one generation of `url`.
@@ -98,18 +71,10 @@ pub fn verify(url: &str, generation: u64, json: bool) -> anyhow::Result<()> {
         .load_generation(generation)
         .map_err(|e| fail(e, json))?;
     let root = state.logical_state_root();
-    if json {
-        return print_json(&serde_json::json!({
-            "location": url,
-            "generation": generation,
-            "step": state.step(),
-            "cursor": state.cursor(),
-            "workers": topology.workers(),
-            "chunks": state.chunks().len(),
-            "logical_state_root": root,
-            "conditional_create": store.conditional_create(),
-        }));
-    }
-    println!("generation {generation} verifies: root {root}");
-    Ok(())
+    let mut report = super::store::verified_report(generation, &state, topology);
+    report["location"] = serde_json::json!(url);
+    report["conditional_create"] = serde_json::json!(store.conditional_create());
+    print_report(json, &report, || {
+        format!("generation {generation} verifies: root {root}")
+    })
 }

@@ -10,6 +10,8 @@ use shardlift::core::topology::Topology;
 use shardlift::store::barrier::NoHooks;
 use shardlift::store::layout::synthetic_state;
 
+use super::{print_json, print_report};
+
 /// `store bench` arguments.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -182,90 +184,54 @@ pub enum StoreChildCommand {
     },
 }
 
-fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
-}
-
 /// The `s3://…` location `--store` names, if it names one (else a local directory).
 fn s3_location(store: &Path) -> Option<&str> {
     store.to_str().filter(|s| s.starts_with("s3://"))
 }
 
+/// Refuses an `s3://` location for a command the object-store backend does not have yet.
+fn local_only(store: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        s3_location(store).is_none(),
+        "this command works on a local store only so far; publish-synthetic, recover and verify accept s3://"
+    );
+    Ok(())
+}
+
 pub fn run(command: StoreCommand) -> anyhow::Result<()> {
-    match &command {
-        StoreCommand::Recover {
-            store,
-            json,
-            repair_latest,
-            expect_root,
-        } if s3_location(store).is_some() => {
-            anyhow::ensure!(
-                !*repair_latest,
-                "--repair-latest is not supported on an object store yet"
-            );
-            let url = s3_location(store).unwrap_or_default();
-            return super::objstore::recover(url, *json, expect_root);
-        }
-        StoreCommand::Verify {
-            store,
-            generation,
-            json,
-        } if s3_location(store).is_some() => {
-            let url = s3_location(store).unwrap_or_default();
-            return super::objstore::verify(url, *generation, *json);
-        }
-        StoreCommand::PublishSynthetic {
-            store,
-            seed,
-            step,
-            workers,
-            chunk_elements,
-            json,
-            trace_operations,
-            state_bytes,
-        } if s3_location(store).is_some() => {
-            anyhow::ensure!(
-                !*trace_operations,
-                "--trace-operations traces the local file-system seam; an object store has none"
-            );
-            anyhow::ensure!(
-                state_bytes.is_none(),
-                "--state-bytes works on a local store only so far (the object-store writer has no synthetic objects yet)"
-            );
-            let url = s3_location(store).unwrap_or_default();
-            let state = synthetic_state(*seed, *step, *chunk_elements);
-            return super::objstore::publish(url, &state, *workers, *json);
-        }
-        StoreCommand::Reshard { store, .. }
-        | StoreCommand::Export { store, .. }
-        | StoreCommand::Import { store, .. }
-            if s3_location(store).is_some() =>
-        {
-            anyhow::bail!(
-                "this command works on a local store only so far; publish-synthetic, recover and verify accept s3://"
-            );
-        }
-        _ => {}
-    }
     match command {
         StoreCommand::Recover {
             store,
             json,
             repair_latest,
             expect_root,
-        } => recover(&store, json, repair_latest, &expect_root),
+        } => match s3_location(&store) {
+            Some(url) => {
+                anyhow::ensure!(
+                    !repair_latest,
+                    "--repair-latest is not supported on an object store yet"
+                );
+                super::objstore::recover(url, json, &expect_root)
+            }
+            None => recover(&store, json, repair_latest, &expect_root),
+        },
         StoreCommand::Reshard {
             store,
             generation,
             workers,
             json,
-        } => reshard(&store, generation, workers, json),
+        } => {
+            local_only(&store)?;
+            reshard(&store, generation, workers, json)
+        }
         StoreCommand::Verify {
             store,
             generation,
             json,
-        } => verify(&store, generation, json),
+        } => match s3_location(&store) {
+            Some(url) => super::objstore::verify(url, generation, json),
+            None => verify(&store, generation, json),
+        },
         StoreCommand::PublishSynthetic {
             store,
             seed,
@@ -277,6 +243,17 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             trace_operations,
         } => {
             let state = synthetic_state(seed, step, chunk_elements);
+            if let Some(url) = s3_location(&store) {
+                anyhow::ensure!(
+                    !trace_operations,
+                    "--trace-operations traces the local file-system seam; an object store has none"
+                );
+                anyhow::ensure!(
+                    state_bytes.is_none(),
+                    "--state-bytes works on a local store only so far (the object-store writer has no synthetic objects yet)"
+                );
+                return super::objstore::publish(url, &state, workers, json);
+            }
             match state_bytes {
                 Some(state_bytes) => {
                     publish_scaled(&store, &state, seed, workers, state_bytes, json)
@@ -290,20 +267,19 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             out,
             json,
         } => {
+            local_only(&store)?;
             let summary = shardlift::interop::export(&store, generation, &out)
                 .with_context(|| format!("exporting generation {generation}"))?;
-            if json {
-                return print_json(&summary);
-            }
-            println!(
-                "exported generation {generation} (root {}) to {}",
-                summary
-                    .metadata
-                    .logical_state_root
-                    .map_or_else(String::new, |r| r.to_string()),
-                out.display()
-            );
-            Ok(())
+            print_report(json, &summary, || {
+                format!(
+                    "exported generation {generation} (root {}) to {}",
+                    summary
+                        .metadata
+                        .logical_state_root
+                        .map_or_else(String::new, |r| r.to_string()),
+                    out.display()
+                )
+            })
         }
         StoreCommand::Import {
             store,
@@ -311,16 +287,15 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             workers,
             json,
         } => {
+            local_only(&store)?;
             let summary = shardlift::interop::import(&store, &from, workers)
                 .with_context(|| format!("importing {}", from.display()))?;
-            if json {
-                return print_json(&summary);
-            }
-            println!(
-                "imported as generation {} (root {})",
-                summary.commit.generation, summary.imported_root
-            );
-            Ok(())
+            print_report(json, &summary, || {
+                format!(
+                    "imported as generation {} (root {})",
+                    summary.commit.generation, summary.imported_root
+                )
+            })
         }
         StoreCommand::Bench(args) => {
             let _ = args.json;
@@ -375,23 +350,34 @@ fn recover(
         print_recovery(&report)
     };
     printed?;
-    if !expect_root.is_empty() {
-        let selected = report
-            .selected
-            .as_ref()
-            .map(|s| s.logical_state_root.to_string());
-        match selected {
-            Some(root) if expect_root.iter().any(|e| e.eq_ignore_ascii_case(&root)) => {}
-            Some(root) => {
-                anyhow::bail!("the selected generation's root {root} is not an expected one")
-            }
-            None => anyhow::bail!("no valid generation (expected one with a given root)"),
-        }
-    }
-    Ok(())
+    check_expected_root(&report, expect_root)
 }
 
-fn print_recovery(report: &shardlift::store::recovery::RecoveryReport) -> anyhow::Result<()> {
+/// With `--expect-root`: fails unless recovery selected a generation with one of those roots.
+pub(super) fn check_expected_root(
+    report: &shardlift::store::recovery::RecoveryReport,
+    expect_root: &[String],
+) -> anyhow::Result<()> {
+    if expect_root.is_empty() {
+        return Ok(());
+    }
+    let selected = report
+        .selected
+        .as_ref()
+        .map(|s| s.logical_state_root.to_string());
+    match selected {
+        Some(root) if expect_root.iter().any(|e| e.eq_ignore_ascii_case(&root)) => Ok(()),
+        Some(root) => {
+            anyhow::bail!("the selected generation's root {root} is not an expected one")
+        }
+        None => anyhow::bail!("no valid generation (expected one with a given root)"),
+    }
+}
+
+/// The human-readable recovery report: the selection, then every rejected record.
+pub(super) fn print_recovery(
+    report: &shardlift::store::recovery::RecoveryReport,
+) -> anyhow::Result<()> {
     match &report.selected {
         Some(s) => println!(
             "selected generation {} (step {}, {} workers, root {})",
@@ -410,31 +396,36 @@ fn reshard(store: &Path, generation: u64, workers: u32, json: bool) -> anyhow::R
     let topology = Topology::new(workers)?;
     let summary = shardlift::store::reshard(store, generation, topology)
         .with_context(|| format!("resharding generation {generation}"))?;
-    if json {
-        return print_json(&summary);
-    }
-    println!(
-        "generation {} = generation {generation} on {workers} workers (root {})",
-        summary.generation, summary.logical_state_root
-    );
-    Ok(())
+    print_report(json, &summary, || {
+        format!(
+            "generation {} = generation {generation} on {workers} workers (root {})",
+            summary.generation, summary.logical_state_root
+        )
+    })
+}
+
+/// What `store verify --json` prints of a generation that verified, on either backend.
+pub(super) fn verified_report(
+    generation: u64,
+    state: &LogicalState,
+    topology: Topology,
+) -> serde_json::Value {
+    serde_json::json!({
+        "generation": generation,
+        "step": state.step(),
+        "cursor": state.cursor(),
+        "workers": topology.workers(),
+        "chunks": state.chunks().len(),
+        "logical_state_root": state.logical_state_root(),
+    })
 }
 
 fn verify(store: &Path, generation: u64, json: bool) -> anyhow::Result<()> {
     let (state, topology) = shardlift::store::load_generation(store, generation)?;
     let root = state.logical_state_root();
-    if json {
-        return print_json(&serde_json::json!({
-            "generation": generation,
-            "step": state.step(),
-            "cursor": state.cursor(),
-            "workers": topology.workers(),
-            "chunks": state.chunks().len(),
-            "logical_state_root": root,
-        }));
-    }
-    println!("generation {generation} verifies: root {root}");
-    Ok(())
+    print_report(json, &verified_report(generation, &state, topology), || {
+        format!("generation {generation} verifies: root {root}")
+    })
 }
 
 fn publish_synthetic(
@@ -453,11 +444,9 @@ fn publish_synthetic(
         }));
     }
     let summary = shardlift::store::publish(store, state, topology, &mut NoHooks)?;
-    if json {
-        return print_json(&summary);
-    }
-    println!("published generation {}", summary.generation);
-    Ok(())
+    print_report(json, &summary, || {
+        format!("published generation {}", summary.generation)
+    })
 }
 
 /// `publish-synthetic --state-bytes`: the state plus synthetic objects of its chunk size

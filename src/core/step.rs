@@ -74,35 +74,30 @@ pub fn check_parameter_count(flat_parameters: &[f32]) -> Result<(), StepError> {
 /// the call, so an engine can reuse one buffer for every micro-batch).
 pub type GradientSink<'a> = dyn FnMut(u32, f32, &[f32]) -> Result<(), StepError> + 'a;
 
-/// Computes the gradient of one logical micro-batch. Implementations must be pure: the
-/// same parameters and micro-batch give the same bits in every process, whatever the
-/// topology (the tch engine pins torch to one thread for this).
-pub trait GradientEngine {
-    /// Gradient of the micro-batch's summed loss divided by `global_batch_size`.
-    fn micro_batch_gradient(
-        &self,
-        flat_parameters: &[f32],
-        batch: &MicroBatch,
-        global_batch_size: u64,
-    ) -> Result<MicroBatchGradient, StepError>;
+/// One engine call's work: micro-batches all differentiated at the same parameters, each
+/// gradient the micro-batch's summed loss divided by the step's global batch size.
+#[derive(Clone, Copy, Debug)]
+pub struct GradientRequest<'a> {
+    /// The flat parameter vector (`PARAMETER_COUNT` values).
+    pub flat_parameters: &'a [f32],
+    /// The micro-batches, in the order their results go to the sink.
+    pub batches: &'a [MicroBatch],
+    /// The step's global batch size (the divisor of every summed loss).
+    pub global_batch_size: u64,
+}
 
-    /// The gradients of `batches`, all at the same parameters, handed to `sink` one by one
-    /// in the order given. Each must have the bits [`Self::micro_batch_gradient`] gives;
-    /// an engine overrides this to set the parameters up once per call and reuse its
-    /// buffers across micro-batches.
+/// Computes the gradients of logical micro-batches. Implementations must be pure: the
+/// same parameters and micro-batch give the same bits in every process, in every call
+/// shape, whatever the topology (the tch engine pins torch to one thread for this).
+pub trait GradientEngine {
+    /// The gradients of `request.batches`, handed to `sink` one by one in the order given.
+    /// A micro-batch's bits must not depend on the others in the call; an engine may set
+    /// the parameters up once per call and reuse its buffers across micro-batches.
     fn micro_batch_gradients(
         &self,
-        flat_parameters: &[f32],
-        batches: &[MicroBatch],
-        global_batch_size: u64,
+        request: GradientRequest<'_>,
         sink: &mut GradientSink<'_>,
-    ) -> Result<(), StepError> {
-        for batch in batches {
-            let result = self.micro_batch_gradient(flat_parameters, batch, global_batch_size)?;
-            sink(result.index, result.loss, &result.gradient)?;
-        }
-        Ok(())
-    }
+    ) -> Result<(), StepError>;
 }
 
 /// Images and labels of one split, borrowed (row-major 28×28 u8 images).
@@ -333,7 +328,12 @@ pub fn in_process_step(
     // The micro-batches are planned in logical order, so each gradient is added to the
     // sum as it comes: one gradient buffer in flight instead of L.
     let mut sum = LogicalSum::new(state.hyperparameters().logical_micro_batches);
-    engine.micro_batch_gradients(&flat, &batches, global, &mut |index, loss, gradient| {
+    let request = GradientRequest {
+        flat_parameters: &flat,
+        batches: &batches,
+        global_batch_size: global,
+    };
+    engine.micro_batch_gradients(request, &mut |index, loss, gradient| {
         sum.add(index, loss, gradient)
     })?;
     let (loss, gradient) = sum.finish()?;

@@ -56,6 +56,30 @@ pub trait FileSystem {
     }
 }
 
+/// Inside an `impl FileSystem for …` block: `read_file`, `list_dir` and `entry_kind` go
+/// straight to [`RealFs`]. For wrappers that observe or fault only mutations (the crash
+/// lab's recorder and stepper). An explicit opt-in on purpose: the trait has no default
+/// reads, so a new seam never reads the real disk by accident.
+macro_rules! reads_from_real_disk {
+    () => {
+        fn read_file(&self, path: &std::path::Path, cap: u64) -> std::io::Result<Vec<u8>> {
+            $crate::durable::fs::RealFs.read_file(path, cap)
+        }
+
+        fn list_dir(&self, path: &std::path::Path) -> std::io::Result<Vec<String>> {
+            $crate::durable::fs::RealFs.list_dir(path)
+        }
+
+        fn entry_kind(
+            &self,
+            path: &std::path::Path,
+        ) -> std::io::Result<Option<$crate::durable::fs::EntryKind>> {
+            $crate::durable::fs::RealFs.entry_kind(path)
+        }
+    };
+}
+pub(crate) use reads_from_real_disk;
+
 /// Buffer size of [`RealFs::hash_file`]: memory per hashing thread, whatever the file size.
 pub const HASH_BUFFER_BYTES: usize = 256 << 10;
 

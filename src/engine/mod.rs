@@ -12,7 +12,7 @@ use crate::core::logical::{
 };
 use crate::core::sampling::SampleStream;
 use crate::core::step::{
-    self, GradientEngine, GradientSink, MicroBatch, MicroBatchGradient, SplitView, StepError,
+    self, GradientEngine, GradientRequest, GradientSink, MicroBatch, SplitView, StepError,
     StepOutcome, IMAGE_BYTES, LOGIT_PROBE_IMAGES,
 };
 
@@ -32,24 +32,18 @@ pub enum EngineError {
 pub struct TchEngine;
 
 impl GradientEngine for TchEngine {
-    fn micro_batch_gradient(
-        &self,
-        flat_parameters: &[f32],
-        batch: &MicroBatch,
-        global_batch_size: u64,
-    ) -> Result<MicroBatchGradient, StepError> {
-        micro_batch_gradient(flat_parameters, batch, global_batch_size).map_err(into_step_error)
-    }
-
     fn micro_batch_gradients(
         &self,
-        flat_parameters: &[f32],
-        batches: &[MicroBatch],
-        global_batch_size: u64,
+        request: GradientRequest<'_>,
         sink: &mut GradientSink<'_>,
     ) -> Result<(), StepError> {
-        micro_batch_gradients(flat_parameters, batches, global_batch_size, sink)
-            .map_err(into_step_error)
+        micro_batch_gradients(
+            request.flat_parameters,
+            request.batches,
+            request.global_batch_size,
+            sink,
+        )
+        .map_err(into_step_error)
     }
 }
 
@@ -127,34 +121,11 @@ fn tensor_to_vec(tensor: &Tensor) -> Result<Vec<f32>, EngineError> {
     Ok(out)
 }
 
-/// Gradient of one micro-batch's summed loss, divided by the global batch size.
-pub fn micro_batch_gradient(
-    flat_parameters: &[f32],
-    batch: &MicroBatch,
-    global_batch_size: u64,
-) -> Result<MicroBatchGradient, EngineError> {
-    let mut result = None;
-    micro_batch_gradients(
-        flat_parameters,
-        std::slice::from_ref(batch),
-        global_batch_size,
-        &mut |index, loss, gradient| {
-            result = Some(MicroBatchGradient {
-                index,
-                loss,
-                gradient: gradient.to_vec(),
-            });
-            Ok(())
-        },
-    )?;
-    result.ok_or(EngineError::ParameterLength(0))
-}
-
 /// The gradients of several micro-batches at the same parameters, each handed to `sink`
 /// in turn. The parameter tensors are made once per call and every gradient is copied
-/// straight out of torch into one reused buffer; the graph of each micro-batch (linear,
-/// relu, linear, summed cross-entropy, division, backward) is the one
-/// [`micro_batch_gradient`] always ran, so the bits are the same. The gradients are taken
+/// straight out of torch into one reused buffer; each micro-batch runs its own graph (linear,
+/// relu, linear, summed cross-entropy, division, backward), so its bits do not depend on
+/// the other micro-batches of the call. The gradients are taken
 /// with `autograd::grad` (returned, never accumulated into `.grad`), so no micro-batch
 /// sees another's.
 pub fn micro_batch_gradients(
@@ -263,7 +234,7 @@ pub fn evaluate(flat_parameters: &[f32], test: SplitView<'_>) -> Result<Evaluati
 
 /// Pins torch to one intra-op and one inter-op thread (docs/architecture.md: the bits of a gradient
 /// change with the thread count). Call before any tensor work in a process; every entry
-/// point of this module that computes ([`micro_batch_gradient`], [`in_process_step`],
+/// point of this module that computes ([`micro_batch_gradients`], [`in_process_step`],
 /// [`evaluate`]) calls it first, so no process computes unpinned.
 pub fn pin_single_thread() {
     static PINNED: std::sync::Once = std::sync::Once::new();

@@ -25,7 +25,7 @@ use crate::supervise::process::{
     SupervisedChild,
 };
 
-use crate::durable::fs::{EntryKind, FileSystem, RealFs};
+use crate::durable::fs::{reads_from_real_disk, FileSystem, RealFs};
 use crate::lab::error::LabError;
 use crate::lab::handoff::{decode_handoff, encode_handoff, HANDOFF_MAGIC};
 use crate::store::barrier::{Barrier, BarrierEvent, FnHook, NoHooks};
@@ -853,15 +853,5 @@ impl FileSystem for SteppingFs<'_> {
         RealFs.remove_file(path)
     }
 
-    fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
-        RealFs.read_file(path, cap)
-    }
-
-    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
-        RealFs.list_dir(path)
-    }
-
-    fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>> {
-        RealFs.entry_kind(path)
-    }
+    reads_from_real_disk!();
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use crate::core::digest::{Digest, FramedHasher};
 use crate::core::rng::SplitMix64;
 
-use crate::durable::fs::{EntryKind, FileSystem, RealFs};
+use crate::durable::fs::{reads_from_real_disk, FileSystem, RealFs};
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
 
 /// Names and what they hold, before data variants are chosen.
@@ -293,17 +293,7 @@ impl FileSystem for RecordingFs {
         Ok(())
     }
 
-    fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
-        RealFs.read_file(path, cap)
-    }
-
-    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
-        RealFs.list_dir(path)
-    }
-
-    fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>> {
-        RealFs.entry_kind(path)
-    }
+    reads_from_real_disk!();
 }
 
 impl RecordingFs {

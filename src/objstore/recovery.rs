@@ -18,7 +18,9 @@ use crate::store::codec::{
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
-use crate::store::recovery::{LatestReport, LatestStatus, Rejection, SelectedGeneration};
+use crate::store::recovery::{
+    LatestReport, LatestStatus, RecoveryReport, Rejection, SelectedGeneration,
+};
 
 /// Two or more different valid commit records for one generation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,26 +32,22 @@ pub struct SplitBrainRecords {
     pub records: Vec<String>,
 }
 
-/// The result of an object-store recovery scan.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The result of an object-store recovery scan: the local store's report (RFC 0001 §6)
+/// plus what only an object store has. Serialized flat, so its JSON has the local report's
+/// fields at the top level.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ObjRecoveryReport {
     /// The store location.
     pub location: String,
-    /// The highest generation with exactly one valid record, if any.
-    pub selected: Option<SelectedGeneration>,
+    /// The scan, as for a local store: `selected` is the highest generation with exactly
+    /// one valid record, `rejected` names records by key, `ignored` lists keys under
+    /// `commits/` that are not commit record keys.
+    #[serde(flatten)]
+    pub scan: RecoveryReport,
     /// The selected record's key (relative to the store).
     pub selected_key: Option<String>,
-    /// Every generation with at least one valid record, ascending.
-    pub valid_generations: Vec<u64>,
-    /// Every commit record that did not verify, and why (`file` is its key).
-    pub rejected: Vec<Rejection>,
     /// Split brains below the selected generation (one at the top is an error instead).
     pub split_brains: Vec<SplitBrainRecords>,
-    /// What `refs/LATEST` says, compared with the selection.
-    pub latest: LatestReport,
-    /// Keys under `commits/` that are not commit record keys.
-    pub ignored: Vec<String>,
     /// What the conditional-create probe found (recovery itself does not probe).
     pub conditional_create: ConditionalCreate,
 }
@@ -206,14 +204,13 @@ fn verify_record(
 }
 
 fn selected_of(v: &Verified) -> SelectedGeneration {
-    SelectedGeneration {
-        generation: v.generation,
-        commit_digest: v.commit_digest,
-        manifest_digest: v.manifest_digest,
-        workers: v.topology.workers(),
-        step: v.manifest.step,
-        logical_state_root: v.manifest.logical_state_root,
-    }
+    SelectedGeneration::verified(
+        v.generation,
+        v.commit_digest,
+        v.manifest_digest,
+        &v.manifest,
+        v.topology,
+    )
 }
 
 /// LATEST's status; a request that fails (after its retries) fails recovery, as every
@@ -325,12 +322,14 @@ pub fn recover(
     Ok(ObjRecoveryReport {
         location: client.location().url(),
         selected_key: selected.map(|v| v.key.clone()),
-        selected: selected_generation,
-        valid_generations: valid.keys().copied().collect(),
-        rejected,
+        scan: RecoveryReport {
+            selected: selected_generation,
+            valid_generations: valid.keys().copied().collect(),
+            rejected,
+            latest,
+            ignored,
+        },
         split_brains,
-        latest,
-        ignored,
         conditional_create,
     })
 }

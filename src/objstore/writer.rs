@@ -10,7 +10,7 @@ use crate::core::topology::Topology;
 use crate::objstore::client::{ConditionalCreate, ObjClient};
 use crate::objstore::error::ObjStoreError;
 use crate::objstore::keys::{commit_key, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY};
-use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
+use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
 use crate::store::codec::{
     encode, CommitKind, CommitRecord, LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA,
     SCHEMA_VERSION,
@@ -69,24 +69,14 @@ pub fn next_generation(client: &ObjClient) -> Result<u64, ObjStoreError> {
 struct Run<'a> {
     client: &'a ObjClient,
     hooks: &'a mut dyn BarrierHook,
-    seq: u64,
-    occurrences: [u32; Barrier::ALL.len()],
+    barriers: BarrierSequencer,
     bytes_put: u64,
 }
 
 impl Run<'_> {
     fn emit(&mut self, barrier: Barrier, rel: &str) -> Result<(), ObjStoreError> {
-        let index = barrier as usize;
-        self.occurrences[index] = self.occurrences[index].saturating_add(1);
-        let event = BarrierEvent {
-            seq: self.seq,
-            barrier,
-            occurrence: self.occurrences[index],
-            path: rel.to_owned(),
-        };
-        self.seq += 1;
-        self.hooks
-            .reached(&event)
+        self.barriers
+            .reach(self.hooks, barrier, rel)
             .map_err(|reason| ObjStoreError::Stopped {
                 barrier: barrier.name(),
                 reason,
@@ -156,8 +146,7 @@ pub fn publish(
     let mut run = Run {
         client,
         hooks,
-        seq: 0,
-        occurrences: [0; Barrier::ALL.len()],
+        barriers: BarrierSequencer::new(),
         bytes_put: 0,
     };
     let mut objects_put = 0u64;

@@ -9,7 +9,9 @@ use tch::{Kind, Reduction, Tensor};
 use crate::core::logical::{Hyperparameters, LogicalState, CLASSES, HIDDEN_UNITS, INPUT_FEATURES};
 use crate::core::progress::Progress;
 use crate::core::sampling::SampleStream;
-use crate::core::step::{self, GradientEngine, LogicalSum, MicroBatch, SplitView, StepError};
+use crate::core::step::{
+    self, GradientEngine, GradientRequest, LogicalSum, MicroBatch, SplitView, StepError,
+};
 use crate::dataset::FashionMnist;
 use crate::engine;
 use crate::orchestrate::demo::{self, DemoError};
@@ -123,17 +125,17 @@ fn time_in_process(data: &FashionMnist, options: TrainBenchOptions) -> Result<Ti
         let flat = state.flat_parameters();
         let mut sum = LogicalSum::new(state.hyperparameters().logical_micro_batches);
         let mut reduction = Duration::ZERO;
-        engine::TchEngine.micro_batch_gradients(
-            &flat,
-            &batches,
-            state.hyperparameters().global_batch_size(),
-            &mut |micro_batch, loss, gradient| {
-                let add_started = Instant::now();
-                let added = sum.add(micro_batch, loss, gradient);
-                reduction += add_started.elapsed();
-                added
-            },
-        )?;
+        let request = GradientRequest {
+            flat_parameters: &flat,
+            batches: &batches,
+            global_batch_size: state.hyperparameters().global_batch_size(),
+        };
+        engine::TchEngine.micro_batch_gradients(request, &mut |micro_batch, loss, gradient| {
+            let add_started = Instant::now();
+            let added = sum.add(micro_batch, loss, gradient);
+            reduction += add_started.elapsed();
+            added
+        })?;
         let (_, gradient) = sum.finish()?;
         let engine_time = engine_started.elapsed().saturating_sub(reduction);
         let update_started = Instant::now();
@@ -292,8 +294,12 @@ fn engine_bounds(
         let mut samples = Vec::new();
         for index in 0..options.warmup_steps + options.timed_steps {
             let started = Instant::now();
-            engine::TchEngine
-                .micro_batch_gradients(&flat, batches, global, &mut |_, _, _| Ok(()))?;
+            let request = GradientRequest {
+                flat_parameters: &flat,
+                batches,
+                global_batch_size: global,
+            };
+            engine::TchEngine.micro_batch_gradients(request, &mut |_, _, _| Ok(()))?;
             if index >= options.warmup_steps {
                 samples.push(started.elapsed());
             }

@@ -19,6 +19,42 @@ pub struct BarrierEvent {
     pub path: String,
 }
 
+/// Numbers the barrier events of one publish run: a sequence across every barrier and a
+/// 1-based occurrence per barrier. The file-system writer and the object-store writer
+/// both number their events here, so one run shape yields the same events on both.
+#[derive(Debug, Clone, Default)]
+pub struct BarrierSequencer {
+    next_seq: u64,
+    occurrences: [u32; Barrier::ALL.len()],
+}
+
+impl BarrierSequencer {
+    /// A sequencer for a new run: the first event gets sequence number 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Numbers the next event, for `barrier` concerning `path`, and hands it to `hooks`;
+    /// `Err(reason)` when the hook stops the run there.
+    pub fn reach(
+        &mut self,
+        hooks: &mut dyn BarrierHook,
+        barrier: Barrier,
+        path: &str,
+    ) -> Result<(), String> {
+        let index = barrier as usize;
+        self.occurrences[index] = self.occurrences[index].saturating_add(1);
+        let event = BarrierEvent {
+            seq: self.next_seq,
+            barrier,
+            occurrence: self.occurrences[index],
+            path: path.to_owned(),
+        };
+        self.next_seq = self.next_seq.saturating_add(1);
+        hooks.reached(&event)
+    }
+}
+
 /// Called by the writer at every barrier; returning `Err` stops the publisher there
 /// (nothing after the barrier happens).
 pub trait BarrierHook {

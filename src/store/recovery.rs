@@ -66,15 +66,33 @@ pub struct SelectedGeneration {
 }
 
 impl SelectedGeneration {
-    fn of(v: &VerifiedGeneration) -> Self {
+    /// The selection of a generation whose commit record (`commit_digest`) and manifest
+    /// verified: what recovery reports of it, on either backend.
+    pub fn verified(
+        generation: u64,
+        commit_digest: Digest,
+        manifest_digest: Digest,
+        manifest: &ManifestRecord,
+        topology: Topology,
+    ) -> Self {
         SelectedGeneration {
-            generation: v.generation,
-            commit_digest: v.commit_digest,
-            manifest_digest: v.manifest_digest,
-            workers: v.topology.workers(),
-            step: v.manifest.step,
-            logical_state_root: v.manifest.logical_state_root,
+            generation,
+            commit_digest,
+            manifest_digest,
+            workers: topology.workers(),
+            step: manifest.step,
+            logical_state_root: manifest.logical_state_root,
         }
+    }
+
+    fn of(v: &VerifiedGeneration) -> Self {
+        Self::verified(
+            v.generation,
+            v.commit_digest,
+            v.manifest_digest,
+            &v.manifest,
+            v.topology,
+        )
     }
 }
 

@@ -11,7 +11,7 @@ use crate::core::topology::Topology;
 
 use crate::core::progress::{NoProgress, Progress};
 use crate::durable::fs::{EntryKind, FileSystem};
-use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
+use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
 use crate::store::codec::{
     commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, CommitRecord,
     LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES, SCHEMA_VERSION,
@@ -177,8 +177,7 @@ pub struct Writer<'a> {
     hooks: &'a mut dyn BarrierHook,
     faults: WriterFaults,
     generation: u64,
-    seq: u64,
-    occurrences: [u32; Barrier::ALL.len()],
+    barriers: BarrierSequencer,
     nonce: String,
     temp_counter: u64,
     objects_written: u64,
@@ -205,8 +204,7 @@ impl<'a> Writer<'a> {
             hooks,
             faults,
             generation,
-            seq: 0,
-            occurrences: [0; Barrier::ALL.len()],
+            barriers: BarrierSequencer::new(),
             nonce: format!("{}-{generation}", std::process::id()),
             temp_counter: 0,
             objects_written: 0,
@@ -222,17 +220,8 @@ impl<'a> Writer<'a> {
     }
 
     fn emit(&mut self, barrier: Barrier, rel_path: &str) -> Result<(), StoreError> {
-        let index = barrier as usize;
-        self.occurrences[index] = self.occurrences[index].saturating_add(1);
-        let event = BarrierEvent {
-            seq: self.seq,
-            barrier,
-            occurrence: self.occurrences[index],
-            path: rel_path.to_owned(),
-        };
-        self.seq += 1;
-        self.hooks
-            .reached(&event)
+        self.barriers
+            .reach(self.hooks, barrier, rel_path)
             .map_err(|reason| StoreError::Stopped {
                 barrier: barrier.name(),
                 reason,
@@ -551,8 +540,7 @@ impl<'a> Writer<'a> {
             hooks,
             faults: WriterFaults::default(),
             generation,
-            seq: 0,
-            occurrences: [0; Barrier::ALL.len()],
+            barriers: BarrierSequencer::new(),
             nonce: format!("{}-repair-{generation}", std::process::id()),
             temp_counter: 0,
             objects_written: 0,

@@ -272,6 +272,25 @@ impl FramedStream {
     }
 }
 
+/// A 4-byte value the encoder writes in bulk (`f32`, `u32`): plain bytes on a
+/// little-endian host, converted word by word elsewhere.
+trait LeWord: bytemuck::Pod {
+    #[cfg_attr(target_endian = "little", allow(dead_code))]
+    fn le_bytes(self) -> [u8; 4];
+}
+
+impl LeWord for f32 {
+    fn le_bytes(self) -> [u8; 4] {
+        self.to_le_bytes()
+    }
+}
+
+impl LeWord for u32 {
+    fn le_bytes(self) -> [u8; 4] {
+        self.to_le_bytes()
+    }
+}
+
 /// Builds a message payload.
 #[derive(Debug, Default)]
 pub struct Encoder(Vec<u8>);
@@ -300,23 +319,20 @@ impl Encoder {
     }
     /// A length-prefixed FP32 vector (little-endian): one copy of the values' bytes.
     pub fn f32s(&mut self, values: &[f32]) -> &mut Self {
-        self.u64(values.len() as u64);
-        #[cfg(target_endian = "little")]
-        self.0.extend_from_slice(bytemuck::cast_slice(values));
-        #[cfg(not(target_endian = "little"))]
-        for value in values {
-            self.0.extend_from_slice(&value.to_le_bytes());
-        }
-        self
+        self.words(values)
     }
     /// A length-prefixed u32 vector (little-endian): one copy of the values' bytes.
     pub fn u32s(&mut self, values: &[u32]) -> &mut Self {
+        self.words(values)
+    }
+    /// A length-prefixed vector of 4-byte words, little-endian on every host.
+    fn words<T: LeWord>(&mut self, values: &[T]) -> &mut Self {
         self.u64(values.len() as u64);
         #[cfg(target_endian = "little")]
         self.0.extend_from_slice(bytemuck::cast_slice(values));
         #[cfg(not(target_endian = "little"))]
         for value in values {
-            self.0.extend_from_slice(&value.to_le_bytes());
+            self.0.extend_from_slice(&value.le_bytes());
         }
         self
     }

@@ -5,7 +5,7 @@
 //! coordinator, the protocol and topology independence are tested without libtorch. Its
 //! numbers are not a model's gradient and never enter evidence.
 use crate::core::step::{
-    check_parameter_count, GradientEngine, MicroBatch, MicroBatchGradient, StepError,
+    check_parameter_count, GradientEngine, GradientRequest, GradientSink, StepError,
 };
 
 /// A gradient engine, by name (the worker's `--engine` value).
@@ -62,27 +62,25 @@ impl EngineKind {
 pub struct FakeEngine;
 
 impl GradientEngine for FakeEngine {
-    fn micro_batch_gradient(
+    fn micro_batch_gradients(
         &self,
-        flat_parameters: &[f32],
-        batch: &MicroBatch,
-        global_batch_size: u64,
-    ) -> Result<MicroBatchGradient, StepError> {
+        request: GradientRequest<'_>,
+        sink: &mut GradientSink<'_>,
+    ) -> Result<(), StepError> {
+        let flat_parameters = request.flat_parameters;
         check_parameter_count(flat_parameters)?;
-        let pixel_sum: f32 = batch.pixels.iter().map(|&p| f32::from(p)).sum();
-        let label_sum: f32 = batch.labels.iter().map(|&l| f32::from(l)).sum();
-        let signal = pixel_sum / 255.0 + label_sum;
-        let global = global_batch_size as f32;
-        let gradient = flat_parameters
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p * 0.5 + signal / (i as f32 + 1.0)) / global)
-            .collect();
-        let loss = pixel_sum / (batch.pixels.len().max(1) as f32 * 255.0) / global;
-        Ok(MicroBatchGradient {
-            index: batch.index,
-            loss,
-            gradient,
-        })
+        let global = request.global_batch_size as f32;
+        let mut gradient = vec![0f32; flat_parameters.len()];
+        for batch in request.batches {
+            let pixel_sum: f32 = batch.pixels.iter().map(|&p| f32::from(p)).sum();
+            let label_sum: f32 = batch.labels.iter().map(|&l| f32::from(l)).sum();
+            let signal = pixel_sum / 255.0 + label_sum;
+            for (i, (slot, p)) in gradient.iter_mut().zip(flat_parameters).enumerate() {
+                *slot = (p * 0.5 + signal / (i as f32 + 1.0)) / global;
+            }
+            let loss = pixel_sum / (batch.pixels.len().max(1) as f32 * 255.0) / global;
+            sink(batch.index, loss, &gradient)?;
+        }
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::core::adamw::{self, AdamwError};
 use crate::core::logical::{ChunkState, Hyperparameters};
-use crate::core::step::{GradientEngine, StepError};
+use crate::core::step::{GradientEngine, GradientRequest, StepError};
 use crate::supervise::ipc::{FramedStream, IpcError};
 use crate::supervise::process::{enter_supervised_child, ProcessError};
 use crate::trainer::protocol::{self, Message, ProtocolError};
@@ -131,17 +131,18 @@ impl Worker<'_> {
                 // Time the engine alone: what encoding the results costs is IPC.
                 let started = Instant::now();
                 let mut encoding = std::time::Duration::ZERO;
-                self.engine.micro_batch_gradients(
-                    &parameters,
-                    &batches,
-                    h.global_batch_size(),
-                    &mut |index, loss, gradient| {
+                let request = GradientRequest {
+                    flat_parameters: &parameters,
+                    batches: &batches,
+                    global_batch_size: h.global_batch_size(),
+                };
+                self.engine
+                    .micro_batch_gradients(request, &mut |index, loss, gradient| {
                         let encode_started = Instant::now();
                         protocol::encode_gradient(&mut e, index, loss, gradient);
                         encoding += encode_started.elapsed();
                         Ok(())
-                    },
-                )?;
+                    })?;
                 let compute = started.elapsed().saturating_sub(encoding);
                 e.patch_u64(timing, duration_ns(compute));
                 connection.send_encoder(e)?;
