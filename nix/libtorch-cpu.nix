@@ -16,40 +16,23 @@
 { lib, stdenv, fetchPypi, unzip, autoPatchelfHook, zlib }:
 
 let
-  wheel = args: fetchPypi ({ format = "wheel"; } // args);
-
-  torch = wheel {
-    pname = "torch";
-    version = "2.13.0";
-    dist = "cp311";
-    python = "cp311";
-    abi = "cp311";
-    platform = "manylinux_2_28_x86_64";
-    # 60fcdcb2f3876e21146cb4524ef06397d727ca9ad5f020818547e25075fe3cb7
-    hash = "sha256-YPzcsvOHbiEUbLRSTvBjl9cnyprV8CCBhUfiUHX+PLc=";
+  # wheel PNAME VERSION TAG PLATFORM HASH: a pinned PyPI wheel; TAG is its python tag
+  # (and ABI tag, "none" for py3). The hex SHA-256 of each is in ci/libtorch.lock.
+  wheel = pname: version: tag: platform: hash: fetchPypi {
+    inherit pname version platform hash;
+    format = "wheel";
+    dist = tag;
+    python = tag;
+    abi = if tag == "py3" then "none" else tag;
   };
 
-  cudaRuntime = wheel {
-    pname = "nvidia_cuda_runtime";
-    version = "13.0.96";
-    dist = "py3";
-    python = "py3";
-    abi = "none";
-    platform = "manylinux2014_x86_64.manylinux_2_17_x86_64";
-    # 7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548
-    hash = "sha256-f4IlDXeCqiO2z+dl7MfbVUvTwocMQ/PRgh8dGK6/BUg=";
-  };
-
-  cudaCupti = wheel {
-    pname = "nvidia_cuda_cupti";
-    version = "13.0.85";
-    dist = "py3";
-    python = "py3";
-    abi = "none";
-    platform = "manylinux_2_25_x86_64";
-    # 4eb01c08e859bf924d222250d2e8f8b8ff6d3db4721288cf35d14252a4d933c8
-    hash = "sha256-TrAcCOhZv5JNIiJQ0uj4uP9tPbRyEojPNdFCUqTZM8g=";
-  };
+  torch = wheel "torch" "2.13.0" "cp311" "manylinux_2_28_x86_64"
+    "sha256-YPzcsvOHbiEUbLRSTvBjl9cnyprV8CCBhUfiUHX+PLc=";
+  cudaRuntime = wheel "nvidia_cuda_runtime" "13.0.96" "py3"
+    "manylinux2014_x86_64.manylinux_2_17_x86_64"
+    "sha256-f4IlDXeCqiO2z+dl7MfbVUvTwocMQ/PRgh8dGK6/BUg=";
+  cudaCupti = wheel "nvidia_cuda_cupti" "13.0.85" "py3" "manylinux_2_25_x86_64"
+    "sha256-TrAcCOhZv5JNIiJQ0uj4uP9tPbRyEojPNdFCUqTZM8g=";
 in
 stdenv.mkDerivation {
   pname = "libtorch-cpu";

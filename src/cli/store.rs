@@ -266,67 +266,74 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             generation,
             out,
             json,
-        } => {
-            local_only(&store)?;
-            let summary = shardlift::interop::export(&store, generation, &out)
-                .with_context(|| format!("exporting generation {generation}"))?;
-            print_report(json, &summary, || {
-                format!(
-                    "exported generation {generation} (root {}) to {}",
-                    summary
-                        .metadata
-                        .logical_state_root
-                        .map_or_else(String::new, |r| r.to_string()),
-                    out.display()
-                )
-            })
-        }
+        } => export(&store, generation, &out, json),
         StoreCommand::Import {
             store,
             from,
             workers,
             json,
-        } => {
-            local_only(&store)?;
-            let summary = shardlift::interop::import(&store, &from, workers)
-                .with_context(|| format!("importing {}", from.display()))?;
-            print_report(json, &summary, || {
-                format!(
-                    "imported as generation {} (root {})",
-                    summary.commit.generation, summary.imported_root
-                )
-            })
-        }
-        StoreCommand::Bench(args) => {
-            let _ = args.json;
-            let mut progress = super::progress::StderrProgress::new();
-            let large = if args.skip_large {
-                None
-            } else {
-                let options = shardlift::lab::bench::LargeBenchOptions {
-                    state_bytes: args.state_bytes,
-                    chunk_elements: args.chunk_elements,
-                    dir: args.dir.clone(),
-                    drop_caches: args.drop_caches,
-                };
-                Some(shardlift::lab::bench::run_large(&options, &mut progress)?)
-            };
-            let small_state = if args.skip_small {
-                None
-            } else {
-                Some(shardlift::lab::bench::run(
-                    args.bytes,
-                    args.dir.as_deref(),
-                    &mut progress,
-                )?)
-            };
-            drop(progress);
-            print_json(&serde_json::json!({
-                "large": large,
-                "small_state": small_state,
-            }))
-        }
+        } => import(&store, &from, workers, json),
+        StoreCommand::Bench(args) => bench(&args),
     }
+}
+
+fn export(store: &Path, generation: u64, out: &Path, json: bool) -> anyhow::Result<()> {
+    local_only(store)?;
+    let summary = shardlift::interop::export(store, generation, out)
+        .with_context(|| format!("exporting generation {generation}"))?;
+    print_report(json, &summary, || {
+        format!(
+            "exported generation {generation} (root {}) to {}",
+            summary
+                .metadata
+                .logical_state_root
+                .map_or_else(String::new, |r| r.to_string()),
+            out.display()
+        )
+    })
+}
+
+fn import(store: &Path, from: &Path, workers: u32, json: bool) -> anyhow::Result<()> {
+    local_only(store)?;
+    let summary = shardlift::interop::import(store, from, workers)
+        .with_context(|| format!("importing {}", from.display()))?;
+    print_report(json, &summary, || {
+        format!(
+            "imported as generation {} (root {})",
+            summary.commit.generation, summary.imported_root
+        )
+    })
+}
+
+/// `store bench`: the large-state figures, then the small-state ones, as one JSON object
+/// (progress on stderr).
+fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    let mut progress = super::progress::StderrProgress::new();
+    let large = if args.skip_large {
+        None
+    } else {
+        let options = shardlift::lab::bench::LargeBenchOptions {
+            state_bytes: args.state_bytes,
+            chunk_elements: args.chunk_elements,
+            dir: args.dir.clone(),
+            drop_caches: args.drop_caches,
+        };
+        Some(shardlift::lab::bench::run_large(&options, &mut progress)?)
+    };
+    let small_state = if args.skip_small {
+        None
+    } else {
+        Some(shardlift::lab::bench::run(
+            args.bytes,
+            args.dir.as_deref(),
+            &mut progress,
+        )?)
+    };
+    drop(progress);
+    print_json(&serde_json::json!({
+        "large": large,
+        "small_state": small_state,
+    }))
 }
 
 fn recover(

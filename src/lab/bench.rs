@@ -14,9 +14,11 @@ use crate::core::digest::Digest;
 use crate::core::progress::Progress;
 use crate::core::topology::Topology;
 
+use crate::core::logical::LogicalState;
 use crate::lab::error::LabError;
 use crate::store::barrier::NoHooks;
-use crate::store::layout::{chunk_payloads, synthetic_state};
+use crate::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
+use crate::store::writer::SyntheticSpec;
 
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
@@ -342,6 +344,64 @@ fn cache_drop_note(drop_caches: bool) -> String {
     )
 }
 
+/// The bench's state in publish order: the model's chunk payloads, then the synthetic
+/// objects that scale it to the asked size.
+struct BenchObjects {
+    model: Vec<Vec<u8>>,
+    spec: SyntheticSpec,
+}
+
+impl BenchObjects {
+    /// About `state_bytes` of chunk payloads around `state` (at least one synthetic object).
+    fn new(state: &LogicalState, state_bytes: u64) -> Self {
+        let model: Vec<Vec<u8>> = state.chunks().iter().flat_map(chunk_payloads).collect();
+        let model_bytes: u64 = model.iter().map(|p| p.len() as u64).sum();
+        let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
+        let spec = SyntheticSpec {
+            seed: 1,
+            object_bytes,
+            total_bytes: state_bytes
+                .saturating_sub(model_bytes)
+                .max(u64::from(object_bytes)),
+        };
+        BenchObjects { model, spec }
+    }
+
+    /// Objects (and plain files) the state is cut into.
+    fn count(&self) -> u64 {
+        self.model.len() as u64 + self.spec.object_count()
+    }
+
+    /// Chunk-payload bytes in all.
+    fn total_bytes(&self) -> u64 {
+        self.model.iter().map(|p| p.len() as u64).sum::<u64>() + self.spec.total_bytes
+    }
+
+    /// Object `i`, in publish order.
+    fn object(&self, i: u64) -> Vec<u8> {
+        match self.model.get(i as usize) {
+            Some(payload) => payload.clone(),
+            None => {
+                let j = i - self.model.len() as u64;
+                synthetic_object(self.spec.seed, j, self.spec.object_len(j) as usize)
+            }
+        }
+    }
+}
+
+/// Seconds the large bench measured, phase by phase.
+struct LargeTimings {
+    plain_s: f64,
+    publish_s: f64,
+    recovery_s: f64,
+    recovery_cold_s: f64,
+    sha_s: f64,
+    sha_parallel_s: f64,
+    reshard_s: [f64; 3],
+    copy_s: f64,
+    copy_cold_s: f64,
+}
+
 /// Publishes one synthetic state of about `options.state_bytes` and measures, in this
 /// order on one file system: plain write+fsync of the same bytes in as many files,
 /// publish, recovery (warm, then cold), single-core SHA-256, reshards W4 → W3, W2, W8, and
@@ -350,8 +410,6 @@ pub fn run_large(
     options: &LargeBenchOptions,
     progress: &mut dyn Progress,
 ) -> Result<LargeBenchReport, LabError> {
-    use crate::store::layout::synthetic_object;
-    use crate::store::writer::SyntheticSpec;
     let work = match &options.dir {
         Some(dir) => tempfile::tempdir_in(dir)?,
         None => tempfile::tempdir()?,
@@ -360,97 +418,118 @@ pub fn run_large(
     let plain = work.path().join("plain");
     std::fs::create_dir(&plain)?;
     let state = synthetic_state(1, 0, options.chunk_elements);
-    let model: Vec<Vec<u8>> = state.chunks().iter().flat_map(chunk_payloads).collect();
-    let model_bytes: u64 = model.iter().map(|p| p.len() as u64).sum();
-    let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
-    let spec = SyntheticSpec {
-        seed: 1,
-        object_bytes,
-        total_bytes: options
-            .state_bytes
-            .saturating_sub(model_bytes)
-            .max(u64::from(object_bytes)),
-    };
-    let synthetic_count = spec.object_count();
-    let files = model.len() as u64 + synthetic_count;
-    let state_bytes = model_bytes + spec.total_bytes;
-    // Object `i` of the state, in publish order: the model's payloads, then the synthetic.
-    let object = |i: u64| -> Vec<u8> {
-        match model.get(i as usize) {
-            Some(payload) => payload.clone(),
-            None => {
-                let j = i - model.len() as u64;
-                synthetic_object(spec.seed, j, spec.object_len(j) as usize)
-            }
-        }
-    };
-
-    progress.phase("store bench: plain write+fsync", Some(files));
-    let mut plain_s = 0.0;
-    for i in 0..files {
-        let bytes = object(i);
-        let started = Instant::now();
-        let mut file = std::fs::File::create(plain.join(format!("{i:08}")))?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-        plain_s += started.elapsed().as_secs_f64();
-        progress.advance(i + 1);
-    }
-    let started = Instant::now();
-    std::fs::File::open(&plain)?.sync_all()?;
-    plain_s += started.elapsed().as_secs_f64();
-    progress.finish();
+    let objects = BenchObjects::new(&state, options.state_bytes);
+    let plain_s = time_plain_writes(&plain, &objects, progress)?;
 
     let started = Instant::now();
     let summary = crate::store::publish_synthetic(
         &store,
         &state,
         Topology::new(4)?,
-        spec,
+        objects.spec,
         &mut Prefixed {
             inner: progress,
             prefix: "store bench: ",
         },
     )?;
     let publish_s = started.elapsed().as_secs_f64();
-
+    let object_bytes = objects.spec.object_bytes;
     let fsync_probe = probe_fsync(&work.path().join("probe"), object_bytes as usize, 200)?;
 
-    let recover_timed = |store: &Path| -> Result<f64, LabError> {
-        let started = Instant::now();
-        let report = crate::store::recover(store)?;
-        let seconds = started.elapsed().as_secs_f64();
-        if !report.rejected.is_empty() || report.valid_generations != vec![summary.generation] {
-            return Err(LabError::Model("the bench store did not verify".to_owned()));
-        }
-        Ok(seconds)
-    };
     progress.phase("store bench: recovery (warm, cold)", None);
-    let recovery_s = recover_timed(&store)?;
+    let recovery_s = time_recovery(&store, summary.generation)?;
     make_cold(&store, options.drop_caches)?;
-    let recovery_cold_s = recover_timed(&store)?;
+    let recovery_cold_s = time_recovery(&store, summary.generation)?;
     progress.finish();
 
-    progress.phase("store bench: single-core SHA-256", Some(files));
-    let mut sha_s = 0.0;
+    let sha_s = time_single_core_sha(&objects, progress);
+    let cores_used = crate::store::recovery::verify_threads(&crate::store::RealFs);
+    let sha_parallel_s = time_parallel_sha(&objects, cores_used)?;
+    let reshard_s = time_reshards(&store, summary.generation, progress)?;
+    let (copy_s, copy_cold_s) = time_copies(work.path(), &plain, options.drop_caches, progress)?;
+    let timings = LargeTimings {
+        plain_s,
+        publish_s,
+        recovery_s,
+        recovery_cold_s,
+        sha_s,
+        sha_parallel_s,
+        reshard_s,
+        copy_s,
+        copy_cold_s,
+    };
+    Ok(large_report(
+        &objects,
+        &timings,
+        cores_used,
+        fsync_probe,
+        options,
+    ))
+}
+
+/// Writes and fsyncs every object as a plain file, then fsyncs their directory.
+fn time_plain_writes(
+    plain: &Path,
+    objects: &BenchObjects,
+    progress: &mut dyn Progress,
+) -> Result<f64, LabError> {
+    let files = objects.count();
+    progress.phase("store bench: plain write+fsync", Some(files));
+    let mut seconds = 0.0;
     for i in 0..files {
-        let bytes = object(i);
+        let bytes = objects.object(i);
+        let started = Instant::now();
+        let mut file = std::fs::File::create(plain.join(format!("{i:08}")))?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        seconds += started.elapsed().as_secs_f64();
+        progress.advance(i + 1);
+    }
+    let started = Instant::now();
+    std::fs::File::open(plain)?.sync_all()?;
+    seconds += started.elapsed().as_secs_f64();
+    progress.finish();
+    Ok(seconds)
+}
+
+/// One recovery of the bench store, which must select exactly `generation`, unrejected.
+fn time_recovery(store: &Path, generation: u64) -> Result<f64, LabError> {
+    let started = Instant::now();
+    let report = crate::store::recover(store)?;
+    let seconds = started.elapsed().as_secs_f64();
+    if !report.rejected.is_empty() || report.valid_generations != vec![generation] {
+        return Err(LabError::Model("the bench store did not verify".to_owned()));
+    }
+    Ok(seconds)
+}
+
+/// SHA-256 of every object on this thread, generation of the bytes not counted.
+fn time_single_core_sha(objects: &BenchObjects, progress: &mut dyn Progress) -> f64 {
+    let files = objects.count();
+    progress.phase("store bench: single-core SHA-256", Some(files));
+    let mut seconds = 0.0;
+    for i in 0..files {
+        let bytes = objects.object(i);
         let started = Instant::now();
         std::hint::black_box(Digest::of(&bytes));
-        sha_s += started.elapsed().as_secs_f64();
+        seconds += started.elapsed().as_secs_f64();
         progress.advance(i + 1);
     }
     progress.finish();
+    seconds
+}
 
-    // The same bytes hashed in memory on `cores_used` threads at once: the ceiling the
-    // machine gives recovery now (other processes may hold cores).
-    let cores_used = crate::store::recovery::verify_threads(&crate::store::RealFs);
+/// The same bytes hashed in memory on `cores_used` threads at once, minus the time to
+/// generate them: the ceiling the machine gives recovery now (other processes may hold
+/// cores).
+fn time_parallel_sha(objects: &BenchObjects, cores_used: usize) -> Result<f64, LabError> {
+    let files = objects.count() as usize;
     let started = Instant::now();
     crate::core::parallel::ordered_map(
-        files as usize,
+        files,
         cores_used,
         2,
-        |i| Digest::of(&object(i as u64)),
+        |i| Digest::of(&objects.object(i as u64)),
         |_, digest| {
             std::hint::black_box(digest);
             Ok::<(), LabError>(())
@@ -459,54 +538,82 @@ pub fn run_large(
     let generate_and_hash_s = started.elapsed().as_secs_f64();
     let started = Instant::now();
     crate::core::parallel::ordered_map(
-        files as usize,
+        files,
         cores_used,
         2,
-        |i| object(i as u64).len(),
+        |i| objects.object(i as u64).len(),
         |_, len| {
             std::hint::black_box(len);
             Ok::<(), LabError>(())
         },
     )?;
-    let sha_parallel_s = (generate_and_hash_s - started.elapsed().as_secs_f64()).max(1e-9);
+    Ok((generate_and_hash_s - started.elapsed().as_secs_f64()).max(1e-9))
+}
 
+/// Offline reshards of `generation` to W3, W2 and W8, in that order.
+fn time_reshards(
+    store: &Path,
+    generation: u64,
+    progress: &mut dyn Progress,
+) -> Result<[f64; 3], LabError> {
     progress.phase("store bench: reshard W4 to W3, W2, W8", Some(3));
-    let mut reshard_s = [0.0; 3];
+    let mut seconds = [0.0; 3];
     for (k, workers) in [3, 2, 8].into_iter().enumerate() {
         let started = Instant::now();
-        crate::store::reshard(&store, summary.generation, Topology::new(workers)?)?;
-        reshard_s[k] = started.elapsed().as_secs_f64();
+        crate::store::reshard(store, generation, Topology::new(workers)?)?;
+        seconds[k] = started.elapsed().as_secs_f64();
         progress.advance(k as u64 + 1);
     }
     progress.finish();
+    Ok(seconds)
+}
 
+/// Copies of the plain files, warm then cold; at most three copies of the state are on
+/// disk at once (store, plain, one copy).
+fn time_copies(
+    work: &Path,
+    plain: &Path,
+    drop_caches: bool,
+    progress: &mut dyn Progress,
+) -> Result<(f64, f64), LabError> {
     progress.phase("store bench: copy (warm, cold)", Some(2));
-    let copy_s = copy_tree(&plain, &work.path().join("copy"))?;
-    // At most three copies of the state on disk at once (store, plain, one copy).
-    std::fs::remove_dir_all(work.path().join("copy"))?;
+    let copy_s = copy_tree(plain, &work.join("copy"))?;
+    std::fs::remove_dir_all(work.join("copy"))?;
     progress.advance(1);
-    make_cold(&plain, options.drop_caches)?;
-    let copy_cold_s = copy_tree(&plain, &work.path().join("copy-cold"))?;
+    make_cold(plain, drop_caches)?;
+    let copy_cold_s = copy_tree(plain, &work.join("copy-cold"))?;
     progress.advance(2);
     progress.finish();
+    Ok((copy_s, copy_cold_s))
+}
 
-    let recovery_verify = Figure::new(state_bytes, recovery_s);
-    let sha256_single_core = Figure::new(state_bytes, sha_s);
-    let plain_write_fsync = Figure::new(state_bytes, plain_s);
-    let publish = Figure::new(state_bytes, publish_s);
-    let copy = Figure::new(state_bytes, copy_s);
-    let reshard_w3 = Figure::new(state_bytes, reshard_s[0]);
-    let sha256_parallel_in_memory = Figure::new(state_bytes, sha_parallel_s);
-    Ok(LargeBenchReport {
+/// The report, every figure and ratio derived from the measured seconds.
+fn large_report(
+    objects: &BenchObjects,
+    t: &LargeTimings,
+    cores_used: usize,
+    fsync_probe: FsyncProbe,
+    options: &LargeBenchOptions,
+) -> LargeBenchReport {
+    let state_bytes = objects.total_bytes();
+    let files = objects.count();
+    let recovery_verify = Figure::new(state_bytes, t.recovery_s);
+    let sha256_single_core = Figure::new(state_bytes, t.sha_s);
+    let plain_write_fsync = Figure::new(state_bytes, t.plain_s);
+    let publish = Figure::new(state_bytes, t.publish_s);
+    let copy = Figure::new(state_bytes, t.copy_s);
+    let reshard_w3 = Figure::new(state_bytes, t.reshard_s[0]);
+    let sha256_parallel_in_memory = Figure::new(state_bytes, t.sha_parallel_s);
+    LargeBenchReport {
         state_bytes,
         files,
-        object_bytes,
+        object_bytes: objects.spec.object_bytes,
         cores_available: crate::core::parallel::worker_count(usize::MAX),
         cores_used,
         cache_drop: cache_drop_note(options.drop_caches),
         fsync_probe,
-        plain_ms_per_file: plain_s * 1e3 / files as f64,
-        publish_ms_per_object: publish_s * 1e3 / files as f64,
+        plain_ms_per_file: t.plain_s * 1e3 / files as f64,
+        publish_ms_per_object: t.publish_s * 1e3 / files as f64,
         publish_over_plain: ratio(publish.seconds, plain_write_fsync.seconds),
         reshard_over_copy: ratio(reshard_w3.seconds, copy.seconds),
         recovery_over_parallel_sha256: ratio(
@@ -521,14 +628,14 @@ pub fn run_large(
         ),
         sha256_parallel_in_memory,
         recovery_verify,
-        recovery_verify_cold: Figure::new(state_bytes, recovery_cold_s),
+        recovery_verify_cold: Figure::new(state_bytes, t.recovery_cold_s),
         sha256_single_core,
         reshard_w3,
-        reshard_w2: Figure::new(state_bytes, reshard_s[1]),
-        reshard_w8: Figure::new(state_bytes, reshard_s[2]),
+        reshard_w2: Figure::new(state_bytes, t.reshard_s[1]),
+        reshard_w8: Figure::new(state_bytes, t.reshard_s[2]),
         copy,
-        copy_cold: Figure::new(state_bytes, copy_cold_s),
-    })
+        copy_cold: Figure::new(state_bytes, t.copy_cold_s),
+    }
 }
 
 /// Mean latencies of the steps a published object takes, over `samples` objects.

@@ -509,6 +509,8 @@ impl Recorder {
         }
     }
 
+    /// A system call's entry, dispatched by family: data (open, write, fsync, truncate),
+    /// then the name space (mkdir, unlink, rename, link), then what is refused or ignored.
     fn on_entry(&mut self, tid: Pid, call: &Call) -> Result<Pending, CrashTestError> {
         let a = call.args;
         match call.nr {
@@ -573,6 +575,14 @@ impl Recorder {
                 FdPlace::OutsideFile(path) => self.outside_write("ftruncate", &path),
                 _ => Ok(Pending::Nothing),
             },
+            _ => self.namespace_entry(tid, call),
+        }
+    }
+
+    /// Entries that create, remove or rename names; anything else goes to [`Self::guard_entry`].
+    fn namespace_entry(&mut self, tid: Pid, call: &Call) -> Result<Pending, CrashTestError> {
+        let a = call.args;
+        match call.nr {
             libc::SYS_mkdir => {
                 self.entry_op(tid, AT_FDCWD, a[0], "mkdir", |path| TraceOp::Mkdir { path })
             }
@@ -610,6 +620,15 @@ impl Recorder {
             ),
             libc::SYS_link => self.link_entry(tid, (AT_FDCWD, a[0]), (AT_FDCWD, a[1])),
             libc::SYS_linkat => self.link_entry(tid, (a[0] as i32, a[1]), (a[2] as i32, a[3])),
+            _ => self.guard_entry(tid, call),
+        }
+    }
+
+    /// Entries the model refuses inside the scope (links it cannot follow, shared writable
+    /// mappings, in-kernel copies, asynchronous I/O), `exec`, and everything else, ignored.
+    fn guard_entry(&mut self, tid: Pid, call: &Call) -> Result<Pending, CrashTestError> {
+        let a = call.args;
+        match call.nr {
             libc::SYS_symlink => self.refuse_in_scope(tid, AT_FDCWD, a[1], "symlink"),
             libc::SYS_symlinkat => self.refuse_in_scope(tid, a[1] as i32, a[2], "symlinkat"),
             libc::SYS_mknod => self.refuse_in_scope(tid, AT_FDCWD, a[0], "mknod"),
