@@ -18,9 +18,7 @@ use crate::store::codec::{
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
-use crate::store::recovery::{
-    LatestReport, LatestStatus, RecoveryReport, Rejection, SelectedGeneration,
-};
+use crate::store::recovery::{LatestReport, RecoveryReport, Rejection, SelectedGeneration};
 
 /// Two or more different valid commit records for one generation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,43 +218,17 @@ fn latest_report(
     selected: Option<&SelectedGeneration>,
 ) -> Result<LatestReport, ObjStoreError> {
     let url = client.location().key_url(LATEST_KEY);
-    let garbage = |reason: String, generation| LatestReport {
-        status: LatestStatus::Garbage,
-        generation,
-        reason: Some(reason),
-    };
     let bytes = match client.get_capped(LATEST_KEY, LatestRecord::CAP) {
         Ok(Fetched::Bytes(bytes)) => bytes,
-        Ok(Fetched::Missing) => {
-            return Ok(LatestReport {
-                status: LatestStatus::Missing,
-                generation: None,
-                reason: None,
-            })
+        Ok(Fetched::Missing) => return Ok(LatestReport::MISSING),
+        Err(error @ ObjStoreError::TooLarge { .. }) => {
+            return Ok(LatestReport::garbage(error.to_string(), None))
         }
-        Err(error @ ObjStoreError::TooLarge { .. }) => return Ok(garbage(error.to_string(), None)),
         Err(error) => return Err(error),
     };
-    let record: LatestRecord = match decode(Path::new(&url), &bytes) {
-        Ok(record) => record,
-        Err(error) => return Ok(garbage(error.to_string(), None)),
-    };
-    let status = match selected {
-        None => LatestStatus::Ahead,
-        Some(s) if record.generation > s.generation => LatestStatus::Ahead,
-        Some(s) if record.generation < s.generation => LatestStatus::Stale,
-        Some(s) if record.commit == s.commit_digest => LatestStatus::Consistent,
-        Some(_) => {
-            return Ok(garbage(
-                "names the selected generation with another commit digest".into(),
-                Some(record.generation),
-            ))
-        }
-    };
-    Ok(LatestReport {
-        status,
-        generation: Some(record.generation),
-        reason: None,
+    Ok(match decode::<LatestRecord>(Path::new(&url), &bytes) {
+        Ok(record) => LatestReport::compare(&record, selected),
+        Err(error) => LatestReport::garbage(error.to_string(), None),
     })
 }
 

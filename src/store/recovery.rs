@@ -47,6 +47,46 @@ pub struct LatestReport {
     pub reason: Option<String>,
 }
 
+impl LatestReport {
+    /// No LATEST at all.
+    pub const MISSING: LatestReport = LatestReport {
+        status: LatestStatus::Missing,
+        generation: None,
+        reason: None,
+    };
+
+    /// A LATEST that cannot be read as a record (or contradicts the selection), and why.
+    pub fn garbage(reason: String, generation: Option<u64>) -> Self {
+        LatestReport {
+            status: LatestStatus::Garbage,
+            generation,
+            reason: Some(reason),
+        }
+    }
+
+    /// How a decoded LATEST `record` compares with the generation recovery `selected`
+    /// (RFC 0001 §6: reported, never trusted).
+    pub fn compare(record: &LatestRecord, selected: Option<&SelectedGeneration>) -> Self {
+        let status = match selected {
+            None => LatestStatus::Ahead,
+            Some(s) if record.generation > s.generation => LatestStatus::Ahead,
+            Some(s) if record.generation < s.generation => LatestStatus::Stale,
+            Some(s) if record.commit == s.commit_digest => LatestStatus::Consistent,
+            Some(_) => {
+                return Self::garbage(
+                    "names the selected generation with another commit digest".into(),
+                    Some(record.generation),
+                )
+            }
+        };
+        LatestReport {
+            status,
+            generation: Some(record.generation),
+            reason: None,
+        }
+    }
+}
+
 /// The generation recovery selected.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -428,42 +468,16 @@ fn latest_report(
     selected: Option<&SelectedGeneration>,
 ) -> LatestReport {
     let path = root.join(LATEST_REL_PATH);
-    let garbage = |reason: String, generation| LatestReport {
-        status: LatestStatus::Garbage,
-        generation,
-        reason: Some(reason),
-    };
     let bytes = match read_capped(fs, &path, LatestRecord::CAP) {
         Ok(bytes) => bytes,
         Err(StoreError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
-            return LatestReport {
-                status: LatestStatus::Missing,
-                generation: None,
-                reason: None,
-            }
+            return LatestReport::MISSING
         }
-        Err(e) => return garbage(e.to_string(), None),
+        Err(e) => return LatestReport::garbage(e.to_string(), None),
     };
-    let record: LatestRecord = match decode(&path, &bytes) {
-        Ok(record) => record,
-        Err(e) => return garbage(e.to_string(), None),
-    };
-    let status = match selected {
-        None => LatestStatus::Ahead,
-        Some(s) if record.generation > s.generation => LatestStatus::Ahead,
-        Some(s) if record.generation < s.generation => LatestStatus::Stale,
-        Some(s) if record.commit == s.commit_digest => LatestStatus::Consistent,
-        Some(_) => {
-            return garbage(
-                "names the selected generation with another commit digest".into(),
-                Some(record.generation),
-            )
-        }
-    };
-    LatestReport {
-        status,
-        generation: Some(record.generation),
-        reason: None,
+    match decode::<LatestRecord>(&path, &bytes) {
+        Ok(record) => LatestReport::compare(&record, selected),
+        Err(e) => LatestReport::garbage(e.to_string(), None),
     }
 }
 
