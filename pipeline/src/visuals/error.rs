@@ -17,6 +17,9 @@ pub enum VisualsError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// Writing a rendered file durably failed.
+    #[error(transparent)]
+    Durable(#[from] shardlift::durable::DurableError),
     /// No `evidence/release-*` directory was found to render from (the root searched).
     #[error("no evidence/release-* directory under {0}; pass --evidence")]
     NoEvidence(PathBuf),

@@ -27,6 +27,7 @@ use std::path::Path;
 use shardlift::core::barrier::Barrier;
 use shardlift::core::canonical;
 use shardlift::core::digest::Digest;
+use shardlift::durable;
 
 use error::io;
 pub use error::VisualsError;
@@ -179,12 +180,12 @@ fn input_path(evidence_path: &str, name: &str) -> String {
     }
 }
 
-/// Writes a rendering into `out` (created if missing).
+/// Writes a rendering into `out` (created if missing), each file through the durable
+/// module: temp, fsync, rename over the old version, directory fsync.
 pub fn write(rendered: &Rendered, out: &Path) -> Result<(), VisualsError> {
-    std::fs::create_dir_all(out).map_err(io(out))?;
+    durable::ensure_dir_all(out)?;
     for (name, bytes) in &rendered.files {
-        let path = out.join(name);
-        std::fs::write(&path, bytes).map_err(io(&path))?;
+        durable::write_file(&out.join(name), bytes, durable::WriteOptions::REPLACEABLE)?;
     }
     Ok(())
 }
