@@ -152,3 +152,14 @@ fn the_auditor_refuses_a_looping_gif() {
     let error = visuals::audit::audit(&evidence, &dir).unwrap_err();
     assert!(matches!(error, VisualsError::AuditLoops { .. }), "{error}");
 }
+
+#[test]
+fn writing_into_a_path_that_is_a_file_is_a_durable_error_and_leaves_the_file() {
+    let fresh = visuals::render(&root(), &committed_evidence()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let out = scratch.path().join("not-a-directory");
+    std::fs::write(&out, b"keep me").unwrap();
+    let error = visuals::write(&fresh, &out).expect_err("a file is not a directory");
+    assert!(matches!(error, VisualsError::Durable(_)), "{error:?}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+}
