@@ -50,6 +50,21 @@ pub fn publish(url: &str, state: &LogicalState, workers: u32, json: bool) -> any
     })
 }
 
+/// Reshards generation `generation` of `url` onto `workers` workers, as the next generation.
+pub fn reshard(url: &str, generation: u64, workers: u32, json: bool) -> anyhow::Result<()> {
+    let topology = Topology::new(workers)?;
+    let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
+    let summary = store
+        .reshard(generation, topology, &mut NoHooks)
+        .map_err(|e| fail(e, json))?;
+    print_report(json, &summary, || {
+        format!(
+            "generation {} = generation {generation} on {workers} workers (root {})",
+            summary.generation, summary.logical_state_root
+        )
+    })
+}
+
 /// Recovers `url` read-only and prints the report.
 pub fn recover(url: &str, json: bool, expect_root: &[String]) -> anyhow::Result<()> {
     let store =

@@ -62,8 +62,8 @@ pub enum StoreCommand {
         #[arg(long, value_name = "ROOT")]
         expect_root: Vec<String>,
     },
-    /// Offline reshard: commit the next generation with the same chunk objects and the
-    /// ownership map for N workers.
+    /// Offline reshard: verify the generation, then commit the next generation with the
+    /// same chunk objects and the ownership map for N workers (no chunk is rewritten).
     Reshard {
         #[arg(long)]
         store: PathBuf,
@@ -193,7 +193,7 @@ fn s3_location(store: &Path) -> Option<&str> {
 fn local_only(store: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(
         s3_location(store).is_none(),
-        "this command works on a local store only so far; publish-synthetic, recover and verify accept s3://"
+        "this command works on a local store only so far; publish-synthetic, recover, verify and reshard accept s3://"
     );
     Ok(())
 }
@@ -220,10 +220,10 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             generation,
             workers,
             json,
-        } => {
-            local_only(&store)?;
-            reshard(&store, generation, workers, json)
-        }
+        } => match s3_location(&store) {
+            Some(url) => super::objstore::reshard(url, generation, workers, json),
+            None => reshard(&store, generation, workers, json),
+        },
         StoreCommand::Verify {
             store,
             generation,

@@ -80,6 +80,23 @@ impl ObjStore {
         )
     }
 
+    /// Reshards `generation` onto `topology` as the next generation (RFC 0001 §9.9):
+    /// verifies the source end to end first, PUTs no chunk object.
+    pub fn reshard(
+        &self,
+        generation: u64,
+        topology: Topology,
+        hooks: &mut dyn BarrierHook,
+    ) -> Result<ObjCommitSummary, ObjStoreError> {
+        writer::reshard(
+            &self.client,
+            self.conditional_create,
+            generation,
+            topology,
+            hooks,
+        )
+    }
+
     /// Read-only recovery scan (RFC 0001 §9.4). A split brain at the highest valid
     /// generation is an error, [`ObjStoreError::SplitBrain`]; one below it is reported.
     pub fn recover(&self) -> Result<ObjRecoveryReport, ObjStoreError> {

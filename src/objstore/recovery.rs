@@ -51,14 +51,14 @@ pub struct ObjRecoveryReport {
 }
 
 /// A record that verified end to end.
-struct Verified {
-    generation: u64,
-    key: String,
-    commit_digest: Digest,
-    manifest: ManifestRecord,
-    manifest_digest: Digest,
-    topology: Topology,
-    state: Option<LogicalState>,
+pub(crate) struct Verified {
+    pub(crate) generation: u64,
+    pub(crate) key: String,
+    pub(crate) commit_digest: Digest,
+    pub(crate) manifest: ManifestRecord,
+    pub(crate) manifest_digest: Digest,
+    pub(crate) topology: Topology,
+    pub(crate) state: Option<LogicalState>,
 }
 
 /// GET `rel` under `cap`; `MissingObject` when absent.
@@ -311,6 +311,24 @@ pub fn load_generation(
     client: &ObjClient,
     generation: u64,
 ) -> Result<(LogicalState, Topology), ObjStoreError> {
+    let verified = verify_generation(client, generation, true)?;
+    match verified.state {
+        Some(state) => Ok((state, verified.topology)),
+        None => Err(ObjStoreError::GenerationNotFound {
+            location: client.location().url(),
+            generation,
+        }),
+    }
+}
+
+/// The one record of `generation` that verifies end to end (RFC 0001 §9.4, a loader's
+/// steps), with its state decoded when `decode_state`. None is `GenerationNotFound` or the
+/// first record's error; two or more are a split brain.
+pub(crate) fn verify_generation(
+    client: &ObjClient,
+    generation: u64,
+    decode_state: bool,
+) -> Result<Verified, ObjStoreError> {
     let prefix = format!("{COMMITS_PREFIX}/{generation:020}");
     let mut found = Vec::new();
     let mut first_error = None;
@@ -321,7 +339,7 @@ pub fn load_generation(
         if named != generation {
             continue;
         }
-        match verify_record(client, &key, generation, digest, true) {
+        match verify_record(client, &key, generation, digest, decode_state) {
             Ok(v) => found.push(v),
             Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
                 return Err(error)
@@ -336,16 +354,7 @@ pub fn load_generation(
             location: client.location().url(),
             generation,
         })),
-        1 => {
-            let v = found.remove(0);
-            match v.state {
-                Some(state) => Ok((state, v.topology)),
-                None => Err(ObjStoreError::GenerationNotFound {
-                    location: client.location().url(),
-                    generation,
-                }),
-            }
-        }
+        1 => Ok(found.remove(0)),
         _ => Err(ObjStoreError::SplitBrain {
             generation,
             records: found

@@ -158,19 +158,103 @@ pub fn publish(
         }
     }
     let manifest: ManifestRecord = manifest_for(state, topology, chunk_entries(state));
-    let manifest_bytes = encode(&manifest).map_err(ObjStoreError::Publish)?;
+    let committed = commit_manifest(&mut run, generation, &manifest, None)?;
+    Ok(committed.summary(conditional_create, objects_put, started))
+}
+
+/// Reshards `generation` onto `topology` (RFC 0001 §7 on an object store, §9.9): verifies
+/// the source as a loader does (exactly one record that verifies end to end, every object
+/// re-hashed), then commits a manifest equal to its manifest but for `workers` and
+/// `ownership` as the next generation, kind `reshard`. No chunk object is PUT: they are
+/// content-addressed and the source's are already there. A source that does not verify
+/// fails with its error and nothing is PUT.
+pub fn reshard(
+    client: &ObjClient,
+    conditional_create: ConditionalCreate,
+    generation: u64,
+    topology: Topology,
+    hooks: &mut dyn BarrierHook,
+) -> Result<ObjCommitSummary, ObjStoreError> {
+    let started = Instant::now();
+    let topology =
+        Topology::new(topology.workers()).map_err(|e| ObjStoreError::Publish(e.into()))?;
+    let source = crate::objstore::recovery::verify_generation(client, generation, false)?;
+    let mut manifest = source.manifest;
+    manifest.workers = topology.workers();
+    manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
+    let candidate = next_generation(client)?;
+    let mut run = Run {
+        client,
+        hooks,
+        barriers: BarrierSequencer::new(),
+        bytes_put: 0,
+    };
+    let committed = commit_manifest(&mut run, candidate, &manifest, Some(generation))?;
+    Ok(committed.summary(conditional_create, 0, started))
+}
+
+/// What steps 3–5 of RFC 0001 §9.3 committed.
+struct Committed {
+    location: String,
+    generation: u64,
+    kind: CommitKind,
+    record_key: String,
+    commit_digest: Digest,
+    manifest_digest: Digest,
+    manifest: ManifestRecord,
+    bytes_put: u64,
+}
+
+impl Committed {
+    fn summary(
+        self,
+        conditional_create: ConditionalCreate,
+        objects_put: u64,
+        started: Instant,
+    ) -> ObjCommitSummary {
+        ObjCommitSummary {
+            location: self.location,
+            generation: self.generation,
+            kind: self.kind,
+            commit_key: self.record_key,
+            commit_digest: self.commit_digest,
+            manifest_digest: self.manifest_digest,
+            workers: self.manifest.workers,
+            step: self.manifest.step,
+            logical_state_root: self.manifest.logical_state_root,
+            objects_put,
+            bytes_put: self.bytes_put,
+            conditional_create,
+            elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// RFC 0001 §9.3 steps 3–5: the manifest, the commit record of `generation` (the commit
+/// point; kind `reshard` with `source_generation`, else `publish`), then LATEST.
+fn commit_manifest(
+    run: &mut Run<'_>,
+    generation: u64,
+    manifest: &ManifestRecord,
+    source_generation: Option<u64>,
+) -> Result<Committed, ObjStoreError> {
+    let manifest_bytes = encode(manifest).map_err(ObjStoreError::Publish)?;
     let manifest_digest = Digest::of(&manifest_bytes);
     run.put(
         MANIFEST_BARRIERS,
         &object_key(&manifest_digest),
         manifest_bytes,
     )?;
+    let kind = match source_generation {
+        Some(_) => CommitKind::Reshard,
+        None => CommitKind::Publish,
+    };
     let record = CommitRecord {
         schema: COMMIT_SCHEMA.to_owned(),
         version: SCHEMA_VERSION,
         generation,
-        kind: CommitKind::Publish,
-        source_generation: None,
+        kind,
+        source_generation,
         manifest: manifest_digest,
         workers: manifest.workers,
         step: manifest.step,
@@ -188,19 +272,14 @@ pub fn publish(
     };
     let latest_bytes = encode(&latest).map_err(ObjStoreError::Publish)?;
     run.put(LATEST_BARRIERS, LATEST_KEY, latest_bytes)?;
-    Ok(ObjCommitSummary {
-        location: client.location().url(),
+    Ok(Committed {
+        location: run.client.location().url(),
         generation,
-        kind: CommitKind::Publish,
-        commit_key: record_key,
+        kind,
+        record_key,
         commit_digest,
         manifest_digest,
-        workers: manifest.workers,
-        step: manifest.step,
-        logical_state_root: manifest.logical_state_root,
-        objects_put,
+        manifest: manifest.clone(),
         bytes_put: run.bytes_put,
-        conditional_create,
-        elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     })
 }

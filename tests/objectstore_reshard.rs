@@ -1,0 +1,134 @@
+//! Offline reshard on an object store (RFC 0001 §9.9) against a real three-node Garage
+//! cluster (lane `objectstore`): it changes placement, not state, PUTs no chunk object, and
+//! refuses a source that does not verify without committing anything.
+mod objectstore_support;
+
+use objectstore_support::{fresh_url, open, shardlift_json};
+use shardlift::core::topology::Topology;
+use shardlift::objstore::client::Fetched;
+use shardlift::objstore::keys::object_key;
+use shardlift::objstore::ObjStoreError;
+use shardlift::store::barrier::{Barrier, NoHooks, RecordingHooks};
+use shardlift::store::codec::CommitKind;
+use shardlift::store::layout::{chunk_entries, synthetic_state};
+
+const CHUNK_ELEMENTS: u32 = 8192;
+
+#[test]
+fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
+    let url = fresh_url("reshard");
+    let store = open(&url, true);
+    let state = synthetic_state(5, 9, CHUNK_ELEMENTS);
+    store
+        .publish(&state, Topology::new(4).expect("topology"), &mut NoHooks)
+        .expect("publish generation 0");
+
+    // The CLI, in a fresh process.
+    let (ok, resharded, stderr) = shardlift_json(&[
+        "store",
+        "reshard",
+        "--store",
+        &url,
+        "--generation",
+        "0",
+        "--workers",
+        "3",
+        "--json",
+    ]);
+    assert!(ok, "reshard failed: {stderr}");
+    assert_eq!(resharded["generation"], 1, "{resharded}");
+    assert_eq!(resharded["kind"], "reshard", "{resharded}");
+    assert_eq!(resharded["workers"], 3, "{resharded}");
+    assert_eq!(resharded["objects_put"], 0, "{resharded}");
+    assert_eq!(
+        resharded["logical_state_root"],
+        state.logical_state_root().to_string().as_str()
+    );
+
+    // Recovery selects the reshard; it loads to the same state on the new placement.
+    let report = store.recover().expect("recover");
+    assert_eq!(report.scan.selected.as_ref().map(|s| s.generation), Some(1));
+    assert_eq!(report.scan.selected.as_ref().map(|s| s.workers), Some(3));
+    let (loaded, topology) = store.load_generation(1).expect("load the reshard");
+    assert_eq!(loaded, state);
+    assert_eq!(topology.workers(), 3);
+    let (source, source_topology) = store.load_generation(0).expect("load the source");
+    assert_eq!(source, state);
+    assert_eq!(source_topology.workers(), 4);
+
+    // The library reports the same, and its barriers are those of RFC 0001 §7: no object
+    // barrier, then manifest, commit and LATEST.
+    let mut hooks = RecordingHooks::default();
+    let again = store
+        .reshard(1, Topology::new(2).expect("topology"), &mut hooks)
+        .expect("reshard W3 to W2");
+    assert_eq!(again.generation, 2);
+    assert_eq!(again.kind, CommitKind::Reshard);
+    assert_eq!(again.objects_put, 0);
+    assert_eq!(hooks.events.len(), 12, "{:?}", hooks.events);
+    assert!(hooks.events.iter().all(|e| !matches!(
+        e.barrier,
+        Barrier::ObjectAfterWrite | Barrier::ObjectAfterRename
+    )));
+    assert_eq!(hooks.events[0].barrier, Barrier::ManifestAfterWrite);
+    assert_eq!(hooks.events[11].barrier, Barrier::LatestAfterDirectoryFsync);
+}
+
+#[test]
+fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothing() {
+    let url = fresh_url("reshard-corrupt");
+    let store = open(&url, true);
+    let state = synthetic_state(6, 2, CHUNK_ELEMENTS);
+    let topology = Topology::new(4).expect("topology");
+    store
+        .publish(&state, topology, &mut NoHooks)
+        .expect("publish generation 0");
+    // Control: the intact source reshards (generation 1).
+    store
+        .reshard(0, Topology::new(3).expect("topology"), &mut NoHooks)
+        .expect("reshard the intact source");
+
+    // Corrupt one chunk object through the S3 API (re-PUT with one bit flipped).
+    let digest = chunk_entries(&state)[2].exp_avg_sq;
+    let rel = object_key(&digest);
+    let mut bytes = match store.client().get_capped(&rel, 1 << 20).expect("GET") {
+        Fetched::Bytes(bytes) => bytes,
+        Fetched::Missing => panic!("{rel} is missing"),
+    };
+    bytes[3] ^= 0x01;
+    store
+        .client()
+        .put(&rel, bytes)
+        .expect("PUT the corrupted bytes");
+
+    let commits_before = store.client().list("commits").expect("LIST commits");
+    let error = store
+        .reshard(0, Topology::new(3).expect("topology"), &mut NoHooks)
+        .expect_err("a source that does not verify must not reshard");
+    match &error {
+        ObjStoreError::DigestMismatch { key, .. } => {
+            assert!(key.ends_with(&rel), "{key} should name {rel}")
+        }
+        other => panic!("expected digest-mismatch, got {other:?}"),
+    }
+    assert_eq!(
+        store.client().list("commits").expect("LIST commits"),
+        commits_before,
+        "a refused reshard must commit nothing"
+    );
+
+    // The CLI exits non-zero with the typed error as JSON.
+    let (ok, printed, _) = shardlift_json(&[
+        "store",
+        "reshard",
+        "--store",
+        &url,
+        "--generation",
+        "0",
+        "--workers",
+        "3",
+        "--json",
+    ]);
+    assert!(!ok, "the CLI reshard must fail: {printed}");
+    assert_eq!(printed["error"]["kind"], "digest-mismatch", "{printed}");
+}
