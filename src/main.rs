@@ -24,8 +24,8 @@ enum Command {
     Dataset(cli::dataset::DatasetCommand),
     /// Inspect, recover and reshard a checkpoint store. `--store` is a directory, or
     /// `s3://BUCKET/PREFIX` for an S3-compatible object store (publish-synthetic,
-    /// recover, verify, reshard; endpoint, region and credentials from the AWS_*
-    /// variables; RFC 0001 §9).
+    /// recover, verify, reshard, export, import; endpoint, region and credentials from
+    /// the AWS_* variables; RFC 0001 §9).
     #[command(subcommand)]
     Store(cli::store::StoreCommand),
     /// Kill a real publisher at every barrier, replay power-loss states and inject

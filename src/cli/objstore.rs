@@ -65,6 +65,46 @@ pub fn reshard(url: &str, generation: u64, workers: u32, json: bool) -> anyhow::
     })
 }
 
+/// Verifies generation `generation` of `url` (a loader's checks, RFC 0001 §9.4) and writes
+/// its export directory `out`; the caller prints the summary.
+pub fn export(
+    url: &str,
+    generation: u64,
+    out: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<shardlift::interop::ExportSummary> {
+    let store =
+        ObjStore::open(url, ObjStoreOptions::default(), false).map_err(|e| fail(e, json))?;
+    let (state, _, commit_digest) = store
+        .load_generation_record(generation)
+        .map_err(|e| fail(e, json))?;
+    Ok(shardlift::interop::export_state(
+        &state,
+        generation,
+        commit_digest,
+        out,
+    )?)
+}
+
+/// Checks the export directory `from` and publishes its state to `url` on `workers`
+/// workers, as the next generation.
+pub fn import(url: &str, from: &std::path::Path, workers: u32, json: bool) -> anyhow::Result<()> {
+    let topology = Topology::new(workers)?;
+    let (state, _) = shardlift::interop::read_export(from)?;
+    let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
+    let commit = store
+        .publish(&state, topology, &mut NoHooks)
+        .map_err(|e| fail(e, json))?;
+    let imported_root = state.logical_state_root();
+    let summary = serde_json::json!({ "imported_root": imported_root, "commit": commit });
+    print_report(json, &summary, || {
+        format!(
+            "imported as generation {} (root {imported_root})",
+            commit.generation
+        )
+    })
+}
+
 /// Recovers `url` read-only and prints the report.
 pub fn recover(url: &str, json: bool, expect_root: &[String]) -> anyhow::Result<()> {
     let store =

@@ -189,15 +189,6 @@ fn s3_location(store: &Path) -> Option<&str> {
     store.to_str().filter(|s| s.starts_with("s3://"))
 }
 
-/// Refuses an `s3://` location for a command the object-store backend does not have yet.
-fn local_only(store: &Path) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        s3_location(store).is_none(),
-        "this command works on a local store only so far; publish-synthetic, recover, verify and reshard accept s3://"
-    );
-    Ok(())
-}
-
 pub fn run(command: StoreCommand) -> anyhow::Result<()> {
     match command {
         StoreCommand::Recover {
@@ -278,9 +269,11 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
 }
 
 fn export(store: &Path, generation: u64, out: &Path, json: bool) -> anyhow::Result<()> {
-    local_only(store)?;
-    let summary = shardlift::interop::export(store, generation, out)
-        .with_context(|| format!("exporting generation {generation}"))?;
+    let summary = match s3_location(store) {
+        Some(url) => super::objstore::export(url, generation, out, json)?,
+        None => shardlift::interop::export(store, generation, out)
+            .with_context(|| format!("exporting generation {generation}"))?,
+    };
     print_report(json, &summary, || {
         format!(
             "exported generation {generation} (root {}) to {}",
@@ -294,7 +287,9 @@ fn export(store: &Path, generation: u64, out: &Path, json: bool) -> anyhow::Resu
 }
 
 fn import(store: &Path, from: &Path, workers: u32, json: bool) -> anyhow::Result<()> {
-    local_only(store)?;
+    if let Some(url) = s3_location(store) {
+        return super::objstore::import(url, from, workers, json);
+    }
     let summary = shardlift::interop::import(store, from, workers)
         .with_context(|| format!("importing {}", from.display()))?;
     print_report(json, &summary, || {

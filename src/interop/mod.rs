@@ -183,6 +183,20 @@ pub fn export(
     generation: u64,
     out: &Path,
 ) -> Result<ExportSummary, InteropError> {
+    check_output(out)?;
+    let verified = crate::store::recovery::verify_generation(&RealFs, store_dir, generation)?;
+    let Some(state) = verified.state else {
+        return Err(crate::store::StoreError::GenerationNotFound {
+            path: store_dir.to_owned(),
+            generation,
+        }
+        .into());
+    };
+    export_state(&state, generation, verified.commit_digest, out)
+}
+
+/// Refuses an output path with no name to install under, or one that exists.
+fn check_output(out: &Path) -> Result<(&Path, &std::ffi::OsStr), InteropError> {
     let (Some(parent), Some(name)) = (out.parent(), out.file_name()) else {
         return Err(InteropError::OutputHasNoName {
             path: out.to_owned(),
@@ -193,20 +207,24 @@ pub fn export(
             path: out.to_owned(),
         });
     }
-    let verified = crate::store::recovery::verify_generation(&RealFs, store_dir, generation)?;
-    let Some(state) = verified.state else {
-        return Err(crate::store::StoreError::GenerationNotFound {
-            path: store_dir.to_owned(),
-            generation,
-        }
-        .into());
-    };
-    let (model, optimizer) = encode_state(&state)?;
+    Ok((parent, name))
+}
+
+/// Writes the export directory `out` of a state the caller has verified as
+/// `generation` with commit record `commit_digest` (any backend's loader).
+pub fn export_state(
+    state: &LogicalState,
+    generation: u64,
+    commit_digest: Digest,
+    out: &Path,
+) -> Result<ExportSummary, InteropError> {
+    let (parent, name) = check_output(out)?;
+    let (model, optimizer) = encode_state(state)?;
     let metadata = ExportMetadata {
         schema: METADATA_SCHEMA.to_owned(),
         version: METADATA_VERSION,
         generation: Some(generation),
-        commit_digest: Some(verified.commit_digest),
+        commit_digest: Some(commit_digest),
         step: state.step(),
         cursor: state.cursor(),
         hyperparameters: *state.hyperparameters(),

@@ -15,6 +15,7 @@
 //! Entry points: [`ObjStore::open`], [`ObjStore::publish`], [`ObjStore::recover`],
 //! [`ObjStore::load_generation`]. The API is synchronous (a small owned tokio runtime
 //! runs the requests); every request has a timeout and bounded retries, every read a cap.
+use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 use crate::store::barrier::BarrierHook;
@@ -110,5 +111,14 @@ impl ObjStore {
         generation: u64,
     ) -> Result<(LogicalState, Topology), ObjStoreError> {
         recovery::load_generation(&self.client, generation)
+    }
+
+    /// As [`Self::load_generation`], with the SHA-256 of the one commit record that
+    /// verified (what an export records as its provenance).
+    pub fn load_generation_record(
+        &self,
+        generation: u64,
+    ) -> Result<(LogicalState, Topology, Digest), ObjStoreError> {
+        recovery::load_generation_record(&self.client, generation)
     }
 }

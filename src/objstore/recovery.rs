@@ -311,9 +311,18 @@ pub fn load_generation(
     client: &ObjClient,
     generation: u64,
 ) -> Result<(LogicalState, Topology), ObjStoreError> {
+    let (state, topology, _) = load_generation_record(client, generation)?;
+    Ok((state, topology))
+}
+
+/// As [`load_generation`], with the SHA-256 of the one commit record that verified.
+pub fn load_generation_record(
+    client: &ObjClient,
+    generation: u64,
+) -> Result<(LogicalState, Topology, Digest), ObjStoreError> {
     let verified = verify_generation(client, generation, true)?;
     match verified.state {
-        Some(state) => Ok((state, verified.topology)),
+        Some(state) => Ok((state, verified.topology, verified.commit_digest)),
         None => Err(ObjStoreError::GenerationNotFound {
             location: client.location().url(),
             generation,
