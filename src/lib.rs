@@ -24,7 +24,6 @@
 // `allow` below goes once its room is documented, and new rooms get none.
 pub mod core;
 pub mod dataset;
-#[allow(missing_docs)]
 pub mod durable;
 #[cfg(feature = "torch")]
 #[allow(missing_docs)]
