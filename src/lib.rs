@@ -37,7 +37,6 @@ pub mod objstore;
 #[allow(missing_docs)]
 pub mod orchestrate;
 pub mod store;
-#[allow(missing_docs)]
 pub mod supervise;
 #[allow(missing_docs)]
 pub mod trainer;
