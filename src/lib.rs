@@ -34,7 +34,6 @@ pub mod interop;
 pub mod lab;
 pub mod objstore;
 #[cfg(feature = "torch")]
-#[allow(missing_docs)]
 pub mod orchestrate;
 pub mod store;
 pub mod supervise;
