@@ -37,5 +37,4 @@ pub mod objstore;
 pub mod orchestrate;
 pub mod store;
 pub mod supervise;
-#[allow(missing_docs)]
 pub mod trainer;
