@@ -30,7 +30,6 @@ pub mod durable;
 pub mod engine;
 pub mod evidence;
 pub mod interop;
-#[allow(missing_docs)]
 pub mod lab;
 pub mod objstore;
 #[cfg(feature = "torch")]
