@@ -12,10 +12,26 @@
 //! - [`lab`]: the crash lab that tests the store (kills, power loss, corruption).
 //! - [`objstore`]: the same store on S3-compatible object storage (RFC 0001 §9).
 //! - [`supervise`]: child processes and framed IPC.
-//! - [`engine`] (feature `torch`): the tch arithmetic of one micro-batch.
+// The torch-only modules are linked only in a build that has them, so the crate docs
+// build (with `-D warnings`) with and without the feature.
+#![cfg_attr(
+    feature = "torch",
+    doc = "- [`engine`] (feature `torch`): the tch arithmetic of one micro-batch."
+)]
+#![cfg_attr(
+    not(feature = "torch"),
+    doc = "- `engine` (feature `torch`): the tch arithmetic of one micro-batch."
+)]
 //! - [`trainer`]: coordinator sessions over worker processes, engine injected.
 //! - [`evidence`]: bundle records, install and verify, the source binding.
-//! - [`orchestrate`] (feature `torch`): the killer demo, the invariant suite, benches.
+#![cfg_attr(
+    feature = "torch",
+    doc = "- [`orchestrate`] (feature `torch`): the killer demo, the invariant suite, benches."
+)]
+#![cfg_attr(
+    not(feature = "torch"),
+    doc = "- `orchestrate` (feature `torch`): the killer demo, the invariant suite, benches."
+)]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
