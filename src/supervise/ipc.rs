@@ -23,7 +23,7 @@ pub enum IpcError {
     /// The peer closed its end of the connection.
     #[error("{peer} closed the connection")]
     PeerClosed {
-        /// The peer's name (`worker pid N` or `coordinator`).
+        /// The peer's name (e.g. `worker pid N`, `coordinator`).
         peer: String,
     },
     /// No whole frame arrived before the read deadline.
@@ -51,7 +51,8 @@ pub enum IpcError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// A frame arrived whole but its payload is not a message this side understands.
+    /// The peer broke the protocol: a message this side cannot use, or (while accepting)
+    /// a worker that exited before it connected.
     #[error("malformed message from {peer}: {reason}")]
     Malformed {
         /// The peer's name.
