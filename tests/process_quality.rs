@@ -102,3 +102,20 @@ fn trailing_whitespace_fails_the_whitespace_check() {
         (Some(1), vec!["whitespace".to_owned()])
     );
 }
+
+#[test]
+fn a_doc_link_to_a_feature_gated_item_fails_the_doc_core_check() {
+    // The crate docs link to a module that exists only with the default feature: the doc
+    // check (default features) passes, the doc check without them does not.
+    let lib = CLEAN_LIB.replace(
+        "//! A scratch crate for the quality lane's test.\n",
+        "//! A scratch crate for the quality lane's test; see [`extra`].\n\n\
+         #[cfg(feature = \"extra\")]\n/// Only with the `extra` feature.\npub mod extra {}\n",
+    );
+    let dir = scratch_crate(&lib, "# Scratch\n");
+    let manifest = dir.path().join("Cargo.toml");
+    let mut toml = std::fs::read_to_string(&manifest).expect("Cargo.toml");
+    toml.push_str("\n[features]\ndefault = [\"extra\"]\nextra = []\n");
+    std::fs::write(&manifest, toml).expect("Cargo.toml");
+    assert_eq!(quality(dir.path()), (Some(1), vec!["doc-core".to_owned()]));
+}

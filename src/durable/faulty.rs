@@ -10,15 +10,25 @@ use crate::durable::fs::{EntryKind, FileSystem, RealFs};
 /// A file-system operation of the [`FileSystem`] seam.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operation {
+    /// [`FileSystem::create_dir`].
     CreateDir,
+    /// [`FileSystem::write_new_file`].
     WriteNewFile,
+    /// [`FileSystem::fsync_file`].
     FsyncFile,
+    /// [`FileSystem::fsync_dir`].
     FsyncDir,
+    /// [`FileSystem::rename_noreplace`].
     RenameNoreplace,
+    /// [`FileSystem::rename_replace`].
     RenameReplace,
+    /// [`FileSystem::remove_file`].
     RemoveFile,
+    /// [`FileSystem::read_file`].
     ReadFile,
+    /// [`FileSystem::list_dir`].
     ListDir,
+    /// [`FileSystem::entry_kind`].
     EntryKind,
 }
 

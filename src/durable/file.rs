@@ -23,26 +23,53 @@ pub const MAX_HASHED_FILE_BYTES: u64 = 1 << 40;
 /// Why a durable write or a capped read failed. Each names the path it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum DurableError {
+    /// An I/O operation other than an fsync failed (open, write, rename, read, stat).
     #[error("I/O error on {}: {source}", path.display())]
     Io {
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// An fsync of a file or directory failed: what the disk holds is then unknown, so the
+    /// write is reported failed, never retried.
     #[error("fsync of {} failed: {source}", path.display())]
     Fsync {
+        /// The file or directory whose fsync failed.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// The target exists and the write was [`Replace::Never`].
     #[error("{} already exists and is never replaced", path.display())]
-    AlreadyExists { path: PathBuf },
+    AlreadyExists {
+        /// The existing target.
+        path: PathBuf,
+    },
+    /// A capped read met a file longer than its cap (refused before it is read whole).
     #[error("{}: more than the cap of {cap} bytes", path.display())]
-    TooLarge { path: PathBuf, cap: u64 },
+    TooLarge {
+        /// The file concerned.
+        path: PathBuf,
+        /// The cap it exceeds, in bytes.
+        cap: u64,
+    },
+    /// An entry is not of the kind needed: a capped read met a symlink, directory or
+    /// special file, or a directory to ensure exists as something else.
     #[error("{}: not a regular file (symlinks and special files are refused)", path.display())]
-    NotRegularFile { path: PathBuf },
+    NotRegularFile {
+        /// The entry concerned.
+        path: PathBuf,
+    },
+    /// The target path has no parent directory or no file name, so no temp file can be
+    /// placed beside it.
     #[error("{} has no parent directory or file name", path.display())]
-    NoParent { path: PathBuf },
+    NoParent {
+        /// The path concerned.
+        path: PathBuf,
+    },
 }
 
 impl DurableError {
@@ -73,6 +100,7 @@ pub enum Replace {
 /// Options of one durable write.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteOptions {
+    /// Whether an existing target may be replaced.
     pub replace: Replace,
     /// Install the file read-only (0444) instead of 0644.
     pub read_only: bool,

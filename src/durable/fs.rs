@@ -14,8 +14,11 @@ use crate::core::digest::Digest;
 /// What a directory entry is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryKind {
+    /// A regular file.
     File,
+    /// A directory.
     Dir,
+    /// Anything else: a symlink (never followed), a device, a socket or a FIFO.
     Other,
 }
 
@@ -34,6 +37,7 @@ pub trait FileSystem {
     fn rename_noreplace(&self, from: &Path, to: &Path) -> std::io::Result<()>;
     /// Renames, atomically replacing `to` if it exists.
     fn rename_replace(&self, from: &Path, to: &Path) -> std::io::Result<()>;
+    /// Removes a file (not a directory).
     fn remove_file(&self, path: &Path) -> std::io::Result<()>;
     /// Reads at most `cap + 1` bytes (so a caller can tell "more than cap").
     fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>>;

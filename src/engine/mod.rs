@@ -19,10 +19,13 @@ use crate::core::step::{
 /// Why a tch computation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// libtorch raised an error.
     #[error("torch: {0}")]
     Torch(#[from] tch::TchError),
+    /// A parameter vector of the wrong length (the length given).
     #[error("parameter vector holds {0} values, expected {PARAMETER_COUNT}")]
     ParameterLength(usize),
+    /// An in-process step failed (its gradients, their sum or the AdamW update).
     #[error(transparent)]
     Step(#[from] StepError),
 }
@@ -184,10 +187,13 @@ pub fn in_process_step(
 /// Evaluation over a complete split plus the frozen logit probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evaluation {
+    /// Images whose highest logit (the first, on a tie) is their label.
     pub correct: u64,
+    /// Images evaluated (the whole split).
     pub total: u64,
     /// Logits of the first 128 images, 128×10 FP32 little-endian, row-major.
     pub logit_probe: Vec<u8>,
+    /// SHA-256 of `logit_probe`.
     pub logit_probe_sha256: Digest,
 }
 

@@ -20,18 +20,34 @@ use crate::store::barrier::NoHooks;
 use crate::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
 use crate::store::writer::SyntheticSpec;
 
+/// What [`run`] measured (printed as JSON). Times are in seconds summed over the run,
+/// rates in bytes per second; each `_over_` field is the store's cost over its plain
+/// baseline (infinite when the baseline took no time).
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
+    /// Generations published (one synthetic state each).
     pub states: u64,
+    /// Chunk-payload bytes of all the states published.
     pub payload_bytes: u64,
+    /// Seconds spent publishing every state.
     pub publish_s: f64,
+    /// Seconds spent writing and fsyncing the same payloads as plain files (and their
+    /// directory).
     pub plain_write_fsync_s: f64,
+    /// `publish_s / plain_write_fsync_s`.
     pub publish_over_plain: f64,
+    /// Seconds of one offline reshard of the last generation, W4 → W3.
     pub reshard_s: f64,
+    /// Seconds spent copying (and fsyncing) that state's plain files.
     pub copy_s: f64,
+    /// `reshard_s / copy_s`.
     pub reshard_over_copy: f64,
+    /// Bytes per second recovery verified, over every generation in the store.
     pub recovery_verify_bytes_per_s: f64,
+    /// Bytes per second of plain SHA-256 on one thread, in memory.
     pub raw_sha256_bytes_per_s: f64,
+    /// `raw_sha256_bytes_per_s / recovery_verify_bytes_per_s`: how many times slower
+    /// recovery verifies than raw hashing.
     pub recovery_over_sha256: f64,
 }
 

@@ -8,37 +8,52 @@ use std::path::Path;
 pub enum Damage {
     /// Flip bit 0 of the byte at `offset` (clamped to the file).
     BitFlip {
+        /// The file, relative to the store.
         file: String,
+        /// Which byte.
         offset: FileOffset,
     },
     /// Keep only the first `keep_per_mille`/1000 of the file.
     Truncate {
+        /// The file, relative to the store.
         file: String,
+        /// How much to keep, in thousandths of the file's length.
         keep_per_mille: u64,
     },
+    /// Delete the file (a lost write).
     Delete {
+        /// The file, relative to the store.
         file: String,
     },
     /// Overwrite `file` with the bytes of `source` (a misdirected write).
     Misdirect {
+        /// The file overwritten, relative to the store.
         file: String,
+        /// The file whose bytes it receives, relative to the store.
         source: String,
     },
     /// Write a new file with these bytes (clutter, stale/garbage LATEST, junk records).
     Write {
+        /// The new file, relative to the store.
         file: String,
+        /// Its contents.
         bytes: Vec<u8>,
     },
     /// Create an empty directory.
     Mkdir {
+        /// The directory, relative to the store.
         dir: String,
     },
 }
 
+/// Which byte of a file a [`Damage::BitFlip`] lands on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileOffset {
+    /// Byte 0 (a header, magic or first JSON byte).
     First,
+    /// Byte `len / 2`.
     Middle,
+    /// The last byte.
     Last,
 }
 
@@ -68,6 +83,7 @@ impl Damage {
         }
     }
 
+    /// A one-line human description, e.g. "bit flip (First) in LATEST".
     pub fn describe(&self) -> String {
         match self {
             Damage::BitFlip { file, offset } => format!("bit flip ({offset:?}) in {file}"),

@@ -7,27 +7,40 @@ use crate::supervise::process::ProcessError;
 /// Why a harness, matrix or bench step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
+    /// A store operation the lab ran itself failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Starting, signalling or reaping a child failed.
     #[error(transparent)]
     Process(#[from] ProcessError),
+    /// A child broke the line protocol (an unknown, malformed or out-of-order line).
     #[error("child protocol violation: {0}")]
     ChildProtocol(String),
+    /// A child exited unsuccessfully where it should have succeeded.
     #[error("child process failed: {0}")]
     ChildFailed(String),
+    /// The publisher finished without reaching the barrier a kill was aimed at.
     #[error("the publisher finished without reaching barrier {barrier} (occurrence {occurrence})")]
     TargetNotReached {
+        /// The barrier's name.
         barrier: &'static str,
+        /// Which occurrence of it (1-based).
         occurrence: u32,
     },
+    /// I/O on the lab's scratch copies and directories failed.
     #[error("crash-lab scratch I/O: {0}")]
     Scratch(#[from] std::io::Error),
+    /// An error with what the lab was doing when it happened.
     #[error("{context}: {source}")]
     During {
+        /// What the lab was doing.
         context: String,
+        /// The error.
         #[source]
         source: Box<LabError>,
     },
+    /// A precondition of the model or bench does not hold (e.g. the traced publish was
+    /// killed, or a bench store did not verify).
     #[error("the model cannot run: {0}")]
     Model(String),
 }

@@ -19,6 +19,7 @@ use crate::store::layout::{
     assemble_state, check_manifest, chunk_entries, chunk_payloads, manifest_for,
 };
 
+/// First bytes of every handoff file (its format's name and version).
 pub const HANDOFF_MAGIC: &[u8] = b"SHARDLIFT-HANDOFF-1\n";
 
 /// Encodes a validated state and its topology.

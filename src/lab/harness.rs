@@ -47,9 +47,14 @@ const HARNESS_SESSION: &str = "crash-harness";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum ChildMessage {
+    /// It reached a barrier (RFC 0001 §4) and, paused at barriers, waits for an
+    /// acknowledgement.
     Barrier(BarrierEvent),
+    /// It is about to perform a file-system operation and waits for an acknowledgement.
     Operation(OperationEvent),
+    /// Paused nowhere: it is about to publish, free-running.
     Ready,
+    /// Its publish committed: the summary of the generation.
     Done(CommitSummary),
 }
 
@@ -60,7 +65,9 @@ pub enum ChildMessage {
 pub struct OperationEvent {
     /// 0-based position in the run's operation trace.
     pub seq: u64,
+    /// Which operation.
     pub kind: OperationKind,
+    /// The path it acts on (the renamed file, for renames).
     pub path: String,
     /// The rename target, for renames.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,12 +83,19 @@ pub struct OperationEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationKind {
+    /// [`FileSystem::create_dir`].
     Mkdir,
+    /// [`FileSystem::write_new_file`].
     CreateWrite,
+    /// [`FileSystem::fsync_file`].
     FsyncFile,
+    /// [`FileSystem::fsync_dir`].
     FsyncDir,
+    /// [`FileSystem::rename_noreplace`].
     Rename,
+    /// [`FileSystem::rename_replace`].
     RenameReplace,
+    /// [`FileSystem::remove_file`].
     Unlink,
 }
 
@@ -91,6 +105,7 @@ pub enum OperationKind {
 pub struct PublisherExit {
     /// The signal that killed it (none: it exited).
     pub signal: Option<i32>,
+    /// Its exit record.
     pub exit: ExitRecord,
     /// The generation it was writing.
     pub candidate_generation: u64,
@@ -119,6 +134,7 @@ pub struct OperationKillReport {
     pub performed: Vec<OperationEvent>,
     /// The operation that was answered with SIGKILL instead (never performed).
     pub killed_before: OperationEvent,
+    /// How the killed publisher ended.
     pub ended: PublisherExit,
 }
 
@@ -132,6 +148,7 @@ pub struct FreeRunReport {
     pub elapsed_us: u64,
     /// Whether the child reported `done` (its publish completed) before it ended.
     pub completed: bool,
+    /// How the publisher ended.
     pub ended: PublisherExit,
 }
 
@@ -139,14 +156,19 @@ pub struct FreeRunReport {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KillReport {
+    /// The barrier the kill was aimed at.
     pub target: Barrier,
+    /// Which occurrence of it (1-based).
     pub occurrence: u32,
     /// Every event acknowledged, in order; ends exactly before `unacknowledged`.
     pub acknowledged: Vec<BarrierEvent>,
     /// The target event, which was answered with SIGKILL instead of an acknowledgement.
     pub unacknowledged: BarrierEvent,
+    /// The signal that ended it (SIGKILL, unless it had died first).
     pub signal: Option<i32>,
+    /// Whether it was reaped (always, once killed).
     pub reaped: bool,
+    /// Its exit record.
     pub exit: ExitRecord,
     /// The generation the killed publisher was writing.
     pub candidate_generation: u64,
@@ -350,6 +372,7 @@ fn drive_publisher(
 
 /// How a publisher driven operation by operation ended.
 pub enum OperationsEnd {
+    /// It was killed before an operation.
     Killed(OperationKillReport),
     /// It finished: what it committed and every operation it performed, in order.
     Completed(CommitSummary, Vec<OperationEvent>),

@@ -56,6 +56,7 @@ pub struct OperationKills {
     pub kills: u64,
     /// The recorded trace (temp names as the traced run spelled them).
     pub trace: Vec<OperationEvent>,
+    /// One line per invariant violated (none: the store held).
     pub violations: Vec<String>,
 }
 
@@ -67,6 +68,7 @@ pub struct RandomKills {
     pub finished_first: u64,
     /// Landed kills after which the candidate's commit record was visible.
     pub candidate_visible: u64,
+    /// One line per invariant violated (none: the store held).
     pub violations: Vec<String>,
 }
 

@@ -50,10 +50,14 @@ pub fn scratch_dir() -> std::io::Result<tempfile::TempDir> {
 /// Chunk size of the synthetic state: 13 chunks, the last one short.
 pub const MATRIX_CHUNK_ELEMENTS: u32 = 8192;
 
+/// How the crash matrix runs.
 #[derive(Clone, Debug)]
 pub struct MatrixConfig {
+    /// Seed of the synthetic states and of the sampled crash subsets.
     pub seed: u64,
+    /// Most distinct states checked per power-loss scenario (0: all of them).
     pub max_states_per_scenario: usize,
+    /// Threads that check crash states (default: the cores available, at most 8).
     pub threads: usize,
 }
 
@@ -72,8 +76,11 @@ impl Default for MatrixConfig {
 /// What a generation must look like to count as intact: each file and its digest.
 #[derive(Clone, Debug)]
 pub struct GenerationExpectation {
+    /// The generation.
     pub generation: u64,
+    /// The root of its logical state.
     pub logical_state_root: Digest,
+    /// Each file it depends on (path relative to the store) and that file's SHA-256.
     pub files: Vec<(String, Digest)>,
 }
 
@@ -105,7 +112,9 @@ pub fn generation_expectation(
 /// What a writer run under the power-loss model is.
 #[derive(Clone, Debug)]
 pub enum Action {
+    /// Publish this state at this topology.
     Publish(Box<LogicalState>, Topology),
+    /// Reshard this generation to this topology.
     Reshard(u64, Topology),
     /// Publish into a store whose layout directories a killed writer created and never
     /// made durable (they exist, empty, but a power cut may still remove them).
@@ -126,17 +135,21 @@ pub struct ScenarioOutcome {
     pub distinct_states: u64,
     /// States recovery was checked on (all distinct ones unless capped).
     pub states_checked: u64,
+    /// One line per invariant violated (none: the store held).
     pub violations: Vec<String>,
 }
 
 /// The deliberate faults a model run is given: none for the matrix, one for each mutant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ModelFaults {
+    /// Faults of the writer (publish, reshard).
     pub writer: WriterFaults,
+    /// Faults of recovery.
     pub recovery: RecoveryFaults,
 }
 
 impl ModelFaults {
+    /// No fault: the real protocol.
     pub const NONE: ModelFaults = ModelFaults {
         writer: WriterFaults::NONE,
         recovery: RecoveryFaults::NONE,
@@ -507,6 +520,7 @@ fn sample_evenly(states: Vec<CrashState>, max_states: usize) -> Vec<CrashState> 
 pub struct CheckPlan {
     /// Check at most this many distinct states, sampled evenly (0: all of them).
     pub max_states: usize,
+    /// Threads checking states.
     pub threads: usize,
     /// Stop once this many violations are found (a mutant is killed by the first one);
     /// `None` checks every state.
@@ -903,16 +917,23 @@ pub fn corruption_case(
 /// Counts of one power-loss scenario.
 #[derive(Clone, Debug, Serialize)]
 pub struct ScenarioFigures {
+    /// The scenario's name.
     pub name: &'static str,
+    /// See [`ScenarioOutcome::trace_operations`].
     pub trace_operations: u64,
+    /// See [`ScenarioOutcome::crash_images`].
     pub crash_images: u64,
+    /// See [`ScenarioOutcome::distinct_states`].
     pub distinct_states: u64,
+    /// See [`ScenarioOutcome::states_checked`].
     pub states_checked: u64,
 }
 
 /// What one phase of the matrix ran (kills, states or cases) and the violations it found.
 pub struct PhaseTally {
+    /// Kills, states or cases run.
     pub count: u64,
+    /// One line per invariant violated (none: the store held).
     pub violations: Vec<String>,
 }
 
@@ -957,7 +978,9 @@ pub fn process_kill_phase(
 
 /// What the power-loss phase found.
 pub struct PowerLossTally {
+    /// Each scenario's counts, in the order run.
     pub scenarios: Vec<ScenarioFigures>,
+    /// Violations of every scenario, each prefixed with its scenario's name.
     pub violations: Vec<String>,
 }
 
@@ -1052,9 +1075,13 @@ pub fn power_loss_phase(
 
 /// What the corruption phase ran and found.
 pub struct CorruptionTally {
+    /// Cases run.
     pub count: u64,
+    /// Cases per kind of file damaged (commit record, manifest, object, ...).
     pub by_file_kind: BTreeMap<&'static str, u64>,
+    /// Cases per kind of damage ([`crate::lab::corruption::Damage::label`]).
     pub by_damage: BTreeMap<&'static str, u64>,
+    /// One line per invariant violated (none: the store held).
     pub violations: Vec<String>,
 }
 

@@ -26,9 +26,11 @@ pub const MUTANT_VIOLATIONS_REPORTED: usize = 10;
 /// One deliberately broken writer or recovery.
 #[derive(Clone, Copy, Debug)]
 pub struct Mutant {
+    /// Its name (as `--mutant` takes it).
     pub name: &'static str,
     /// The rule of RFC 0001 it breaks.
     pub breaks: &'static str,
+    /// The faults that make it.
     pub faults: ModelFaults,
     /// Whether it needs a starting image with non-durable directories.
     pub needs_killed_layout: bool,
@@ -208,13 +210,17 @@ pub fn find(name: &str) -> Option<&'static Mutant> {
 /// What the model found against one mutant.
 #[derive(Clone, Debug, Serialize)]
 pub struct MutantOutcome {
+    /// The mutant's name.
     pub name: &'static str,
+    /// The rule it breaks.
     pub breaks: &'static str,
     /// Distinct power-loss states checked.
     pub crash_states: u64,
     /// Corruption cases checked (recovery mutants only).
     pub corruption_cases: u64,
+    /// Whether any violation was found (the model caught it).
     pub killed: bool,
+    /// The violations found (checking stops once [`MUTANT_VIOLATIONS_REPORTED`] are in).
     pub violations: Vec<String>,
 }
 
@@ -286,8 +292,11 @@ pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcom
 /// Every mutant's fate: the crash matrix fails while any survives.
 #[derive(Clone, Debug, Serialize)]
 pub struct MutantTally {
+    /// Mutants run.
     pub total: u64,
+    /// Mutants killed.
     pub killed: u64,
+    /// Names of the mutants that survived (none, or the matrix fails).
     pub survived: Vec<&'static str>,
     /// Per mutant: how many crash states were checked and the first violation found.
     pub details: Vec<MutantDetail>,
@@ -296,9 +305,13 @@ pub struct MutantTally {
 /// One line of [`MutantTally`].
 #[derive(Clone, Debug, Serialize)]
 pub struct MutantDetail {
+    /// The mutant's name.
     pub name: &'static str,
+    /// Distinct power-loss states checked.
     pub crash_states: u64,
+    /// Violations found.
     pub violations: u64,
+    /// The first of them.
     pub first_violation: Option<String>,
 }
 

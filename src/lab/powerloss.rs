@@ -32,25 +32,40 @@ const STAGING_DIR: &str = "staging";
 /// One recorded file-system effect (paths relative to the store root, `/`-separated).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// A directory created.
     Mkdir {
+        /// The directory.
         path: String,
     },
+    /// A file created and written whole (one `write_new_file`).
     Create {
+        /// The file.
         path: String,
+        /// Its inode: an index into [`Recording::inodes`].
         inode: usize,
     },
+    /// A file's data made durable.
     FsyncFile {
+        /// The file's inode.
         inode: usize,
     },
+    /// A directory's entries made durable.
     FsyncDir {
+        /// The directory (`""` for the store root).
         path: String,
     },
+    /// A file renamed (with or without replacing the target).
     Rename {
+        /// The old name.
         from: String,
+        /// The new name.
         to: String,
+        /// The renamed file's inode.
         inode: usize,
     },
+    /// A file removed.
     Remove {
+        /// The file.
         path: String,
     },
 }
@@ -94,6 +109,7 @@ struct Log {
 pub struct Recording {
     /// The image before the run (all durable).
     pub initial: BTreeMap<String, ImageEntry>,
+    /// The operations, in the order issued.
     pub ops: Vec<Op>,
     /// File contents by inode (each file is written once, at create).
     pub inodes: Vec<Vec<u8>>,
@@ -114,10 +130,15 @@ pub struct RecordingFs {
 /// disk, those data blocks did not).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ImageEntry {
+    /// A directory.
     Dir,
+    /// A file.
     File {
+        /// Its inode in the recording.
         inode: usize,
+        /// Bytes of the inode's data it holds (the first ones).
         len: usize,
+        /// Offset from which its bytes read as zeros, if any.
         zeroed_from: Option<usize>,
     },
 }
@@ -208,6 +229,7 @@ impl RecordingFs {
         log.marks.push((barrier, at));
     }
 
+    /// The recording, once the run is over.
     pub fn finish(self) -> Recording {
         let log = self.log.into_inner();
         Recording {
@@ -323,6 +345,7 @@ pub struct EnumerationLimits {
     pub all_subsets_up_to: usize,
     /// Seeded random subsets per crash point when there are more.
     pub samples: usize,
+    /// Seed of the sampled subsets.
     pub seed: u64,
 }
 
@@ -341,6 +364,7 @@ impl Default for EnumerationLimits {
 pub struct CrashState {
     /// Operations issued before the crash.
     pub crash_point: usize,
+    /// The image recovery is run on.
     pub image: Image,
 }
 

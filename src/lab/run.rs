@@ -20,6 +20,8 @@ use crate::store::writer::{publish_with, WriterFaults};
 /// The page-cache caveat every report carries.
 pub const PAGE_CACHE_CAVEAT: &str = "process kills (at barriers, before every operation, at random instants) leave the page cache intact: they test isolation and recovery from a dead writer, not durability; durability is tested by the power-loss model, which rebuilds what a power cut could leave on disk under the persistence model of RFC 0001 \u{a7}2";
 
+/// What one crash-matrix run did and found (printed as JSON); the run fails when
+/// `violations` is not empty.
 #[derive(Clone, Debug, Serialize)]
 pub struct MatrixSummary {
     /// The named barriers of RFC 0001 §4.
@@ -43,11 +45,17 @@ pub struct MatrixSummary {
     pub crash_images: u64,
     /// Distinct states among them as recovery sees them; each was checked.
     pub distinct_states: u64,
+    /// Each power-loss scenario's counts.
     pub power_loss_scenarios: Vec<ScenarioFigures>,
+    /// Corruption cases applied, each to a fresh copy of a healthy store.
     pub corruption_cases: u64,
+    /// Corruption cases per kind of file damaged.
     pub corruption_by_file_kind: BTreeMap<&'static str, u64>,
+    /// Corruption cases per kind of damage.
     pub corruption_by_damage: BTreeMap<&'static str, u64>,
+    /// [`PAGE_CACHE_CAVEAT`].
     pub caveat: &'static str,
+    /// Every invariant violation of every phase (none: the store held).
     pub violations: Vec<String>,
 }
 

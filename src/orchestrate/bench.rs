@@ -22,14 +22,19 @@ use crate::trainer::{
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// The plain-torch baseline failed.
     #[error("torch: {0}")]
     Torch(#[from] tch::TchError),
+    /// A measured training run failed.
     #[error(transparent)]
     Train(#[from] TrainError),
+    /// An in-process step failed.
     #[error(transparent)]
     Step(#[from] StepError),
+    /// The measured demo run failed.
     #[error(transparent)]
     Demo(#[from] DemoError),
+    /// A scratch directory could not be created.
     #[error("cannot create a scratch directory: {0}")]
     Scratch(#[source] std::io::Error),
 }

@@ -20,25 +20,63 @@ pub const MAX_SOCKET_PATH_BYTES: usize = 107;
 /// Why IPC failed.
 #[derive(Debug, thiserror::Error)]
 pub enum IpcError {
+    /// The peer closed its end of the connection.
     #[error("{peer} closed the connection")]
-    PeerClosed { peer: String },
+    PeerClosed {
+        /// The peer's name (e.g. `worker pid N`, `coordinator`).
+        peer: String,
+    },
+    /// No whole frame arrived before the read deadline.
     #[error("{peer} sent no frame within {timeout_ms} ms")]
-    Timeout { peer: String, timeout_ms: u64 },
+    Timeout {
+        /// The peer's name.
+        peer: String,
+        /// The deadline that passed, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// A frame above [`MAX_FRAME_BYTES`]: announced by the peer (refused before anything
+    /// is allocated) or about to be sent.
     #[error("{peer} announced a {length}-byte frame, above the {MAX_FRAME_BYTES}-byte cap")]
-    FrameTooLarge { peer: String, length: u32 },
+    FrameTooLarge {
+        /// The peer's name.
+        peer: String,
+        /// The announced payload length in bytes (`u32::MAX` for an outgoing frame).
+        length: u32,
+    },
+    /// A socket operation failed.
     #[error("I/O with {peer} failed: {source}")]
     Io {
+        /// The peer's name ("listener" for the accepting socket).
         peer: String,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// The peer broke the protocol: a message this side cannot use, or (while accepting)
+    /// a worker that exited before it connected.
     #[error("malformed message from {peer}: {reason}")]
-    Malformed { peer: String, reason: String },
+    Malformed {
+        /// The peer's name.
+        peer: String,
+        /// What is wrong with the payload.
+        reason: String,
+    },
+    /// The socket path does not fit in `sun_path` ([`MAX_SOCKET_PATH_BYTES`]).
     #[error("socket path {0} is longer than {MAX_SOCKET_PATH_BYTES} bytes")]
     SocketPathTooLong(PathBuf),
+    /// A connection came from a process that is not one of our children, or not our uid.
     #[error("refused a connection from pid {pid} uid {uid}: not a child we spawned as this user")]
-    UnexpectedPeer { pid: i32, uid: u32 },
+    UnexpectedPeer {
+        /// The peer's pid (SO_PEERCRED).
+        pid: i32,
+        /// The peer's uid (SO_PEERCRED).
+        uid: u32,
+    },
+    /// No worker connected before the accept deadline.
     #[error("no worker connected within {timeout_ms} ms")]
-    AcceptTimeout { timeout_ms: u64 },
+    AcceptTimeout {
+        /// The deadline that passed, in milliseconds.
+        timeout_ms: u64,
+    },
 }
 
 /// Refuses socket paths that do not fit in `sun_path` (both ends call it).
@@ -122,6 +160,8 @@ const SOCKET_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 const HEADER_BYTES: usize = 4;
 
 impl FramedStream {
+    /// Wraps a connected stream: `peer` names the other end in errors, and every read waits
+    /// at most `timeout_ms` milliseconds. Asks the kernel for larger socket buffers (a hint).
     pub fn new(
         stream: UnixStream,
         peer: impl Into<String>,
@@ -149,6 +189,7 @@ impl FramedStream {
         })
     }
 
+    /// The other end's name, as given to [`FramedStream::new`].
     pub fn peer(&self) -> &str {
         &self.peer
     }
@@ -296,17 +337,21 @@ impl LeWord for u32 {
 pub struct Encoder(Vec<u8>);
 
 impl Encoder {
+    /// Starts a payload with its message tag byte.
     pub fn new(tag: u8) -> Self {
         Encoder(vec![tag])
     }
+    /// Appends a u32, little-endian.
     pub fn u32(&mut self, value: u32) -> &mut Self {
         self.0.extend_from_slice(&value.to_le_bytes());
         self
     }
+    /// Appends a u64, little-endian.
     pub fn u64(&mut self, value: u64) -> &mut Self {
         self.0.extend_from_slice(&value.to_le_bytes());
         self
     }
+    /// Appends an FP32 value, little-endian.
     pub fn f32(&mut self, value: f32) -> &mut Self {
         self.0.extend_from_slice(&value.to_le_bytes());
         self
@@ -347,6 +392,7 @@ impl Encoder {
             slot.copy_from_slice(&value.to_le_bytes());
         }
     }
+    /// The payload built, tag byte first.
     pub fn finish(self) -> Vec<u8> {
         self.0
     }
@@ -362,10 +408,19 @@ pub struct Decoder<'a> {
 /// Why a payload could not be decoded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
+    /// A read needed more bytes than the payload has left (or a length prefix promised
+    /// more elements than fit in it).
     #[error("payload ends at byte {at}, {needed} more needed")]
-    Truncated { at: usize, needed: usize },
+    Truncated {
+        /// Offset of the read in the payload, after the tag byte.
+        at: usize,
+        /// Bytes the read needed (`usize::MAX` for a length prefix that cannot fit).
+        needed: usize,
+    },
+    /// The message was read whole and this many bytes were left over.
     #[error("{0} trailing bytes after the message")]
     Trailing(usize),
+    /// The payload has no tag byte.
     #[error("empty payload")]
     Empty,
 }
@@ -403,12 +458,15 @@ impl<'a> Decoder<'a> {
         Ok(out)
     }
 
+    /// Reads a little-endian u32.
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(self.array()?))
     }
+    /// Reads a little-endian u64.
     pub fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.array()?))
     }
+    /// Reads a little-endian FP32 value.
     pub fn f32(&mut self) -> Result<f32, DecodeError> {
         Ok(f32::from_le_bytes(self.array()?))
     }
@@ -430,6 +488,7 @@ impl<'a> Decoder<'a> {
             })
     }
 
+    /// A length-prefixed byte string, borrowed from the payload.
     pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let count = self.length(1)?;
         self.take(count)

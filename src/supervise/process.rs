@@ -46,6 +46,7 @@ pub enum ExitOutcome {
 }
 
 impl ExitOutcome {
+    /// Whether the child exited with code 0.
     pub fn success(&self) -> bool {
         *self == ExitOutcome::Code(0)
     }
@@ -103,17 +104,24 @@ impl std::fmt::Display for Role {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExitRecord {
+    /// The part the child played.
     pub role: Role,
+    /// The session (or harness run) the child belonged to.
     pub session: String,
+    /// The worker's rank, for children that have one.
     pub rank: Option<u32>,
+    /// How it ended.
     pub outcome: ExitOutcome,
 }
 
 /// What to start.
 #[derive(Clone, Debug)]
 pub struct ChildSpec {
+    /// The executable.
     pub program: PathBuf,
+    /// Its arguments (without the program name).
     pub args: Vec<OsString>,
+    /// Variables added to the inherited environment, in order.
     pub env: Vec<(OsString, OsString)>,
     /// Give the parent a pipe to the child's stdin (else /dev/null).
     pub pipe_stdin: bool,
@@ -124,8 +132,11 @@ pub struct ChildSpec {
     /// Send stdout and stderr to this new file (else as `pipe_stdout` says, and stderr
     /// inherited).
     pub output_to: Option<PathBuf>,
+    /// The part the child plays, recorded in its [`ExitRecord`].
     pub role: Role,
+    /// The session it belongs to, recorded in its [`ExitRecord`].
     pub session: String,
+    /// The worker's rank, if it has one.
     pub rank: Option<u32>,
 }
 
@@ -135,19 +146,28 @@ pub struct ChildSpec {
 pub enum ShardliftChild<'a> {
     /// `shardlift worker --socket S --rank R --engine E`, one BLAS/OpenMP thread.
     Worker {
+        /// The coordinator's Unix socket.
         socket: &'a Path,
+        /// The worker's rank in its session.
         rank: u32,
+        /// The engine's name (as `shardlift worker --engine` takes it).
         engine: &'a str,
     },
     /// `shardlift store-child publish --store D --handoff F --pause-at P`, with stdin and
     /// stdout piped (events out, acknowledgements in).
     Publisher {
+        /// The store directory.
         store: &'a Path,
+        /// The handoff file holding the state to publish (`lab::handoff`).
         handoff: &'a Path,
+        /// Where the publisher stops for an acknowledgement.
         pause: PublisherPause,
     },
     /// `shardlift store-child recover --store D`, its report on piped stdout.
-    Recovery { store: &'a Path },
+    Recovery {
+        /// The store directory.
+        store: &'a Path,
+    },
 }
 
 /// Where a publisher child stops for an acknowledgement.
@@ -184,6 +204,7 @@ impl PublisherPause {
 }
 
 impl ShardliftChild<'_> {
+    /// The role a child running this subcommand plays.
     pub fn role(&self) -> Role {
         match self {
             ShardliftChild::Worker { .. } => Role::Worker,
@@ -194,6 +215,8 @@ impl ShardliftChild<'_> {
 }
 
 impl ChildSpec {
+    /// A spec of `program` with no arguments, no extra environment, stdin from /dev/null and
+    /// stdout and stderr inherited.
     pub fn new(program: impl Into<PathBuf>, role: Role, session: &str) -> Self {
         ChildSpec {
             program: program.into(),
@@ -252,16 +275,19 @@ impl ChildSpec {
         }
     }
 
+    /// Appends one argument.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
         self
     }
 
+    /// Adds one environment variable.
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.env.push((key.into(), value.into()));
         self
     }
 
+    /// Records the worker's rank.
     pub fn rank(mut self, rank: u32) -> Self {
         self.rank = Some(rank);
         self
@@ -295,41 +321,70 @@ impl ChildSpec {
 /// Why supervising a child failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
+    /// The child could not be started (or its output file created).
     #[error("cannot start {role} ({program}): {source}")]
     Spawn {
+        /// The part the child was to play.
         role: Role,
+        /// The program, as spelt in its spec.
         program: String,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// The child started but no pidfd could be opened for it; it was killed and reaped.
     #[error("cannot open a pidfd for {role} (pid {pid}): {source}")]
     Pidfd {
+        /// The child's role.
         role: Role,
+        /// The child's pid.
         pid: u32,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// The child's core dumps could not be turned off; it was killed and reaped.
     #[error("cannot limit the resources of {role} (pid {pid}): {source}")]
     Limit {
+        /// The child's role.
         role: Role,
+        /// The child's pid.
         pid: u32,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// Sending a signal through the child's pidfd (or to its group) failed.
     #[error("cannot signal {role} (pid {pid}): {source}")]
     Signal {
+        /// The child's role.
         role: Role,
+        /// The child's pid.
         pid: u32,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// Polling or reaping the child failed.
     #[error("waiting for {role} (pid {pid}) failed: {source}")]
     Wait {
+        /// The child's role.
         role: Role,
+        /// The child's pid.
         pid: u32,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// The child was still running when a wait's deadline passed.
     #[error("{role} did not exit within {timeout_ms} ms")]
-    Deadline { role: Role, timeout_ms: u64 },
+    Deadline {
+        /// The child's role.
+        role: Role,
+        /// The deadline that passed, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// A `shardlift` child could not set itself up on entry ([`enter_supervised_child`]).
     #[error("a supervised child cannot {what}: {source}")]
     Enter {
+        /// What it could not do (e.g. "turn off core dumps").
         what: &'static str,
+        /// The underlying error.
         source: std::io::Error,
     },
 }
@@ -369,8 +424,11 @@ fn forbid_core_dumps(pid: Pid) -> Result<(), rustix::io::Errno> {
 pub struct SupervisedChild {
     child: Child,
     pidfd: OwnedFd,
+    /// The part the child plays.
     pub role: Role,
+    /// The session it belongs to.
     pub session: String,
+    /// The worker's rank, if it has one.
     pub rank: Option<u32>,
     exit: Option<ExitRecord>,
 }
@@ -452,6 +510,7 @@ impl SupervisedChild {
         })
     }
 
+    /// The child's pid (it cannot be recycled while the child is unreaped).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -602,6 +661,7 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
+    /// An empty supervisor.
     pub fn new() -> Self {
         Supervisor::default()
     }
@@ -613,10 +673,12 @@ impl Supervisor {
         Ok(self.children.len() - 1)
     }
 
+    /// The child at `index` (as [`Supervisor::spawn`] returned it).
     pub fn child(&mut self, index: usize) -> Option<&mut SupervisedChild> {
         self.children.get_mut(index)
     }
 
+    /// Every child started, reaped or not, in spawn order.
     pub fn children(&self) -> &[SupervisedChild] {
         &self.children
     }

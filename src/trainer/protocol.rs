@@ -26,42 +26,61 @@ const MAX_LIST: u64 = 4096;
 pub enum Message {
     /// Worker → coordinator, first frame: who I am.
     Hello {
+        /// The rank it was started with (checked against the pid that connected).
         rank: u32,
     },
     /// Coordinator → worker: the topology, the hyper-parameters and the chunks it owns.
     Init {
+        /// W, the number of workers in the session.
         workers: u32,
+        /// The AdamW hyper-parameters.
         hyperparameters: Hyperparameters,
+        /// The chunks this worker owns (`c mod W`), with their optimizer state.
         chunks: Vec<ChunkState>,
     },
     /// Coordinator → worker: compute these micro-batches' gradients at these parameters.
     Compute {
+        /// The step the gradients are for.
         step: u64,
+        /// The full parameter vector, in logical order.
         parameters: Vec<f32>,
+        /// The micro-batches this worker owns this step (`m mod W`).
         batches: Vec<MicroBatch>,
     },
     /// Worker → coordinator: the gradients of its micro-batches, and the nanoseconds the
     /// worker spent computing them (forward and backward; for `bench train`'s split).
     Gradients {
+        /// The step, echoed from `Compute`.
         step: u64,
+        /// Nanoseconds of forward and backward.
         compute_ns: u64,
+        /// One gradient per micro-batch it was sent.
         results: Vec<MicroBatchGradient>,
     },
     /// Coordinator → worker: apply AdamW step `step` with these reduced gradient slices.
     Update {
+        /// The AdamW step to apply.
         step: u64,
+        /// For each chunk this worker owns: its index and its slice of the reduced
+        /// gradient.
         gradients: Vec<(u32, Vec<f32>)>,
     },
     /// Worker → coordinator: the updated chunks, and the nanoseconds its AdamW took.
     Chunks {
+        /// The step, echoed from `Update`.
         step: u64,
+        /// Nanoseconds of its AdamW update.
         adamw_ns: u64,
+        /// The updated chunks, with their optimizer state.
         chunks: Vec<ChunkState>,
     },
+    /// Coordinator → worker: the session is over; reply `Bye` and exit 0.
     Shutdown,
+    /// Worker → coordinator: the answer to `Shutdown`, its last frame.
     Bye,
     /// Either side: a reason for giving up.
     Failure {
+        /// What went wrong.
         message: String,
     },
 }
@@ -69,12 +88,16 @@ pub enum Message {
 /// Why a message could not be decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
+    /// The payload is truncated, empty or has trailing bytes.
     #[error(transparent)]
     Decode(#[from] DecodeError),
+    /// The tag byte names no message.
     #[error("unknown message tag {0}")]
     UnknownTag(u8),
+    /// A list is longer than any message needs (4096 elements); refused before allocating.
     #[error("list of {0} elements exceeds the cap of {MAX_LIST}")]
     ListTooLong(u64),
+    /// A `Failure` message's text is not UTF-8.
     #[error("text is not UTF-8")]
     Text,
     /// A chunk whose three slots differ in length.
@@ -290,6 +313,7 @@ impl Message {
         }
     }
 
+    /// Decodes one frame's payload, strictly: every byte read, every list capped.
     pub fn decode(payload: &[u8]) -> Result<Self, ProtocolError> {
         let (tag, mut d) = Decoder::new(payload)?;
         let message = match tag {

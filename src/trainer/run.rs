@@ -10,8 +10,10 @@ use crate::trainer::engines::EngineKind;
 /// Why a training run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
+    /// An in-process step failed.
     #[error(transparent)]
     Step(#[from] StepError),
+    /// The coordinator session failed (its workers are torn down).
     #[error(transparent)]
     Session(#[from] SessionError),
 }
@@ -23,7 +25,9 @@ pub enum Placement {
     InProcess,
     /// A coordinator session over `workers` processes of `shardlift_exe worker`.
     Workers {
+        /// The `shardlift` binary the workers run.
         shardlift_exe: PathBuf,
+        /// W, the number of worker processes.
         workers: u32,
     },
 }
@@ -31,8 +35,11 @@ pub enum Placement {
 /// The end of a run: the state, the last step's loss and how many worker exits were reaped.
 #[derive(Clone, Debug)]
 pub struct TrainRun {
+    /// The state after the last step.
     pub state: LogicalState,
+    /// The last step's loss.
     pub loss: f32,
+    /// Worker exits reaped (0 in process).
     pub worker_exits: usize,
 }
 

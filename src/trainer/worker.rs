@@ -21,9 +21,12 @@ pub enum WorkerError {
     /// Could not set itself up as a supervised child (core limit, parent-death signal).
     #[error(transparent)]
     Enter(#[from] ProcessError),
+    /// Could not connect to the coordinator's socket.
     #[error("cannot connect to the coordinator at {path}: {source}")]
     Connect {
+        /// The socket path.
         path: PathBuf,
+        /// The underlying error.
         source: std::io::Error,
     },
     /// The connection failed: closed, timed out, an oversized frame, a bad socket path.
@@ -32,18 +35,30 @@ pub enum WorkerError {
     /// A frame from the coordinator did not decode as a message.
     #[error(transparent)]
     Decode(#[from] ProtocolError),
+    /// A `Compute` arrived before `Init`.
     #[error("compute before init")]
     ComputeBeforeInit,
+    /// An `Update` arrived before `Init`.
     #[error("update before init")]
     UpdateBeforeInit,
+    /// An `Update` carried a gradient slice for a chunk this worker does not own.
     #[error("update for chunk {id}, which this worker does not own")]
-    ChunkNotOwned { id: u32 },
+    ChunkNotOwned {
+        /// The chunk's index.
+        id: u32,
+    },
+    /// AdamW refused the update of an owned chunk.
     #[error(transparent)]
     Optimizer(#[from] AdamwError),
+    /// The gradient engine failed on a micro-batch.
     #[error(transparent)]
     Engine(#[from] StepError),
+    /// The coordinator sent a message a worker never receives (e.g. `Gradients`).
     #[error("unexpected {kind} message from the coordinator")]
-    UnexpectedMessage { kind: &'static str },
+    UnexpectedMessage {
+        /// The message's kind.
+        kind: &'static str,
+    },
 }
 
 /// Runs the worker loop until `Shutdown`.

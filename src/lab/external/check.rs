@@ -18,9 +18,13 @@ use crate::supervise::process::{ChildSpec, ExitOutcome, Role, Signal, Supervised
 /// Bounds of the checking phase.
 #[derive(Clone, Copy, Debug)]
 pub struct CheckLimits {
+    /// Most states checked; more are sampled evenly.
     pub max_states: usize,
+    /// Deadline per check, in milliseconds; its process group is then killed.
     pub timeout_ms: u64,
+    /// Bytes of each check's output kept (the last ones).
     pub output_tail_bytes: usize,
+    /// Checks run at once.
     pub jobs: usize,
     /// Keep passing states' directories and logs too.
     pub keep_passing: bool,
@@ -42,9 +46,11 @@ impl Default for CheckLimits {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckOutcome {
+    /// Exited (or was killed by a signal) before the deadline.
     Exited(ExitOutcome),
     /// Killed at the deadline.
     TimedOut {
+        /// The deadline, in milliseconds.
         timeout_ms: u64,
     },
 }
@@ -68,23 +74,30 @@ pub struct Failure {
     pub dropped_operations: Vec<String>,
     /// What persisted: every path with its kind, size, digest and data variant.
     pub persisted: BTreeMap<String, StateEntry>,
+    /// How the check ended.
     pub check: CheckOutcome,
+    /// The last bytes of its output (stdout and stderr), lossily decoded.
     pub output_tail: String,
 }
 
 /// Failures sharing the check's last output line.
 #[derive(Clone, Debug, Serialize)]
 pub struct FailureClass {
+    /// The check's last output line.
     pub message: String,
+    /// Failing states in the class.
     pub states: usize,
     /// The shortest trace prefix that leads to this failure.
     pub smallest_crash_point: usize,
+    /// The state with that shortest prefix.
     pub example_state: usize,
 }
 
 /// What the checking phase gave.
 pub struct Checked {
+    /// States checked.
     pub checked: usize,
+    /// The failing ones, by state index.
     pub failures: Vec<Failure>,
 }
 

@@ -42,6 +42,8 @@ pub const MODEL: &str = "un-fsynced file data may be whole, lost (as last fsynce
 pub struct CrashTestConfig {
     /// The `shardlift` binary (its hidden `crash-test-exec` starts the writer traced).
     pub stub_exe: PathBuf,
+    /// The output directory (new or empty): `scratch/`, `states/`, logs, the trace and
+    /// `report.json`.
     pub out: PathBuf,
     /// The writer's argv (run directly, no shell), in `scratch/`.
     pub writer: Vec<OsString>,
@@ -51,14 +53,18 @@ pub struct CrashTestConfig {
     pub setup: Option<String>,
     /// Paths the check never reads (see [`model::Unread`]).
     pub unread: Vec<String>,
+    /// Bounds of the recording phase.
     pub record: RecordLimits,
+    /// Bounds of the crash-state enumeration.
     pub model: ModelLimits,
+    /// Bounds of the checking phase.
     pub checks: CheckLimits,
 }
 
 /// What the writer did when nothing crashed.
 #[derive(Clone, Debug, Serialize)]
 pub struct WriterSummary {
+    /// How the writer exited (always success in a report: a failing writer is an error).
     pub exit: ExitOutcome,
     /// System calls traced across every thread and process.
     pub syscalls: u64,
@@ -69,11 +75,17 @@ pub struct WriterSummary {
 /// The result of one crash test (`report.json`, and stdout with `--json`).
 #[derive(Clone, Debug, Serialize)]
 pub struct CrashTestReport {
+    /// [`REPORT_SCHEMA`].
     pub schema: &'static str,
+    /// The schema's version (1).
     pub version: u32,
+    /// The crash model the states were built under ([`MODEL`]), in words.
     pub model: &'static str,
+    /// The system calls the recorder follows and refuses ([`recorder::FOLLOWED`]).
     pub followed_syscalls: &'static str,
+    /// What the writer did.
     pub writer: WriterSummary,
+    /// File-system operations in the trace.
     pub trace_operations: usize,
     /// Digest of the trace's operations and written bytes.
     pub trace_digest: Digest,
@@ -81,11 +93,15 @@ pub struct CrashTestReport {
     pub states_total: usize,
     /// Distinct crash states checked (all of them unless over `--max-states`).
     pub states: usize,
+    /// Whether every distinct state was checked.
     pub exhaustive: bool,
+    /// States whose check exited 0.
     pub passing_states: usize,
+    /// States whose check failed or timed out.
     pub failing_states: usize,
     /// Failures grouped by the last line the check printed.
     pub failure_classes: Vec<FailureClass>,
+    /// Every failing state, by state index.
     pub failures: Vec<Failure>,
 }
 

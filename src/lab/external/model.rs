@@ -46,12 +46,18 @@ pub enum FileData {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StateEntry {
+    /// A directory.
     Dir,
+    /// A regular file.
     File {
+        /// Its inode in the trace.
         inode: InodeId,
+        /// Which variant of its data survived.
         #[serde(flatten)]
         data: FileData,
+        /// Its length in bytes.
         len: u64,
+        /// The SHA-256 of its bytes.
         sha256: Digest,
     },
 }
@@ -63,6 +69,7 @@ pub struct CrashState {
     pub crash_point: usize,
     /// Pending entry operations (trace indices) that did not persist.
     pub dropped_operations: Vec<usize>,
+    /// Every entry, by path relative to the state's root.
     pub entries: BTreeMap<String, StateEntry>,
     /// What a loader can see (paths, kinds, bytes).
     pub digest: Digest,
@@ -104,6 +111,7 @@ impl Unread {
 /// Bounds of one enumeration.
 #[derive(Clone, Copy, Debug)]
 pub struct ModelLimits {
+    /// How many subsets of pending entry operations to take per crash point.
     pub subsets: EnumerationLimits,
     /// Torn variants per volatile file (evenly spaced write counts).
     pub write_prefixes: usize,
@@ -276,10 +284,15 @@ fn write_at(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) {
 /// Why enumeration stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// The trace breaks one of its invariants (see [`Trace::validate`]).
     #[error("the trace is inconsistent: {0}")]
     BadTrace(String),
+    /// The enumeration reached [`ModelLimits::max_distinct_states`].
     #[error("more than {limit} distinct crash states (raise --max-distinct-states or shorten the writer's run)")]
-    TooManyStates { limit: usize },
+    TooManyStates {
+        /// The limit reached.
+        limit: usize,
+    },
 }
 
 /// Every distinct crash state of `trace`, in order of first appearance (crash point).

@@ -56,10 +56,13 @@ RENAME_EXCHANGE, directory renames; refused anywhere: io_uring_setup, io_submit"
 /// Bounds of one recorded run.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordLimits {
+    /// Most file-system operations a trace may hold.
     pub max_operations: usize,
+    /// Most bytes the writer may write in all.
     pub max_written_bytes: u64,
     /// Bytes of the starting image the recorder loads.
     pub max_initial_bytes: u64,
+    /// Deadline of the traced run (and of the setup command), in milliseconds.
     pub timeout_ms: u64,
 }
 
@@ -79,18 +82,24 @@ impl Default for RecordLimits {
 pub struct WriterSetup<'a> {
     /// The `shardlift` binary (its hidden `crash-test-exec` is the stub).
     pub stub_exe: &'a Path,
+    /// The scratch directory: the writer's working directory and what the trace models.
     pub scratch: &'a Path,
     /// The writer's TMPDIR: writes there are allowed and not modelled.
     pub tmpdir: &'a Path,
+    /// The writer's argv (run directly, no shell).
     pub argv: &'a [OsString],
+    /// The file the writer's stdout goes to.
     pub stdout_log: &'a Path,
+    /// The file the writer's stderr goes to.
     pub stderr_log: &'a Path,
 }
 
 /// What one recorded run gave.
 #[derive(Debug)]
 pub struct WriterRun {
+    /// What the writer did to its scratch directory.
     pub trace: Trace,
+    /// How it exited.
     pub exit: ExitOutcome,
     /// System-call stops seen (entry and exit count once together).
     pub syscalls: u64,

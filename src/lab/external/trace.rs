@@ -20,36 +20,72 @@ pub type InodeId = usize;
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum TraceOp {
     /// `mkdir`.
-    Mkdir { path: String },
+    Mkdir {
+        /// The path, relative to the scratch directory.
+        path: String,
+    },
     /// A new, empty regular file (`open` with `O_CREAT` of a name that did not exist).
-    Create { path: String, inode: InodeId },
+    Create {
+        /// The path, relative to the scratch directory.
+        path: String,
+        /// The new file's inode.
+        inode: InodeId,
+    },
     /// A hard link: a new name for an existing file.
-    Link { path: String, inode: InodeId },
+    Link {
+        /// The new name, relative to the scratch directory.
+        path: String,
+        /// The linked file's inode.
+        inode: InodeId,
+    },
     /// `len` bytes at `offset` (`write`, `pwrite64`, `writev`, `pwritev`, `pwritev2`).
     Write {
+        /// The file's inode.
         inode: InodeId,
+        /// Byte offset in the file.
         offset: u64,
+        /// Bytes written.
         len: u64,
         /// Where the bytes lie in [`Trace::data`] (not serialised).
         #[serde(skip)]
         data_at: usize,
     },
     /// `truncate`, `ftruncate`, or `open` with `O_TRUNC` of an existing file (to 0).
-    Truncate { inode: InodeId, len: u64 },
+    Truncate {
+        /// The file's inode.
+        inode: InodeId,
+        /// The new length, in bytes.
+        len: u64,
+    },
     /// `fsync` or `fdatasync` of a regular file: its data and size are durable.
-    Fsync { inode: InodeId },
+    Fsync {
+        /// The file's inode.
+        inode: InodeId,
+    },
     /// `fsync` of a directory: every entry operation in it so far is durable.
-    FsyncDir { path: String },
+    FsyncDir {
+        /// The directory, relative to the scratch directory (`""` for itself).
+        path: String,
+    },
     /// `rename`, `renameat`, `renameat2` (`RENAME_NOREPLACE` or no flag) of a file.
     Rename {
+        /// The old name, relative to the scratch directory.
         from: String,
+        /// The new name, relative to the scratch directory.
         to: String,
+        /// Whether `RENAME_NOREPLACE` was given.
         noreplace: bool,
     },
     /// `unlink`, `unlinkat`.
-    Unlink { path: String },
+    Unlink {
+        /// The path, relative to the scratch directory.
+        path: String,
+    },
     /// `rmdir`, `unlinkat` with `AT_REMOVEDIR`.
-    Rmdir { path: String },
+    Rmdir {
+        /// The path, relative to the scratch directory.
+        path: String,
+    },
     /// `sync` or `syncfs`: everything so far is durable.
     SyncAll,
 }
@@ -119,7 +155,9 @@ pub fn parent(path: &str) -> &str {
 /// One entry of the initial (durable) image.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InitialEntry {
+    /// A directory.
     Dir,
+    /// A regular file, its contents at this index of [`Trace::initial_contents`].
     File(InodeId),
 }
 
@@ -132,6 +170,7 @@ pub struct Trace {
     pub initial_contents: Vec<Vec<u8>>,
     /// How many inodes the trace uses (initial ones first).
     pub inode_count: usize,
+    /// The effects, in completion order.
     pub ops: Vec<TraceOp>,
     /// Every byte written, concatenated in operation order.
     pub data: Vec<u8>,

@@ -53,11 +53,17 @@ pub use crate::core::barrier::DEMO_BARRIERS;
 /// Everything one run needs.
 #[derive(Clone, Debug)]
 pub struct DemoOptions {
+    /// The `shardlift` binary the workers and publisher children run.
     pub shardlift_exe: PathBuf,
+    /// The run's directory (it must not exist): stores, logs and the bundle.
     pub run_directory: PathBuf,
+    /// Where the Fashion-MNIST payloads are cached.
     pub cache_directory: PathBuf,
+    /// A local copy of the payloads to use instead of downloading, if any.
     pub source_directory: Option<PathBuf>,
+    /// The barrier B the publisher is killed at (one of [`DEMO_BARRIERS`]).
     pub barrier: Barrier,
+    /// Seed K of the genesis state and the sample stream.
     pub seed: u64,
     /// The clean checkout and exact revision to bind the run to.
     pub source: Option<(PathBuf, String)>,
@@ -66,38 +72,57 @@ pub struct DemoOptions {
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
+    /// The run directory exists already.
     #[error("the run directory {0} already exists; a run never reuses a directory (a failed run's directory is kept for inspection): choose a new one")]
     RunDirectoryExists(PathBuf),
+    /// The run directory could not be created.
     #[error("cannot create the run directory {path}: {source}")]
     RunDirectory {
+        /// The run directory.
         path: PathBuf,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// The barrier is not one of [`DEMO_BARRIERS`].
     #[error("barrier {0} is not a killer-demo barrier (use commit-after-file-fsync or commit-after-rename)")]
     UnsupportedBarrier(String),
+    /// The Fashion-MNIST payloads could not be loaded.
     #[error(transparent)]
     Dataset(#[from] dataset::DatasetError),
+    /// The source checkout could not be bound (not clean, or not at the revision).
     #[error(transparent)]
     Source(#[from] crate::evidence::source::SourceError),
+    /// A coordinator session failed.
     #[error("session {session}: {source}")]
     Session {
+        /// The session's name (`genesis`, `reference`, `crash`, ...).
         session: &'static str,
+        /// The underlying error.
         source: Box<crate::trainer::SessionError>,
     },
+    /// A store operation failed.
     #[error("{context}: {source}")]
     Store {
+        /// What the run was doing.
         context: &'static str,
+        /// The underlying error.
         source: StoreError,
     },
+    /// A publisher or recovery child failed.
     #[error("{context}: {source}")]
     Lab {
+        /// What the run was doing.
         context: &'static str,
+        /// The underlying error.
         source: crate::lab::LabError,
     },
+    /// Evaluating a checkpoint on the test split failed.
     #[error("evaluation: {0}")]
     Evaluation(#[from] crate::engine::EngineError),
+    /// Writing or installing the evidence bundle failed.
     #[error(transparent)]
     Bundle(#[from] bundle::BundleError),
+    /// A comparison the run makes did not hold (e.g. recovered ≠ reference bytes).
     #[error("the run broke an invariant: {0}")]
     Invariant(String),
 }
@@ -121,11 +146,16 @@ fn invariant(condition: bool, message: impl FnOnce() -> String) -> Result<(), De
 /// The record printed on stdout when a run completes.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct DemoRecord {
+    /// The run's status, as the bundle records it.
     pub status: RunStatus,
+    /// What the run found (flattened into the record).
     #[serde(flatten)]
     pub outcome: RunOutcome,
+    /// The installed bundle's directory.
     pub bundle_directory: String,
+    /// SHA-256 of the bundle's `audit.json`.
     pub audit_sha256: Digest,
+    /// Wall time of the whole run, in milliseconds.
     pub wall_time_ms: u64,
 }
 

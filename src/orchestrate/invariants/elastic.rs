@@ -33,13 +33,16 @@ use crate::orchestrate::invariants::scenarios::{
 pub const FAILURE_EXIT_CODE: i32 = 91;
 /// Group size and restart budget.
 pub const WORLD_SIZE: u32 = 2;
+/// Restarts the launcher may make (`--max-restarts`).
 pub const MAX_RESTARTS: u32 = 1;
 /// Bound on the whole launcher run.
 pub const LAUNCHER_TIMEOUT_S: u64 = 180;
 /// Bound on any wait inside a worker.
 pub const WORKER_WAIT_MS: u64 = 60_000;
 
+/// Schema name of [`MarkerRecord`].
 pub const MARKER_SCHEMA: &str = "shardlift.invariants.elastic-marker";
+/// Schema name of [`WorkerReport`].
 pub const REPORT_SCHEMA: &str = "shardlift.invariants.elastic-report";
 const MARKER_FILE: &str = "rank1-attempt0.marker.json";
 const RANK0_ACK_FILE: &str = "rank0-saw-marker";
@@ -48,10 +51,15 @@ const RANK0_ACK_FILE: &str = "rank0-saw-marker";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MarkerRecord {
+    /// [`MARKER_SCHEMA`].
     pub schema: String,
+    /// The schema's version (1).
     pub version: u32,
+    /// The writer's rank (1).
     pub rank: u32,
+    /// The attempt it was written on (0).
     pub restart_count: u32,
+    /// The exit code it is about to exit with ([`FAILURE_EXIT_CODE`]).
     pub exit_code: i32,
 }
 
@@ -61,20 +69,33 @@ crate::canonical_record!(MarkerRecord, MARKER_SCHEMA, 1, 4096);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerReport {
+    /// [`REPORT_SCHEMA`].
     pub schema: String,
+    /// [`REPORT_VERSION`].
     pub version: u32,
+    /// The worker's rank (`RANK`).
     pub rank: u32,
+    /// The group's size (`WORLD_SIZE`).
     pub world_size: u32,
+    /// The attempt (`TORCHELASTIC_RESTART_COUNT`).
     pub restart_count: u32,
+    /// The launcher's restart budget (`TORCHELASTIC_MAX_RESTARTS`).
     pub max_restarts: u32,
     /// Attempt 0, rank 0: whether the marker was seen (and decoded) before teardown.
     pub saw_marker: bool,
+    /// Restarted attempt: the generation recovery selected and the worker loaded.
     pub loaded_generation: Option<u64>,
+    /// Restarted attempt: digest of the loaded parameters.
     pub parameters_sha256: Option<Digest>,
+    /// Restarted attempt: [`optimizer_sha256`] of the loaded state.
     pub optimizer_sha256: Option<Digest>,
+    /// Restarted attempt: the loaded data cursor.
     pub cursor: Option<u64>,
+    /// Restarted attempt: the loaded state's logical root.
     pub loaded_root: Option<Digest>,
+    /// Restarted attempt: the logical root after the next step.
     pub next_root: Option<Digest>,
+    /// Restarted attempt: the ledger digest after the next step.
     pub next_ledger_digest: Option<Digest>,
 }
 
@@ -100,29 +121,50 @@ pub fn optimizer_sha256(state: &LogicalState) -> Digest {
 /// Why the elastic worker or launcher failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ElasticError {
+    /// A launcher variable is missing or not a number.
     #[error("environment variable {name} is missing or not a number (is this running under torch.distributed.run?)")]
-    Environment { name: &'static str },
+    Environment {
+        /// The variable's name.
+        name: &'static str,
+    },
+    /// The launcher's rank or world size is not the fixed 2-worker group's.
     #[error("unexpected rank {rank} of world size {world_size} (the scenario is a fixed 2-worker group)")]
-    Topology { rank: u32, world_size: u32 },
+    Topology {
+        /// The rank given.
+        rank: u32,
+        /// The world size given.
+        world_size: u32,
+    },
+    /// I/O on the worker directories or the launcher's log failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done.
         context: String,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// A durable write failed other than by I/O (e.g. a path with no parent).
     #[error("{0}")]
     Durable(DurableError),
+    /// A marker or report is not canonical JSON of its schema.
     #[error("record: {0}")]
     Record(#[from] canonical::CanonicalError),
+    /// Recovering or loading from the store failed.
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
+    /// The Fashion-MNIST payloads could not be loaded.
     #[error("dataset: {0}")]
     Dataset(#[from] crate::dataset::DatasetError),
+    /// Preparing or stepping the scenario's state failed.
     #[error("scenario: {0}")]
     Scenario(#[from] ScenarioError),
+    /// Rank 0 never saw the marker (the bound is in milliseconds).
     #[error("rank 0 did not see rank 1's marker within {0} ms")]
     MarkerTimeout(u64),
+    /// Recovery found no valid generation on the restarted attempt.
     #[error("the store has no valid generation to resume")]
     NothingToResume,
+    /// Starting or reaping the launcher failed.
     #[error("process: {0}")]
     Process(#[from] crate::supervise::process::ProcessError),
 }
@@ -164,10 +206,15 @@ fn wait_for_file(path: &Path, timeout_ms: u64) -> bool {
 /// What the worker needs besides its environment.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
+    /// The shared store (read-only for the workers).
     pub store: PathBuf,
+    /// Where rank 1 writes its marker and rank 0 its acknowledgement.
     pub marker_dir: PathBuf,
+    /// Where each rank writes its per-attempt report.
     pub out: PathBuf,
+    /// Where the Fashion-MNIST payloads are cached.
     pub cache_directory: PathBuf,
+    /// A local copy of the payloads, if any.
     pub source_directory: Option<PathBuf>,
     /// Test only: rank 1 perturbs its loaded state on the restarted attempt.
     pub inject: bool,
@@ -332,29 +379,42 @@ fn resume(options: &WorkerOptions, identity: &WorkerIdentity) -> Result<i32, Ela
 /// Everything the parent gathered from one launcher run (raw; never written out).
 #[derive(Clone, Debug, Default)]
 pub struct ElasticRun {
+    /// How the launcher exited (`None`: it did not, it was killed at the deadline).
     pub launcher_exit: Option<ExitOutcome>,
+    /// Whether the launcher ran past its deadline.
     pub launcher_timed_out: bool,
     /// The exit code of local rank 1 as printed by the launcher's own failure log line.
     pub launcher_logged_failure_code: Option<i32>,
+    /// Rank 1's marker, as decoded.
     pub marker: Option<MarkerRecord>,
+    /// Rank 0's report of attempt 0.
     pub rank0_attempt0: Option<WorkerReport>,
     /// Reports of the restarted attempt, by rank.
     pub finals: Vec<WorkerReport>,
+    /// [`store_receipts`] before the launcher ran.
     pub receipts_before: Option<(Digest, Option<Digest>)>,
+    /// [`store_receipts`] after it ran.
     pub receipts_after: Option<(Digest, Option<Digest>)>,
+    /// Entries in the store's `staging/` before the run.
     pub staging_before: usize,
+    /// Entries in the store's `staging/` after it.
     pub staging_after: usize,
     /// [`store_tree_sha256`] of the whole store before and after the launcher run.
     pub store_tree_before: Option<Digest>,
+    /// See `store_tree_before`.
     pub store_tree_after: Option<Digest>,
+    /// Launcher runs made (a rendezvous failure is retried).
     pub launch_attempts: u32,
 }
 
 /// What the restarted group must reproduce.
 #[derive(Clone, Debug)]
 pub struct ElasticExpectation {
+    /// The generation recovery must select.
     pub generation: u64,
+    /// Its state.
     pub state: LogicalState,
+    /// The state after the next step from it.
     pub next: LogicalState,
 }
 
@@ -605,10 +665,15 @@ fn count_entries(dir: &Path) -> usize {
 /// Where the launcher comes from and what to run.
 #[derive(Clone, Debug)]
 pub struct LaunchOptions {
+    /// The `torchrun` executable of the pinned wheel.
     pub torchrun: PathBuf,
+    /// Where the Fashion-MNIST payloads are cached.
     pub cache_directory: PathBuf,
+    /// A local copy of the payloads, if any.
     pub source_directory: Option<PathBuf>,
+    /// Deadline of one launcher run, in seconds.
     pub timeout_s: u64,
+    /// Test only: have rank 1 perturb its state on the restarted attempt.
     pub inject: bool,
 }
 

@@ -26,15 +26,24 @@ use crate::orchestrate::invariants::registry::{ScenarioSpec, REGISTRY};
 
 /// The one evidence schema version this build writes and reads.
 pub const EVIDENCE_VERSION: u32 = 1;
+/// Schema name of [`Observation`].
 pub const OBSERVATION_SCHEMA: &str = "shardlift.invariants.observation";
+/// Schema name of [`ScenarioResult`].
 pub const RESULT_SCHEMA: &str = "shardlift.invariants.result";
+/// Schema name of [`Summary`].
 pub const SUMMARY_SCHEMA: &str = "shardlift.invariants.summary";
+/// Schema name of [`Provenance`].
 pub const PROVENANCE_SCHEMA: &str = "shardlift.invariants.provenance";
+/// Schema name of [`Manifest`].
 pub const MANIFEST_SCHEMA: &str = "shardlift.invariants.manifest";
 
+/// File name of the [`Summary`] in an artifact.
 pub const SUMMARY_FILE: &str = "summary.json";
+/// File name of the [`Provenance`] in an artifact.
 pub const PROVENANCE_FILE: &str = "provenance.json";
+/// File name of the JUnit report in an artifact.
 pub const JUNIT_FILE: &str = "junit.xml";
+/// File name of the [`Manifest`] in an artifact.
 pub const MANIFEST_FILE: &str = "manifest.json";
 
 const RECORD_CAP: u64 = 1 << 20;
@@ -43,7 +52,9 @@ const RECORD_CAP: u64 = 1 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ObservationStatus {
+    /// It ran; its checks are what it saw.
     Observed,
+    /// It did not run (the reason is in `skip_reason`).
     Skipped,
 }
 
@@ -52,8 +63,11 @@ pub enum ObservationStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Check {
+    /// The check's registered name.
     pub name: String,
+    /// What the invariant requires.
     pub expected: String,
+    /// What was seen; the check passes only when it equals `expected`.
     pub observed: String,
 }
 
@@ -61,7 +75,9 @@ pub struct Check {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fact {
+    /// The fact's name.
     pub name: String,
+    /// Its value, as text.
     pub value: String,
 }
 
@@ -69,13 +85,21 @@ pub struct Fact {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Observation {
+    /// The record's schema name.
     pub schema: String,
+    /// [`EVIDENCE_VERSION`].
     pub version: u32,
+    /// The scenario's position in the registry (1-based).
     pub ordinal: u32,
+    /// The scenario's id.
     pub scenario: String,
+    /// Whether it ran.
     pub status: ObservationStatus,
+    /// Why it was skipped, if it was.
     pub skip_reason: Option<String>,
+    /// The comparisons it made.
     pub checks: Vec<Check>,
+    /// Informational facts (not pass conditions).
     pub facts: Vec<Fact>,
     /// Statements this run relies on but did not observe independently.
     pub not_independently_observed: Vec<String>,
@@ -104,6 +128,7 @@ impl Observation {
         }
     }
 
+    /// A skipped observation for `spec`, with its reason.
     pub fn skipped(spec: &ScenarioSpec, reason: &str) -> Self {
         let mut observation = Observation::new(spec);
         observation.status = ObservationStatus::Skipped;
@@ -120,6 +145,7 @@ impl Observation {
         });
     }
 
+    /// Adds an informational fact.
     pub fn fact(&mut self, name: &str, value: impl ToString) {
         self.facts.push(Fact {
             name: name.to_owned(),
@@ -127,6 +153,7 @@ impl Observation {
         });
     }
 
+    /// Adds a statement the run relies on but did not observe independently.
     pub fn not_observed(&mut self, statement: &str) {
         self.not_independently_observed.push(statement.to_owned());
     }
@@ -136,12 +163,16 @@ impl Observation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// Observed, every registered check present and equal to what it requires.
     Pass,
+    /// Anything else, including a skip of a scenario that may not be skipped.
     Fail,
+    /// A skippable scenario that did not run.
     Skipped,
 }
 
 impl Verdict {
+    /// The verdict's lower-case name, as serialised.
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
@@ -155,12 +186,19 @@ impl Verdict {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioResult {
+    /// The record's schema name.
     pub schema: String,
+    /// [`EVIDENCE_VERSION`].
     pub version: u32,
+    /// The scenario's position in the registry (1-based).
     pub ordinal: u32,
+    /// The scenario's id.
     pub scenario: String,
+    /// SHA-256 of the observation file this result was derived from.
     pub observation_sha256: Digest,
+    /// The verdict.
     pub verdict: Verdict,
+    /// Checks in the observation.
     pub checks_total: u32,
     /// Checks whose observed value differs from the expected one.
     pub failed_checks: Vec<String>,
@@ -216,17 +254,26 @@ pub fn derive(spec: &ScenarioSpec, observation: &Observation, digest: Digest) ->
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimBoundary {
+    /// Hosts the suite ran on (1).
     pub hosts: u32,
+    /// The device the arithmetic ran on (`cpu`).
     pub device: String,
+    /// Most training processes in any one scenario.
     pub training_processes_per_scenario_max: u32,
+    /// Failure points injected per scenario.
     pub injected_failure_points_per_scenario: u32,
+    /// Whether anything crossed hosts (no).
     pub multi_node: bool,
+    /// Whether the evidence claims anything about performance (no).
     pub performance_claim: bool,
+    /// The boundary in one sentence.
     pub statement: String,
+    /// What the evidence does not claim, item by item.
     pub not_claimed: Vec<String>,
 }
 
 impl ClaimBoundary {
+    /// The boundary of this build's suite.
     pub fn current() -> Self {
         ClaimBoundary {
             hosts: 1,
@@ -256,13 +303,21 @@ impl ClaimBoundary {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SummaryEntry {
+    /// The scenario's position in the registry (1-based).
     pub ordinal: u32,
+    /// The scenario's id.
     pub scenario: String,
+    /// The invariant it checks, in words (from the registry).
     pub claim: String,
+    /// Its verdict.
     pub verdict: Verdict,
+    /// Its observation's file name.
     pub observation_file: String,
+    /// SHA-256 of that file.
     pub observation_sha256: Digest,
+    /// Its result's file name.
     pub result_file: String,
+    /// SHA-256 of that file.
     pub result_sha256: Digest,
 }
 
@@ -274,22 +329,36 @@ pub enum SuiteStatus {
     AllPassed,
     /// Nothing failed, but some scenarios were skipped: not a claim that all passed.
     PassedWithSkips,
+    /// At least one scenario failed.
     Failed,
 }
 
+/// The artifact's summary (`summary.json`): counts, status, claim boundary, one entry per
+/// registered scenario.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Summary {
+    /// The record's schema name.
     pub schema: String,
+    /// [`EVIDENCE_VERSION`].
     pub version: u32,
+    /// The suite's name (`shardlift.invariants`).
     pub suite: String,
+    /// Scenarios in the registry.
     pub registered: u32,
+    /// Scenarios that passed.
     pub passed: u32,
+    /// Scenarios that failed.
     pub failed: u32,
+    /// Scenarios skipped.
     pub skipped: u32,
+    /// The overall status the counts imply.
     pub status: SuiteStatus,
+    /// What the evidence claims and does not.
     pub claim_boundary: ClaimBoundary,
+    /// SHA-256 of `provenance.json`.
     pub provenance_sha256: Digest,
+    /// One per registered scenario, by ordinal.
     pub entries: Vec<SummaryEntry>,
 }
 
@@ -299,14 +368,22 @@ crate::canonical_record!(Summary, SUMMARY_SCHEMA, EVIDENCE_VERSION, RECORD_CAP);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BootstrapAttestation {
+    /// The tch crate version linked.
     pub tch_version: String,
+    /// The libtorch release (e.g. `2.13.0`).
     pub libtorch_version: String,
+    /// The libtorch build string, from the version file beside the library.
     pub libtorch_build: String,
+    /// The library file attested (`libtorch_cpu.so`).
     pub library: String,
     /// SHA-256 of the library file this process actually mapped.
     pub library_sha256: Digest,
+    /// Whether versions and digest matched a registered pair (the process refuses to
+    /// run otherwise).
     pub registered_pair_matched: bool,
+    /// Where the matched pair comes from (e.g. the pinned wheel).
     pub registered_origin: String,
+    /// How each value was observed, in words.
     pub method: String,
 }
 
@@ -314,41 +391,61 @@ pub struct BootstrapAttestation {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LauncherProvenance {
+    /// The launcher, in words (`torch.distributed.run`).
     pub launcher: String,
+    /// The Python torch version the launcher imported.
     pub python_torch_version: String,
     /// Whether the launcher's wheel carries the same `libtorch_cpu.so` bytes as the
     /// library this process loaded (same pinned wheel).
     pub wheel_libtorch_cpu_matches_loaded: bool,
 }
 
+/// Where the run's arithmetic came from (`provenance.json`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Provenance {
+    /// The record's schema name.
     pub schema: String,
+    /// [`EVIDENCE_VERSION`].
     pub version: u32,
+    /// The `shardlift` crate version.
     pub shardlift_version: String,
+    /// The start-up check of the loaded libtorch.
     pub bootstrap_attestation: BootstrapAttestation,
+    /// Intra-op threads torch ran with (1, for deterministic arithmetic).
     pub torch_threads: u32,
+    /// SHA-256 of the four Fashion-MNIST payloads (train images and labels, test images
+    /// and labels).
     pub dataset_payload_sha256: Vec<Digest>,
+    /// The elastic scenario's launcher, if it ran.
     pub launcher: Option<LauncherProvenance>,
 }
 
 crate::canonical_record!(Provenance, PROVENANCE_SCHEMA, EVIDENCE_VERSION, RECORD_CAP);
 
+/// One file of the artifact, as the manifest lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ManifestEntry {
+    /// The file's name.
     pub file: String,
+    /// Its size in bytes.
     pub bytes: u64,
+    /// Its SHA-256.
     pub sha256: Digest,
 }
 
+/// The artifact's manifest (`manifest.json`): every other file with its size and digest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// The record's schema name.
     pub schema: String,
+    /// [`EVIDENCE_VERSION`].
     pub version: u32,
+    /// The digest algorithm (`sha256`).
     pub algorithm: String,
+    /// Every other file of the artifact.
     pub files: Vec<ManifestEntry>,
 }
 
@@ -357,34 +454,71 @@ crate::canonical_record!(Manifest, MANIFEST_SCHEMA, EVIDENCE_VERSION, RECORD_CAP
 /// Why writing or verifying an artifact failed. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum EvidenceError {
+    /// Reading or listing a file failed.
     #[error("{file}: {source}")]
     Io {
+        /// The file concerned.
         file: String,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// A record is not canonical JSON of its schema and version.
     #[error("{file}: {source}")]
     Record {
+        /// The file concerned.
         file: String,
+        /// Why it was refused.
         source: CanonicalError,
     },
+    /// The manifest lists a file the directory lacks.
     #[error("{file}: listed in the manifest but missing")]
-    Missing { file: String },
+    Missing {
+        /// The file concerned.
+        file: String,
+    },
+    /// The directory holds a file the manifest does not list.
     #[error("{file}: present but not listed in the manifest")]
-    Unlisted { file: String },
+    Unlisted {
+        /// The file concerned.
+        file: String,
+    },
+    /// An entry of the directory is not a regular file.
     #[error("{file}: not a plain file (the artifact is a flat directory of files)")]
-    NotAFile { file: String },
+    NotAFile {
+        /// The file concerned.
+        file: String,
+    },
+    /// A file's bytes do not have the digest the manifest lists.
     #[error("{file}: sha256 is {found}, the manifest says {expected}")]
     DigestMismatch {
+        /// The file concerned.
         file: String,
+        /// The digest the manifest lists.
         expected: Digest,
+        /// The digest of the file's bytes.
         found: Digest,
     },
+    /// Records disagree with each other or with the registry (a count, a digest, a
+    /// verdict that does not follow from its observation).
     #[error("{file}: {reason}")]
-    Inconsistent { file: String, reason: String },
+    Inconsistent {
+        /// The file concerned.
+        file: String,
+        /// What disagrees.
+        reason: String,
+    },
+    /// The artifact directory to write already exists.
     #[error("{0}: the artifact directory already exists; choose a new one")]
     Exists(String),
+    /// A durable write of a file failed.
     #[error("{file}: {source}")]
-    Durable { file: String, source: DurableError },
+    Durable {
+        /// The file concerned.
+        file: String,
+        /// The underlying error.
+        source: DurableError,
+    },
+    /// The JUnit report could not be serialised.
     #[error("junit.xml: cannot serialise the report: {0}")]
     Junit(String),
 }
@@ -396,10 +530,12 @@ fn inconsistent(file: &str, reason: impl Into<String>) -> EvidenceError {
     }
 }
 
+/// The file name of `spec`'s observation: `observation-NN-<id>.json`.
 pub fn observation_file(spec: &ScenarioSpec) -> String {
     format!("observation-{:02}-{}.json", spec.ordinal, spec.id)
 }
 
+/// The file name of `spec`'s result: `result-NN-<id>.json`.
 pub fn result_file(spec: &ScenarioSpec) -> String {
     format!("result-{:02}-{}.json", spec.ordinal, spec.id)
 }

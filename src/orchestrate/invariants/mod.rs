@@ -25,27 +25,37 @@ use scenarios::Context;
 /// How to run the suite.
 #[derive(Clone, Debug)]
 pub struct SuiteOptions {
+    /// The `shardlift` binary the scenarios' children run.
     pub shardlift_exe: PathBuf,
+    /// The artifact directory to create (it must not exist).
     pub out: PathBuf,
     /// Scratch directory for stores and worker files (never part of the evidence).
     pub work: PathBuf,
+    /// Where the Fashion-MNIST payloads are cached.
     pub cache_directory: PathBuf,
+    /// A local copy of the payloads to use instead of downloading, if any.
     pub source_directory: Option<PathBuf>,
+    /// Seed of the genesis state every scenario starts from.
     pub seed: u64,
     /// `None`: scenario 11 is recorded as skipped.
     pub torchrun: Option<PathBuf>,
+    /// Deadline of the elastic scenario's launcher, in seconds.
     pub elastic_timeout_s: u64,
 }
 
 /// Why the suite could not produce an artifact at all.
 #[derive(Debug, thiserror::Error)]
 pub enum SuiteError {
+    /// The loaded libtorch is not a registered pair (or could not be observed).
     #[error(transparent)]
     Provenance(#[from] provenance::ProvenanceError),
+    /// The Fashion-MNIST payloads could not be loaded.
     #[error(transparent)]
     Dataset(#[from] crate::dataset::DatasetError),
+    /// A scenario could not be observed at all.
     #[error(transparent)]
     Scenario(#[from] scenarios::ScenarioError),
+    /// Writing the artifact failed.
     #[error(transparent)]
     Evidence(#[from] evidence::EvidenceError),
 }

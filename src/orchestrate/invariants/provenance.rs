@@ -20,7 +20,9 @@ pub const ATTESTED_LIBRARY: &str = "libtorch_cpu.so";
 /// One accepted combination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegisteredPair {
+    /// The tch crate version.
     pub tch_version: &'static str,
+    /// The libtorch release (without a local suffix).
     pub libtorch_version: &'static str,
     /// SHA-256 of `libtorch_cpu.so`, lowercase hex.
     pub libtorch_cpu_sha256: &'static str,
@@ -41,37 +43,61 @@ pub const REGISTERED_PAIRS: [RegisteredPair; 1] = [RegisteredPair {
 /// What was observed about the running process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObservedRuntime {
+    /// The tch crate version linked.
     pub tch_version: String,
     /// The build version without any local suffix (`2.13.0+cu130` → `2.13.0`).
     pub libtorch_version: String,
     /// The full build version string as found (e.g. `2.13.0+cu130`).
     pub libtorch_build: String,
+    /// SHA-256 of the `libtorch_cpu.so` file mapped into this process.
     pub libtorch_cpu_sha256: Digest,
 }
 
 /// Why the guard refused or could not observe.
 #[derive(Debug, thiserror::Error)]
 pub enum ProvenanceError {
+    /// `/proc/self/maps` could not be read.
     #[error("cannot read /proc/self/maps to find the loaded libtorch: {0}")]
     Maps(std::io::Error),
+    /// No `libtorch_cpu.so` is mapped.
     #[error("no {ATTESTED_LIBRARY} is mapped into this process (is this a torch build?)")]
     NotMapped,
+    /// `libtorch_cpu.so` is mapped from two different files.
     #[error("{ATTESTED_LIBRARY} is mapped from more than one file")]
     MappedTwice,
+    /// The mapped library could not be hashed.
     #[error("cannot hash the loaded {path}: {source}")]
-    Hash { path: PathBuf, source: DurableError },
+    Hash {
+        /// The library's path.
+        path: PathBuf,
+        /// The underlying error.
+        source: DurableError,
+    },
+    /// Neither version file lies beside the library.
     #[error("no build-version or version.py beside the loaded libtorch ({dir})")]
-    NoVersionFile { dir: PathBuf },
+    NoVersionFile {
+        /// The library's directory.
+        dir: PathBuf,
+    },
+    /// The version file holds no version this guard can read.
     #[error("cannot parse the libtorch build version from {path}")]
-    BadVersionFile { path: PathBuf },
+    BadVersionFile {
+        /// The version file.
+        path: PathBuf,
+    },
+    /// The observed versions and digest are not a registered exact pair.
     #[error(
         "refusing to run: the loaded runtime (tch {tch}, libtorch {libtorch}, {ATTESTED_LIBRARY} sha256 {digest}) \
          is not a registered exact pair; registered: {registered}. Run ci/bootstrap to link the pinned libtorch"
     )]
     Unregistered {
+        /// The tch version observed.
         tch: String,
+        /// The libtorch version observed.
         libtorch: String,
+        /// The library digest observed, hex.
         digest: String,
+        /// The registered pairs, described.
         registered: String,
     },
 }

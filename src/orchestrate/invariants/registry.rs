@@ -40,7 +40,9 @@ pub const ELASTIC_REQUIRED_CHECKS: &[&str] = &[
 /// One registered scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScenarioSpec {
+    /// Its number in the evidence (1-based, registry order).
     pub ordinal: u32,
+    /// Its id (kebab-case; part of its evidence file names).
     pub id: &'static str,
     /// What a pass shows.
     pub claim: &'static str,

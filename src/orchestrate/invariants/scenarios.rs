@@ -22,21 +22,30 @@ use crate::orchestrate::invariants::registry::ScenarioSpec;
 /// Why a scenario could not be observed at all (infrastructure, not a verdict).
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
+    /// A store operation the scenario needed failed.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// A crash-lab child or step failed.
     #[error("crash lab: {0}")]
     Lab(#[from] crate::lab::LabError),
+    /// The tch arithmetic failed.
     #[error("training: {0}")]
     Engine(#[from] crate::engine::EngineError),
+    /// A coordinator session failed.
     #[error("session: {0}")]
     Session(#[from] crate::trainer::SessionError),
+    /// A topology was refused.
     #[error("topology: {0}")]
     Topology(#[from] crate::core::topology::TopologyError),
+    /// I/O on the scratch directory failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done.
         context: String,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// A child or launcher broke its protocol (its output is not what the scenario reads).
     #[error("{0}")]
     Protocol(String),
 }
@@ -59,9 +68,13 @@ impl ScenarioError {
 /// What every scenario needs: the binary (for children), a scratch directory, the
 /// dataset, and the fixture state after one step from the seeded genesis.
 pub struct Context<'a> {
+    /// The `shardlift` binary children run.
     pub shardlift_exe: PathBuf,
+    /// The scratch directory (never part of the evidence).
     pub work: PathBuf,
+    /// The loaded Fashion-MNIST payloads.
     pub data: &'a FashionMnist,
+    /// Seed of the genesis state.
     pub seed: u64,
     /// The state after one in-process step from genesis.
     pub state1: LogicalState,
@@ -69,6 +82,7 @@ pub struct Context<'a> {
 }
 
 impl<'a> Context<'a> {
+    /// Pins torch to one thread and takes the one fixture step from the genesis of `seed`.
     pub fn new(
         shardlift_exe: PathBuf,
         work: PathBuf,
