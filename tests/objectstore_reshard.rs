@@ -14,6 +14,21 @@ use shardlift::store::layout::{chunk_entries, synthetic_state};
 
 const CHUNK_ELEMENTS: u32 = 8192;
 
+/// `shardlift store reshard --store URL --generation 0 --workers 3 --json`, a fresh process.
+fn reshard_generation_0_to_w3(url: &str) -> (bool, serde_json::Value, String) {
+    shardlift_json(&[
+        "store",
+        "reshard",
+        "--store",
+        url,
+        "--generation",
+        "0",
+        "--workers",
+        "3",
+        "--json",
+    ])
+}
+
 #[test]
 fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
     let url = fresh_url("reshard");
@@ -24,17 +39,7 @@ fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
         .expect("publish generation 0");
 
     // The CLI, in a fresh process.
-    let (ok, resharded, stderr) = shardlift_json(&[
-        "store",
-        "reshard",
-        "--store",
-        &url,
-        "--generation",
-        "0",
-        "--workers",
-        "3",
-        "--json",
-    ]);
+    let (ok, resharded, stderr) = reshard_generation_0_to_w3(&url);
     assert!(ok, "reshard failed: {stderr}");
     assert_eq!(resharded["generation"], 1, "{resharded}");
     assert_eq!(resharded["kind"], "reshard", "{resharded}");
@@ -118,17 +123,7 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
     );
 
     // The CLI exits non-zero with the typed error as JSON.
-    let (ok, printed, _) = shardlift_json(&[
-        "store",
-        "reshard",
-        "--store",
-        &url,
-        "--generation",
-        "0",
-        "--workers",
-        "3",
-        "--json",
-    ]);
+    let (ok, printed, _) = reshard_generation_0_to_w3(&url);
     assert!(!ok, "the CLI reshard must fail: {printed}");
     assert_eq!(printed["error"]["kind"], "digest-mismatch", "{printed}");
 }

@@ -73,7 +73,16 @@ struct Run<'a> {
     bytes_put: u64,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    fn new(client: &'a ObjClient, hooks: &'a mut dyn BarrierHook) -> Self {
+        Run {
+            client,
+            hooks,
+            barriers: BarrierSequencer::new(),
+            bytes_put: 0,
+        }
+    }
+
     fn emit(&mut self, barrier: Barrier, rel: &str) -> Result<(), ObjStoreError> {
         self.barriers
             .reach(self.hooks, barrier, rel)
@@ -140,15 +149,8 @@ pub fn publish(
     hooks: &mut dyn BarrierHook,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
     let started = Instant::now();
-    let topology =
-        Topology::new(topology.workers()).map_err(|e| ObjStoreError::Publish(e.into()))?;
     let generation = next_generation(client)?;
-    let mut run = Run {
-        client,
-        hooks,
-        barriers: BarrierSequencer::new(),
-        bytes_put: 0,
-    };
+    let mut run = Run::new(client, hooks);
     let mut objects_put = 0u64;
     for chunk in state.chunks() {
         for payload in chunk_payloads(chunk) {
@@ -176,19 +178,12 @@ pub fn reshard(
     hooks: &mut dyn BarrierHook,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
     let started = Instant::now();
-    let topology =
-        Topology::new(topology.workers()).map_err(|e| ObjStoreError::Publish(e.into()))?;
     let source = crate::objstore::recovery::verify_generation(client, generation, false)?;
     let mut manifest = source.manifest;
     manifest.workers = topology.workers();
     manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
     let candidate = next_generation(client)?;
-    let mut run = Run {
-        client,
-        hooks,
-        barriers: BarrierSequencer::new(),
-        bytes_put: 0,
-    };
+    let mut run = Run::new(client, hooks);
     let committed = commit_manifest(&mut run, candidate, &manifest, Some(generation))?;
     Ok(committed.summary(conditional_create, 0, started))
 }
