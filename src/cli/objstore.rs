@@ -34,17 +34,32 @@ fn fail(error: ObjStoreError, json: bool) -> anyhow::Error {
     anyhow::Error::new(error)
 }
 
-/// Publishes a synthetic state to `url`, probing conditional create first.
-pub fn publish(url: &str, state: &LogicalState, workers: u32, json: bool) -> anyhow::Result<()> {
+/// Publishes a synthetic state to `url`, probing conditional create first. With
+/// `pause_at_barriers` it stops after every barrier event until the parent acknowledges
+/// it (`shardlift::lab::harness::stepping_barrier_hook`).
+pub fn publish(
+    url: &str,
+    state: &LogicalState,
+    workers: u32,
+    json: bool,
+    pause_at_barriers: bool,
+) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
     let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
     eprintln!(
         "objstore: {url}: conditional create {:?}",
         store.conditional_create()
     );
-    let summary = store
-        .publish(state, topology, &mut NoHooks)
-        .map_err(|e| fail(e, json))?;
+    let summary = if pause_at_barriers {
+        store.publish(
+            state,
+            topology,
+            &mut shardlift::lab::harness::stepping_barrier_hook(),
+        )
+    } else {
+        store.publish(state, topology, &mut NoHooks)
+    }
+    .map_err(|e| fail(e, json))?;
     if json {
         return print_json(&summary);
     }

@@ -103,6 +103,12 @@ pub enum StoreCommand {
         /// writer issued through its seam, in order.
         #[arg(long, requires = "json")]
         trace_operations: bool,
+        /// `barriers`: pause after every barrier event until acknowledged, streaming each
+        /// as a `{"barrier":…}` line on stdout first (the `store-child publish` protocol;
+        /// for kills at every request boundary). Object stores only; a local store's
+        /// paused publisher is `store-child publish`.
+        #[arg(long, hide = true, value_name = "barriers")]
+        pause_at: Option<String>,
     },
     /// Measure publish, reshard and recovery against plain writes, copies and SHA-256.
     Bench(BenchArgs),
@@ -224,6 +230,7 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             json,
             trace_operations,
             state_bytes,
+            pause_at,
         } if s3_location(store).is_some() => {
             anyhow::ensure!(
                 !*trace_operations,
@@ -235,7 +242,12 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             );
             let url = s3_location(store).unwrap_or_default();
             let state = synthetic_state(*seed, *step, *chunk_elements);
-            return super::objstore::publish(url, &state, *workers, *json);
+            let pause_at_barriers = match pause_at.as_deref() {
+                None => false,
+                Some("barriers") => true,
+                Some(other) => anyhow::bail!("--pause-at {other:?}: expected barriers"),
+            };
+            return super::objstore::publish(url, &state, *workers, *json, pause_at_barriers);
         }
         StoreCommand::Reshard { store, .. }
         | StoreCommand::Export { store, .. }
@@ -275,7 +287,12 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             state_bytes,
             json,
             trace_operations,
+            pause_at,
         } => {
+            anyhow::ensure!(
+                pause_at.is_none(),
+                "--pause-at works on an object store only; a local store's paused publisher is `store-child publish`"
+            );
             let state = synthetic_state(seed, step, chunk_elements);
             match state_bytes {
                 Some(state_bytes) => {
