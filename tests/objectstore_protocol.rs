@@ -64,6 +64,9 @@ fn publish_then_a_fresh_process_recovers_and_verifies_it() {
     assert_eq!(report["selected_key"], commit_key);
     assert_eq!(report["latest"]["status"], "consistent");
     assert!(report["rejected"].as_array().is_some_and(|r| r.is_empty()));
+    // The capability is in every output; recovery and verify write nothing, so they do
+    // not probe and say so (RFC 0001 §9.8), where the publish above said `ignored`.
+    assert_eq!(report["conditional_create"], "not-probed", "{report}");
 
     let (ok, verified, stderr) = shardlift_json(&[
         "store",
@@ -77,6 +80,7 @@ fn publish_then_a_fresh_process_recovers_and_verifies_it() {
     assert!(ok, "verify failed: {stderr}");
     assert_eq!(verified["logical_state_root"], expected_root.as_str());
     assert_eq!(verified["workers"], 4);
+    assert_eq!(verified["conditional_create"], "not-probed", "{verified}");
 
     // The next publish takes generation 1; the library loads it bit-exactly.
     let store = open(&url, true);
