@@ -40,6 +40,14 @@ pub struct BenchArgs {
     /// Directory for the scratch store (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// An object store (`s3://bucket/prefix`, a fresh prefix): publish one state of
+    /// --state-bytes there and PUT the same bytes plainly, printing both throughputs
+    /// (the local figures are not run).
+    #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+    pub store: Option<String>,
+    /// Seed of the object-store bench's synthetic state.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -236,18 +244,23 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
                 !*trace_operations,
                 "--trace-operations traces the local file-system seam; an object store has none"
             );
-            anyhow::ensure!(
-                state_bytes.is_none(),
-                "--state-bytes works on a local store only so far (the object-store writer has no synthetic objects yet)"
-            );
             let url = s3_location(store).unwrap_or_default();
             let state = synthetic_state(*seed, *step, *chunk_elements);
+            let synthetic =
+                state_bytes.map(|bytes| super::objstore::synthetic_spec(&state, *seed, bytes));
             let pause_at_barriers = match pause_at.as_deref() {
                 None => false,
                 Some("barriers") => true,
                 Some(other) => anyhow::bail!("--pause-at {other:?}: expected barriers"),
             };
-            return super::objstore::publish(url, &state, *workers, *json, pause_at_barriers);
+            return super::objstore::publish(
+                url,
+                &state,
+                *workers,
+                *json,
+                pause_at_barriers,
+                synthetic,
+            );
         }
         StoreCommand::Reshard { store, .. }
         | StoreCommand::Export { store, .. }
@@ -338,6 +351,14 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
                 summary.commit.generation, summary.imported_root
             );
             Ok(())
+        }
+        StoreCommand::Bench(args) if args.store.is_some() => {
+            let url = args.store.as_deref().unwrap_or_default();
+            anyhow::ensure!(
+                url.starts_with("s3://"),
+                "--store {url:?}: the bench's --store is an s3:// location"
+            );
+            super::objstore::bench(url, args.state_bytes, args.chunk_elements, args.seed)
         }
         StoreCommand::Bench(args) => {
             let _ = args.json;
