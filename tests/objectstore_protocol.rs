@@ -64,6 +64,9 @@ fn publish_then_a_fresh_process_recovers_and_verifies_it() {
     assert_eq!(report["selected_key"], commit_key);
     assert_eq!(report["latest"]["status"], "consistent");
     assert!(report["rejected"].as_array().is_some_and(|r| r.is_empty()));
+    // The capability is in every output; recovery and verify write nothing, so they do
+    // not probe and say so (RFC 0001 §9.8), where the publish above said `ignored`.
+    assert_eq!(report["conditional_create"], "not-probed", "{report}");
 
     let (ok, verified, stderr) = shardlift_json(&[
         "store",
@@ -77,6 +80,7 @@ fn publish_then_a_fresh_process_recovers_and_verifies_it() {
     assert!(ok, "verify failed: {stderr}");
     assert_eq!(verified["logical_state_root"], expected_root.as_str());
     assert_eq!(verified["workers"], 4);
+    assert_eq!(verified["conditional_create"], "not-probed", "{verified}");
 
     // The next publish takes generation 1; the library loads it bit-exactly.
     let store = open(&url, true);
@@ -184,12 +188,13 @@ fn a_corrupted_object_is_refused_naming_its_key() {
     );
 }
 
-/// A forged but internally consistent generation: a manifest that names synthetic objects
-/// (existing, verifiable ones), stored under its own digest, and a commit record bound to
-/// it under its own digest. The object-store protocol cannot carry synthetic objects, so
-/// recovery must reject the record naming the manifest's key and keep generation 0.
+/// Synthetic objects (a state scaled by `--state-bytes`) are verified like chunk
+/// payloads. A forged but internally consistent generation whose manifest names an
+/// existing, verifiable object of the right length is selected (the control); one whose
+/// manifest names an object that is not there is rejected naming that object's key, and
+/// the generation below stays selected.
 #[test]
-fn a_manifest_naming_synthetic_objects_is_refused() {
+fn synthetic_objects_are_verified_and_a_missing_one_is_refused_naming_its_key() {
     use shardlift::core::digest::Digest;
     use shardlift::objstore::keys::{commit_key, object_key};
     use shardlift::store::codec::{encode, CommitRecord, ManifestRecord, SyntheticPayloads};
@@ -206,45 +211,63 @@ fn a_manifest_naming_synthetic_objects_is_refused() {
         shardlift::objstore::client::Fetched::Missing => panic!("{rel} is missing"),
     };
     let record: CommitRecord = serde_json::from_slice(&get(&record_rel)).expect("record");
-    let mut manifest: ManifestRecord =
+    let manifest: ManifestRecord =
         serde_json::from_slice(&get(&object_key(&record.manifest))).expect("manifest");
     // Control: re-encoding the untouched records gives the stored bytes and digests.
     assert_eq!(
         Digest::of(&encode(&manifest).expect("encode")),
         record.manifest
     );
-
-    let existing = chunk_entries(&state)[0].parameters;
-    let object_bytes = CHUNK_ELEMENTS * 4;
-    manifest.synthetic = Some(SyntheticPayloads {
-        seed: 13,
-        object_bytes,
-        total_bytes: u64::from(object_bytes),
-        objects: vec![existing],
-    });
-    let manifest_bytes = encode(&manifest).expect("encode the forged manifest");
-    let manifest_digest = Digest::of(&manifest_bytes);
-    let manifest_rel = object_key(&manifest_digest);
-    store
-        .client()
-        .put(&manifest_rel, manifest_bytes)
-        .expect("PUT manifest");
-    let forged = CommitRecord {
-        generation: 1,
-        manifest: manifest_digest,
-        ..record
+    // Forges generation `generation` naming `object` as its one synthetic object.
+    let forge = |generation: u64, object: Digest| -> (String, String) {
+        let object_bytes = CHUNK_ELEMENTS * 4;
+        let mut forged_manifest = manifest.clone();
+        forged_manifest.synthetic = Some(SyntheticPayloads {
+            seed: 13,
+            object_bytes,
+            total_bytes: u64::from(object_bytes),
+            objects: vec![object],
+        });
+        let manifest_bytes = encode(&forged_manifest).expect("encode the forged manifest");
+        let manifest_digest = Digest::of(&manifest_bytes);
+        let manifest_rel = object_key(&manifest_digest);
+        store
+            .client()
+            .put(&manifest_rel, manifest_bytes)
+            .expect("PUT manifest");
+        let forged = CommitRecord {
+            generation,
+            manifest: manifest_digest,
+            ..record.clone()
+        };
+        let record_bytes = encode(&forged).expect("encode the forged record");
+        let forged_rel = commit_key(generation, &Digest::of(&record_bytes));
+        store
+            .client()
+            .put(&forged_rel, record_bytes)
+            .expect("PUT record");
+        (forged_rel, manifest_rel)
     };
-    let record_bytes = encode(&forged).expect("encode the forged record");
-    let forged_rel = commit_key(1, &Digest::of(&record_bytes));
-    store
-        .client()
-        .put(&forged_rel, record_bytes)
-        .expect("PUT record");
 
-    let report = store.recover().expect("recover after the forgery");
+    // An existing object of the right length (a chunk payload) verifies: generation 1 is
+    // selected and loads.
+    let existing = chunk_entries(&state)[0].parameters;
+    forge(1, existing);
+    let report = store.recover().expect("recover after the first forgery");
     assert_eq!(
         report.scan.selected.as_ref().map(|s| s.generation),
-        Some(0),
+        Some(1),
+        "{report:?}"
+    );
+    store.load_generation(1).expect("generation 1 loads");
+
+    // A synthetic object that is not there: generation 2 is rejected naming its key.
+    let missing = Digest::of(b"a synthetic object nobody PUT");
+    let (forged_rel, _) = forge(2, missing);
+    let report = store.recover().expect("recover after the second forgery");
+    assert_eq!(
+        report.scan.selected.as_ref().map(|s| s.generation),
+        Some(1),
         "{report:?}"
     );
     let rejection = report
@@ -253,13 +276,66 @@ fn a_manifest_naming_synthetic_objects_is_refused() {
         .iter()
         .find(|r| r.file == forged_rel)
         .unwrap_or_else(|| panic!("the forged record is not rejected: {report:?}"));
-    assert_eq!(rejection.kind, "malformed-manifest", "{report:?}");
-    let manifest_url = store.client().location().key_url(&manifest_rel);
+    assert_eq!(rejection.kind, "missing-object", "{report:?}");
+    let object_url = store.client().location().key_url(&object_key(&missing));
     assert!(
-        rejection.reason.contains(&manifest_url),
+        rejection.reason.contains(&object_url),
         "{}",
         rejection.reason
     );
+}
+
+/// `store bench --store s3://…` publishes a state scaled by synthetic objects, PUTs the
+/// same bytes plainly, and prints both figures as JSON; the state it published recovers
+/// and verifies in fresh processes. (Figures are printed, never asserted on.)
+#[test]
+fn store_bench_prints_publish_and_raw_put_throughput_of_the_same_bytes() {
+    let url = fresh_url("bench");
+    let state_bytes: u64 = 4 << 20;
+    let (ok, bench, stderr) = shardlift_json(&[
+        "store",
+        "bench",
+        "--store",
+        &url,
+        "--state-bytes",
+        &state_bytes.to_string(),
+        "--chunk-elements",
+        "101770",
+        "--json",
+    ]);
+    assert!(ok, "store bench failed: {stderr} {bench}");
+    assert_eq!(bench["state_bytes"], state_bytes, "{bench}");
+    assert_eq!(bench["conditional_create"], "ignored", "{bench}");
+    let raw_bytes = bench["raw_put"]["bytes"].as_u64().expect("raw bytes");
+    assert_eq!(raw_bytes, state_bytes, "raw PUT of the same bytes: {bench}");
+    let published = bench["publish"]["bytes"].as_u64().expect("published bytes");
+    assert!(published > state_bytes, "{bench}");
+    for figure in ["publish", "raw_put"] {
+        assert!(
+            bench[figure]["mb_per_s"].as_f64().is_some_and(|v| v > 0.0),
+            "{bench}"
+        );
+    }
+    eprintln!(
+        "objectstore bench ({state_bytes} bytes): publish {} MB/s, raw PUT {} MB/s",
+        bench["publish"]["mb_per_s"], bench["raw_put"]["mb_per_s"]
+    );
+    let (ok, recovered, stderr) = shardlift_json(&["store", "recover", "--store", &url, "--json"]);
+    assert!(ok, "recover failed: {stderr}");
+    assert_eq!(
+        recovered["report"]["selected"]["generation"], 0,
+        "{recovered}"
+    );
+    let (ok, verified, stderr) = shardlift_json(&[
+        "store",
+        "verify",
+        "--store",
+        &url,
+        "--generation",
+        "0",
+        "--json",
+    ]);
+    assert!(ok, "verify failed: {stderr} {verified}");
 }
 
 #[test]

@@ -1,10 +1,15 @@
 //! `shardlift store publish-synthetic|recover|verify --store s3://bucket/prefix`: the
 //! object-store backend (endpoint, region and credentials from the `AWS_*` variables).
 //! JSON on stdout, as for a local store, with the conditional-create capability.
+use std::time::Instant;
+
 use shardlift::core::logical::LogicalState;
+use shardlift::core::progress::Progress;
 use shardlift::core::topology::Topology;
 use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions};
-use shardlift::store::barrier::NoHooks;
+use shardlift::store::barrier::{Barrier, BarrierEvent, BarrierHook, NoHooks};
+use shardlift::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
+use shardlift::store::writer::SyntheticSpec;
 
 use super::{print_json, print_report};
 
@@ -31,17 +36,44 @@ fn fail(error: ObjStoreError, json: bool) -> anyhow::Error {
     anyhow::Error::new(error)
 }
 
-/// Publishes a synthetic state to `url`, probing conditional create first.
-pub fn publish(url: &str, state: &LogicalState, workers: u32, json: bool) -> anyhow::Result<()> {
+/// Publishes a synthetic state to `url`, probing conditional create first. With
+/// `pause_at_barriers` it stops after every barrier event until the parent acknowledges
+/// it (`shardlift::lab::harness::stepping_barrier_hook`).
+pub fn publish(
+    url: &str,
+    state: &LogicalState,
+    workers: u32,
+    json: bool,
+    pause_at_barriers: bool,
+    synthetic: Option<SyntheticSpec>,
+) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
     let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
     eprintln!(
         "objstore: {url}: conditional create {:?}",
         store.conditional_create()
     );
-    let summary = store
-        .publish(state, topology, &mut NoHooks)
-        .map_err(|e| fail(e, json))?;
+    let summary = match (pause_at_barriers, synthetic) {
+        (true, None) => store.publish(
+            state,
+            topology,
+            &mut shardlift::lab::harness::stepping_barrier_hook(),
+        ),
+        (true, Some(spec)) => store.publish_synthetic(
+            state,
+            topology,
+            spec,
+            &mut shardlift::lab::harness::stepping_barrier_hook(),
+        ),
+        (false, None) => store.publish(state, topology, &mut NoHooks),
+        (false, Some(spec)) => store.publish_synthetic(
+            state,
+            topology,
+            spec,
+            &mut ProgressHook::new(&mut super::progress::StderrProgress::new(), &spec, state),
+        ),
+    }
+    .map_err(|e| fail(e, json))?;
     print_report(json, &summary, || {
         format!(
             "published generation {} ({})",
@@ -132,4 +164,151 @@ pub fn verify(url: &str, generation: u64, json: bool) -> anyhow::Result<()> {
     print_report(json, &report, || {
         format!("generation {generation} verifies: root {root}")
     })
+}
+
+/// The synthetic objects that scale `state` to `state_bytes` chunk-payload bytes: objects
+/// of the chunk size, seeded by `seed`, at least one (as for a local store).
+pub fn synthetic_spec(state: &LogicalState, seed: u64, state_bytes: u64) -> SyntheticSpec {
+    let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
+    SyntheticSpec {
+        seed,
+        object_bytes,
+        total_bytes: state_bytes
+            .saturating_sub(model_bytes(state))
+            .max(u64::from(object_bytes)),
+    }
+}
+
+/// Chunk-payload bytes of `state` (three FP32 slots per parameter).
+fn model_bytes(state: &LogicalState) -> u64 {
+    state
+        .chunks()
+        .iter()
+        .map(|c| c.parameters().len() as u64 * 12)
+        .sum()
+}
+
+/// Progress on stderr from the writer's barrier events: one step per acknowledged object.
+struct ProgressHook<'a> {
+    progress: &'a mut dyn Progress,
+    done: u64,
+}
+
+impl<'a> ProgressHook<'a> {
+    fn new(progress: &'a mut dyn Progress, spec: &SyntheticSpec, state: &LogicalState) -> Self {
+        progress.phase(
+            "publish",
+            Some(state.chunks().len() as u64 * 3 + spec.object_count()),
+        );
+        ProgressHook { progress, done: 0 }
+    }
+}
+
+impl BarrierHook for ProgressHook<'_> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+        if event.barrier == Barrier::ObjectAfterDirectoryFsync {
+            self.done += 1;
+            self.progress.advance(self.done);
+        }
+        Ok(())
+    }
+}
+
+/// One throughput figure.
+#[derive(serde::Serialize)]
+struct Throughput {
+    bytes: u64,
+    requests: u64,
+    seconds: f64,
+    mb_per_s: f64,
+}
+
+impl Throughput {
+    fn new(bytes: u64, requests: u64, seconds: f64) -> Self {
+        Throughput {
+            bytes,
+            requests,
+            seconds,
+            mb_per_s: if seconds > 0.0 {
+                bytes as f64 / seconds / 1e6
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// `store bench --store s3://…`: publishes one synthetic state of `state_bytes`
+/// chunk-payload bytes (objects of `chunk_elements` × 4 bytes), then PUTs the same
+/// objects' bytes again as plain PUTs through the same client under
+/// `bench-raw/<run>/<index>` (timing the PUTs only, not generating the bytes), and prints
+/// both figures as JSON on stdout; progress goes to stderr. Requests run one after another,
+/// as RFC 0001 §9.3 has the writer issue them.
+pub fn bench(url: &str, state_bytes: u64, chunk_elements: u32, seed: u64) -> anyhow::Result<()> {
+    let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, true))?;
+    let state = synthetic_state(seed, 1, chunk_elements);
+    let spec = synthetic_spec(&state, seed, state_bytes);
+    let topology = Topology::new(4)?;
+    let mut progress = super::progress::StderrProgress::new();
+    let summary = store
+        .publish_synthetic(
+            &state,
+            topology,
+            spec,
+            &mut ProgressHook::new(&mut progress, &spec, &state),
+        )
+        .map_err(|e| fail(e, true))?;
+    progress.finish();
+    let publish = Throughput::new(
+        summary.bytes_put,
+        summary.objects_put + 3,
+        summary.elapsed_ms as f64 / 1e3,
+    );
+
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let objects = state.chunks().len() as u64 * 3 + spec.object_count();
+    progress.phase("raw PUT", Some(objects));
+    let (mut raw_bytes, mut raw_requests, mut raw_seconds) = (0u64, 0u64, 0f64);
+    let mut put = |bytes: Vec<u8>| -> anyhow::Result<()> {
+        let len = bytes.len() as u64;
+        let key = format!("bench-raw/{run}/{raw_requests}");
+        let started = Instant::now();
+        store.client().put(&key, bytes).map_err(|e| fail(e, true))?;
+        raw_seconds += started.elapsed().as_secs_f64();
+        raw_bytes += len;
+        raw_requests += 1;
+        progress.advance(raw_requests);
+        Ok(())
+    };
+    for chunk in state.chunks() {
+        for payload in chunk_payloads(chunk) {
+            put(payload)?;
+        }
+    }
+    for index in 0..spec.object_count() {
+        let len = usize::try_from(spec.object_len(index))?;
+        put(synthetic_object(spec.seed, index, len))?;
+    }
+    progress.finish();
+    drop(progress);
+    let raw_put = Throughput::new(raw_bytes, raw_requests, raw_seconds);
+    let ratio = if raw_put.mb_per_s > 0.0 {
+        publish.mb_per_s / raw_put.mb_per_s
+    } else {
+        0.0
+    };
+    print_json(&serde_json::json!({
+        "location": url,
+        "state_bytes": model_bytes(&state) + spec.total_bytes,
+        "object_bytes": spec.object_bytes,
+        "objects": objects,
+        "generation": summary.generation,
+        "conditional_create": store.conditional_create(),
+        "publish": publish,
+        "raw_put": raw_put,
+        "publish_over_raw_put": ratio,
+    }))
 }

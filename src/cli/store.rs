@@ -42,6 +42,14 @@ pub struct BenchArgs {
     /// Directory for the scratch store (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// An object store (`s3://bucket/prefix`, a fresh prefix): publish one state of
+    /// --state-bytes there and PUT the same bytes plainly, printing both throughputs
+    /// (the local figures are not run).
+    #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+    pub store: Option<String>,
+    /// Seed of the object-store bench's synthetic state.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -105,6 +113,12 @@ pub enum StoreCommand {
         /// writer issued through its seam, in order.
         #[arg(long, requires = "json")]
         trace_operations: bool,
+        /// `barriers`: pause after every barrier event until acknowledged, streaming each
+        /// as a `{"barrier":…}` line on stdout first (the `store-child publish` protocol;
+        /// for kills at every request boundary). Object stores only; a local store's
+        /// paused publisher is `store-child publish`.
+        #[arg(long, hide = true, value_name = "barriers")]
+        pause_at: Option<String>,
     },
     /// Measure publish, reshard and recovery against plain writes, copies and SHA-256.
     Bench(BenchArgs),
@@ -232,25 +246,17 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             state_bytes,
             json,
             trace_operations,
+            pause_at,
         } => {
             let state = synthetic_state(seed, step, chunk_elements);
-            if let Some(url) = s3_location(&store) {
-                anyhow::ensure!(
-                    !trace_operations,
-                    "--trace-operations traces the local file-system seam; an object store has none"
-                );
-                anyhow::ensure!(
-                    state_bytes.is_none(),
-                    "--state-bytes works on a local store only so far (the object-store writer has no synthetic objects yet)"
-                );
-                return super::objstore::publish(url, &state, workers, json);
-            }
-            match state_bytes {
-                Some(state_bytes) => {
-                    publish_scaled(&store, &state, seed, workers, state_bytes, json)
-                }
-                None => publish_synthetic(&store, &state, workers, json, trace_operations),
-            }
+            let options = PublishOptions {
+                workers,
+                state_bytes,
+                json,
+                trace_operations,
+                pause_at,
+            };
+            publish_command(&store, &state, seed, options)
         }
         StoreCommand::Export {
             store,
@@ -265,6 +271,53 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             json,
         } => import(&store, &from, workers, json),
         StoreCommand::Bench(args) => bench(&args),
+    }
+}
+
+/// The options of `store publish-synthetic` beyond the state itself.
+struct PublishOptions {
+    workers: u32,
+    state_bytes: Option<u64>,
+    json: bool,
+    trace_operations: bool,
+    pause_at: Option<String>,
+}
+
+/// `store publish-synthetic` on either backend.
+fn publish_command(
+    store: &Path,
+    state: &LogicalState,
+    seed: u64,
+    options: PublishOptions,
+) -> anyhow::Result<()> {
+    let PublishOptions {
+        workers,
+        state_bytes,
+        json,
+        trace_operations,
+        pause_at,
+    } = options;
+    if let Some(url) = s3_location(store) {
+        anyhow::ensure!(
+            !trace_operations,
+            "--trace-operations traces the local file-system seam; an object store has none"
+        );
+        let synthetic =
+            state_bytes.map(|bytes| super::objstore::synthetic_spec(state, seed, bytes));
+        let pause_at_barriers = match pause_at.as_deref() {
+            None => false,
+            Some("barriers") => true,
+            Some(other) => anyhow::bail!("--pause-at {other:?}: expected barriers"),
+        };
+        return super::objstore::publish(url, state, workers, json, pause_at_barriers, synthetic);
+    }
+    anyhow::ensure!(
+        pause_at.is_none(),
+        "--pause-at works on an object store only; a local store's paused publisher is `store-child publish`"
+    );
+    match state_bytes {
+        Some(state_bytes) => publish_scaled(store, state, seed, workers, state_bytes, json),
+        None => publish_synthetic(store, state, workers, json, trace_operations),
     }
 }
 
@@ -303,6 +356,13 @@ fn import(store: &Path, from: &Path, workers: u32, json: bool) -> anyhow::Result
 /// `store bench`: the large-state figures, then the small-state ones, as one JSON object
 /// (progress on stderr).
 fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    if let Some(url) = args.store.as_deref() {
+        anyhow::ensure!(
+            url.starts_with("s3://"),
+            "--store {url:?}: the bench's --store is an s3:// location"
+        );
+        return super::objstore::bench(url, args.state_bytes, args.chunk_elements, args.seed);
+    }
     let mut progress = super::progress::StderrProgress::new();
     let large = if args.skip_large {
         None

@@ -733,6 +733,17 @@ pub fn child_publish(
     Ok(summary)
 }
 
+/// The barrier hook of a publisher paused at every barrier: each event goes to stdout as a
+/// `{"barrier":{...}}` line and the publisher blocks until the parent acknowledges it
+/// (one byte `A` on stdin; EOF stops it) — the `store-child publish --pause-at barriers`
+/// protocol, reused by the object-store publisher (`store publish-synthetic --store s3://…
+/// --pause-at barriers`) so a kill can land at every request boundary.
+pub fn stepping_barrier_hook() -> FnHook<impl FnMut(&BarrierEvent) -> Result<(), String>> {
+    FnHook(|event: &BarrierEvent| {
+        send_and_wait(&ChildMessage::Barrier(event.clone())).map_err(|e| e.to_string())
+    })
+}
+
 /// Child side of `store-child recover`: recovers and prints the report as one JSON line.
 pub fn child_recover(store_dir: &Path) -> Result<(), LabError> {
     let report = crate::store::recover(store_dir)?;

@@ -98,6 +98,25 @@ impl ObjStore {
         )
     }
 
+    /// Publishes `state` plus the synthetic objects of `spec` as the next generation
+    /// (RFC 0001 §9.3; for benchmarks at scale).
+    pub fn publish_synthetic(
+        &self,
+        state: &LogicalState,
+        topology: Topology,
+        spec: crate::store::writer::SyntheticSpec,
+        hooks: &mut dyn BarrierHook,
+    ) -> Result<ObjCommitSummary, ObjStoreError> {
+        writer::publish_synthetic(
+            &self.client,
+            self.conditional_create,
+            state,
+            topology,
+            spec,
+            hooks,
+        )
+    }
+
     /// Read-only recovery scan (RFC 0001 §9.4). A split brain at the highest valid
     /// generation is an error, [`ObjStoreError::SplitBrain`]; one below it is reported.
     pub fn recover(&self) -> Result<ObjRecoveryReport, ObjStoreError> {

@@ -12,10 +12,12 @@ use crate::objstore::error::ObjStoreError;
 use crate::objstore::keys::{commit_key, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY};
 use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
 use crate::store::codec::{
-    encode, CommitKind, CommitRecord, LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA,
-    SCHEMA_VERSION,
+    encode, CommitKind, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads,
+    COMMIT_SCHEMA, LATEST_SCHEMA, MAX_CHUNK_OBJECT_BYTES, SCHEMA_VERSION,
 };
-use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for};
+use crate::store::error::StoreError;
+use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for, synthetic_object};
+use crate::store::writer::SyntheticSpec;
 
 /// What a publish committed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,7 +150,51 @@ pub fn publish(
     topology: Topology,
     hooks: &mut dyn BarrierHook,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
+    publish_with(client, conditional_create, state, topology, None, hooks)
+}
+
+/// Publishes `state` plus the synthetic objects of `spec` (RFC 0001 §3, §9.3 step 2): the
+/// chunk payloads, then the synthetic objects in order (each generated when its PUT is
+/// due, so memory stays one object), then the manifest that lists them, the commit record
+/// and LATEST.
+pub fn publish_synthetic(
+    client: &ObjClient,
+    conditional_create: ConditionalCreate,
+    state: &LogicalState,
+    topology: Topology,
+    spec: SyntheticSpec,
+    hooks: &mut dyn BarrierHook,
+) -> Result<ObjCommitSummary, ObjStoreError> {
+    publish_with(
+        client,
+        conditional_create,
+        state,
+        topology,
+        Some(spec),
+        hooks,
+    )
+}
+
+fn publish_with(
+    client: &ObjClient,
+    conditional_create: ConditionalCreate,
+    state: &LogicalState,
+    topology: Topology,
+    synthetic: Option<SyntheticSpec>,
+    hooks: &mut dyn BarrierHook,
+) -> Result<ObjCommitSummary, ObjStoreError> {
     let started = Instant::now();
+    if let Some(spec) = synthetic {
+        if spec.object_bytes == 0
+            || u64::from(spec.object_bytes) > MAX_CHUNK_OBJECT_BYTES
+            || spec.total_bytes == 0
+        {
+            return Err(ObjStoreError::Publish(StoreError::InvalidSynthetic {
+                object_bytes: spec.object_bytes,
+                total_bytes: spec.total_bytes,
+            }));
+        }
+    }
     let generation = next_generation(client)?;
     let mut run = Run::new(client, hooks);
     let mut objects_put = 0u64;
@@ -159,7 +205,31 @@ pub fn publish(
             objects_put += 1;
         }
     }
-    let manifest: ManifestRecord = manifest_for(state, topology, chunk_entries(state));
+    let mut synthetic_digests = Vec::new();
+    if let Some(spec) = synthetic {
+        for index in 0..spec.object_count() {
+            let len = usize::try_from(spec.object_len(index)).map_err(|_| {
+                ObjStoreError::Publish(StoreError::InvalidSynthetic {
+                    object_bytes: spec.object_bytes,
+                    total_bytes: spec.total_bytes,
+                })
+            })?;
+            let payload = synthetic_object(spec.seed, index, len);
+            let digest = Digest::of(&payload);
+            run.put(OBJECT_BARRIERS, &object_key(&digest), payload)?;
+            synthetic_digests.push(digest);
+            objects_put += 1;
+        }
+    }
+    let mut manifest: ManifestRecord = manifest_for(state, topology, chunk_entries(state));
+    if let Some(spec) = synthetic {
+        manifest.synthetic = Some(SyntheticPayloads {
+            seed: spec.seed,
+            object_bytes: spec.object_bytes,
+            total_bytes: spec.total_bytes,
+            objects: synthetic_digests,
+        });
+    }
     let committed = commit_manifest(&mut run, generation, &manifest, None)?;
     Ok(committed.summary(conditional_create, objects_put, started))
 }
