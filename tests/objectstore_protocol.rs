@@ -13,6 +13,19 @@ use shardlift::store::recovery::LatestStatus;
 
 const CHUNK_ELEMENTS: u32 = 8192;
 
+/// `shardlift store verify --store URL --generation 0 --json`, a fresh process.
+fn verify_generation_0(url: &str) -> (bool, serde_json::Value, String) {
+    shardlift_json(&[
+        "store",
+        "verify",
+        "--store",
+        url,
+        "--generation",
+        "0",
+        "--json",
+    ])
+}
+
 #[test]
 fn publish_then_a_fresh_process_recovers_and_verifies_it() {
     let url = fresh_url("publish-recover");
@@ -68,15 +81,7 @@ fn publish_then_a_fresh_process_recovers_and_verifies_it() {
     // not probe and say so (RFC 0001 §9.8), where the publish above said `ignored`.
     assert_eq!(report["conditional_create"], "not-probed", "{report}");
 
-    let (ok, verified, stderr) = shardlift_json(&[
-        "store",
-        "verify",
-        "--store",
-        &url,
-        "--generation",
-        "0",
-        "--json",
-    ]);
+    let (ok, verified, stderr) = verify_generation_0(&url);
     assert!(ok, "verify failed: {stderr}");
     assert_eq!(verified["logical_state_root"], expected_root.as_str());
     assert_eq!(verified["workers"], 4);
@@ -326,15 +331,7 @@ fn store_bench_prints_publish_and_raw_put_throughput_of_the_same_bytes() {
         recovered["report"]["selected"]["generation"], 0,
         "{recovered}"
     );
-    let (ok, verified, stderr) = shardlift_json(&[
-        "store",
-        "verify",
-        "--store",
-        &url,
-        "--generation",
-        "0",
-        "--json",
-    ]);
+    let (ok, verified, stderr) = verify_generation_0(&url);
     assert!(ok, "verify failed: {stderr} {verified}");
 }
 

@@ -14,7 +14,8 @@ use crate::objstore::client::{ConditionalCreate, Fetched, ObjClient};
 use crate::objstore::error::ObjStoreError;
 use crate::objstore::keys::{object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY};
 use crate::store::codec::{
-    decode, CommitRecord, LatestRecord, ManifestRecord, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
+    decode, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES,
+    MAX_MANIFEST_BYTES,
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
@@ -179,33 +180,8 @@ fn verify_record(
                 .unwrap_or_else(|| invalid(&manifest_url, error)))
         }
     };
-    // Synthetic objects (a state scaled for benchmarks, §3): each GET under its expected
-    // length, its digest checked against its key, its length against the manifest's.
     if let Some(synthetic) = &manifest.synthetic {
-        for (index, digest) in synthetic.objects.iter().enumerate() {
-            let malformed = || {
-                invalid(
-                    &manifest_url,
-                    StoreError::MalformedManifest {
-                        path: manifest_url.clone().into(),
-                        reason: format!("synthetic object {index} has no consistent length"),
-                    },
-                )
-            };
-            let expected = synthetic.object_len(index).ok_or_else(malformed)?;
-            let bytes = fetch_object(client, *digest, expected)?;
-            if bytes.len() as u64 != expected {
-                return Err(invalid(
-                    &manifest_url,
-                    StoreError::SyntheticObjectSize {
-                        path: location.key_url(&object_key(digest)).into(),
-                        index: index as u64,
-                        expected,
-                        found: bytes.len() as u64,
-                    },
-                ));
-            }
-        }
+        verify_synthetic(client, &manifest_url, synthetic)?;
     }
     Ok(Verified {
         generation,
@@ -216,6 +192,38 @@ fn verify_record(
         topology,
         state,
     })
+}
+
+/// Synthetic objects (a state scaled for benchmarks, RFC 0001 §3): each GET under its
+/// expected length, its digest checked against its key, its length against the manifest's.
+fn verify_synthetic(
+    client: &ObjClient,
+    manifest_url: &str,
+    synthetic: &SyntheticPayloads,
+) -> Result<(), ObjStoreError> {
+    let invalid = |source| ObjStoreError::Invalid {
+        key: manifest_url.to_owned(),
+        source,
+    };
+    for (index, digest) in synthetic.objects.iter().enumerate() {
+        let malformed = || {
+            invalid(StoreError::MalformedManifest {
+                path: manifest_url.into(),
+                reason: format!("synthetic object {index} has no consistent length"),
+            })
+        };
+        let expected = synthetic.object_len(index).ok_or_else(malformed)?;
+        let bytes = fetch_object(client, *digest, expected)?;
+        if bytes.len() as u64 != expected {
+            return Err(invalid(StoreError::SyntheticObjectSize {
+                path: client.location().key_url(&object_key(digest)).into(),
+                index: index as u64,
+                expected,
+                found: bytes.len() as u64,
+            }));
+        }
+    }
+    Ok(())
 }
 
 fn selected_of(v: &Verified) -> SelectedGeneration {
