@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use std::sync::Arc;
+
+use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjPath;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
@@ -140,7 +142,7 @@ pub enum Fetched {
 /// An open connection to one store location.
 pub struct ObjClient {
     location: ObjLocation,
-    store: AmazonS3,
+    store: Arc<dyn ObjectStore>,
     runtime: tokio::runtime::Runtime,
     options: ObjStoreOptions,
 }
@@ -190,6 +192,17 @@ impl ObjClient {
                 location: location.url(),
                 message: e.to_string(),
             })?;
+        Self::with_store(location, Arc::new(store), options)
+    }
+
+    /// A client of `location` over any `object_store` backend: one that honours
+    /// conditional create where no such S3 service runs (`object_store`'s in-memory or
+    /// local-file backends), or a store shared by two clients in one process.
+    pub fn with_store(
+        location: ObjLocation,
+        store: Arc<dyn ObjectStore>,
+        options: ObjStoreOptions,
+    ) -> Result<Self, ObjStoreError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -104,6 +104,15 @@ pub enum ObjStoreError {
         /// The generation asked for.
         generation: u64,
     },
+    /// Another writer claimed the candidate generation first (the conditional-create
+    /// fence of RFC 0001 §9.8 refused this writer's claim); nothing was committed.
+    #[error("generation {generation} is taken: another writer claimed it first ({key})")]
+    GenerationTaken {
+        /// The candidate generation.
+        generation: u64,
+        /// The claim key that already existed.
+        key: String,
+    },
     /// The next generation number would overflow.
     #[error("the generation counter would overflow")]
     GenerationOverflow,
@@ -144,6 +153,7 @@ impl ObjStoreError {
             ObjStoreError::Invalid { source, .. } => source.kind(),
             ObjStoreError::SplitBrain { .. } => "split-brain",
             ObjStoreError::GenerationNotFound { .. } => "generation-not-found",
+            ObjStoreError::GenerationTaken { .. } => "generation-taken",
             ObjStoreError::GenerationOverflow => "generation-overflow",
             ObjStoreError::Publish(_) => "publish",
             ObjStoreError::Stopped { .. } => "stopped",
@@ -160,7 +170,8 @@ impl ObjStoreError {
             | ObjStoreError::TooLarge { key, .. }
             | ObjStoreError::DigestMismatch { key, .. }
             | ObjStoreError::Invalid { key, .. }
-            | ObjStoreError::Probe { key, .. } => Some(key),
+            | ObjStoreError::Probe { key, .. }
+            | ObjStoreError::GenerationTaken { key, .. } => Some(key),
             _ => None,
         }
     }

@@ -3,6 +3,8 @@ use crate::core::digest::Digest;
 
 /// The prefix of commit records.
 pub const COMMITS_PREFIX: &str = "commits";
+/// The prefix of generation claims (the conditional-create fence).
+pub const CLAIMS_PREFIX: &str = "claims";
 /// The LATEST hint.
 pub const LATEST_KEY: &str = "refs/LATEST";
 
@@ -17,6 +19,21 @@ pub fn commit_key(generation: u64, record_digest: &Digest) -> String {
         "{COMMITS_PREFIX}/{generation:020}/{}.json",
         record_digest.to_hex()
     )
+}
+
+/// `claims/<generation:020>`: the fence a writer creates conditionally before its commit
+/// record, where the backend honours conditional create (RFC 0001 §9.8).
+pub fn claim_key(generation: u64) -> String {
+    format!("{CLAIMS_PREFIX}/{generation:020}")
+}
+
+/// The generation a key under `claims/` names, if it is a claim key (20 decimal digits).
+pub fn parse_claim_key(key: &str) -> Option<u64> {
+    let digits = key.strip_prefix("claims/")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// The generation and record digest a key under `commits/` names, if it is a commit

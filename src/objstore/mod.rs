@@ -43,7 +43,12 @@ impl ObjStore {
     /// With `probe` it probes conditional create (two creates of a fresh key under
     /// `probes/`); without, nothing is written and the capability is `not-probed`.
     pub fn open(url: &str, options: ObjStoreOptions, probe: bool) -> Result<Self, ObjStoreError> {
-        let client = ObjClient::open(ObjLocation::parse(url)?, options)?;
+        Self::with_client(ObjClient::open(ObjLocation::parse(url)?, options)?, probe)
+    }
+
+    /// A store over an already built client (see [`ObjClient::with_store`]), probing
+    /// conditional create when `probe`, as [`Self::open`] does.
+    pub fn with_client(client: ObjClient, probe: bool) -> Result<Self, ObjStoreError> {
         let conditional_create = if probe {
             client.probe_conditional_create()?
         } else {

@@ -9,7 +9,10 @@ use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 use crate::objstore::client::{ConditionalCreate, ObjClient};
 use crate::objstore::error::ObjStoreError;
-use crate::objstore::keys::{commit_key, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY};
+use crate::objstore::keys::{
+    claim_key, commit_key, object_key, parse_claim_key, parse_commit_key, CLAIMS_PREFIX,
+    COMMITS_PREFIX, LATEST_KEY,
+};
 use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
 use crate::store::codec::{
     encode, CommitKind, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads,
@@ -52,15 +55,29 @@ pub struct ObjCommitSummary {
 }
 
 /// Highest generation named under `commits/` plus one (0 for an empty store). Names
-/// count whether or not their records verify, as in the local store.
-pub fn next_generation(client: &ObjClient) -> Result<u64, ObjStoreError> {
-    let keys = client.list(COMMITS_PREFIX)?;
-    match keys
+/// count whether or not their records verify, as in the local store. Where the backend
+/// honours conditional create, generations named under `claims/` count too, so a writer
+/// that claimed a generation and died before its commit record leaves a gap, never a
+/// generation no one can claim again (RFC 0001 §9.8).
+pub fn next_generation(
+    client: &ObjClient,
+    conditional_create: ConditionalCreate,
+) -> Result<u64, ObjStoreError> {
+    let mut highest = client
+        .list(COMMITS_PREFIX)?
         .iter()
         .filter_map(|k| parse_commit_key(k))
         .map(|(g, _)| g)
-        .max()
-    {
+        .max();
+    if conditional_create == ConditionalCreate::Honoured {
+        let claimed = client
+            .list(CLAIMS_PREFIX)?
+            .iter()
+            .filter_map(|k| parse_claim_key(k))
+            .max();
+        highest = highest.max(claimed);
+    }
+    match highest {
         None => Ok(0),
         Some(highest) => highest
             .checked_add(1)
@@ -195,7 +212,7 @@ fn publish_with(
             }));
         }
     }
-    let generation = next_generation(client)?;
+    let generation = next_generation(client, conditional_create)?;
     let mut run = Run::new(client, hooks);
     let mut objects_put = 0u64;
     for chunk in state.chunks() {
@@ -230,7 +247,7 @@ fn publish_with(
             objects: synthetic_digests,
         });
     }
-    let committed = commit_manifest(&mut run, generation, &manifest, None)?;
+    let committed = commit_manifest(&mut run, generation, &manifest, None, conditional_create)?;
     Ok(committed.summary(conditional_create, objects_put, started))
 }
 
@@ -252,9 +269,15 @@ pub fn reshard(
     let mut manifest = source.manifest;
     manifest.workers = topology.workers();
     manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
-    let candidate = next_generation(client)?;
+    let candidate = next_generation(client, conditional_create)?;
     let mut run = Run::new(client, hooks);
-    let committed = commit_manifest(&mut run, candidate, &manifest, Some(generation))?;
+    let committed = commit_manifest(
+        &mut run,
+        candidate,
+        &manifest,
+        Some(generation),
+        conditional_create,
+    )?;
     Ok(committed.summary(conditional_create, 0, started))
 }
 
@@ -296,12 +319,14 @@ impl Committed {
 }
 
 /// RFC 0001 §9.3 steps 3–5: the manifest, the commit record of `generation` (the commit
-/// point; kind `reshard` with `source_generation`, else `publish`), then LATEST.
+/// point; kind `reshard` with `source_generation`, else `publish`), then LATEST. Where the
+/// backend honours conditional create, the generation is claimed first (§9.8).
 fn commit_manifest(
     run: &mut Run<'_>,
     generation: u64,
     manifest: &ManifestRecord,
     source_generation: Option<u64>,
+    conditional_create: ConditionalCreate,
 ) -> Result<Committed, ObjStoreError> {
     let manifest_bytes = encode(manifest).map_err(ObjStoreError::Publish)?;
     let manifest_digest = Digest::of(&manifest_bytes);
@@ -328,6 +353,9 @@ fn commit_manifest(
     let record_bytes = encode(&record).map_err(ObjStoreError::Publish)?;
     let commit_digest = Digest::of(&record_bytes);
     let record_key = commit_key(generation, &commit_digest);
+    if conditional_create == ConditionalCreate::Honoured {
+        claim(run.client, generation, commit_digest)?;
+    }
     run.put(COMMIT_BARRIERS, &record_key, record_bytes)?;
     let latest = LatestRecord {
         schema: LATEST_SCHEMA.to_owned(),
@@ -346,5 +374,19 @@ fn commit_manifest(
         manifest_digest,
         manifest: manifest.clone(),
         bytes_put: run.bytes_put,
+    })
+}
+
+/// The fence of RFC 0001 §9.8: creates `claims/<generation>` (naming the record about to
+/// be committed) with `If-None-Match: *`. A refusal means another writer claimed the
+/// generation first: `GenerationTaken`, and this writer commits nothing.
+fn claim(client: &ObjClient, generation: u64, commit_digest: Digest) -> Result<(), ObjStoreError> {
+    let key = claim_key(generation);
+    if client.put_create(&key, commit_digest.to_hex().into_bytes())? {
+        return Ok(());
+    }
+    Err(ObjStoreError::GenerationTaken {
+        generation,
+        key: client.location().key_url(&key),
     })
 }
