@@ -1,5 +1,6 @@
-//! `shardlift store publish-synthetic|recover|verify --store s3://bucket/prefix`: the
-//! object-store backend (endpoint, region and credentials from the `AWS_*` variables).
+//! `shardlift store publish-synthetic|recover|verify|reshard|export|import|bench --store
+//! s3://bucket/prefix`: the object-store backend (endpoint, region and credentials from the
+//! `AWS_*` variables).
 //! JSON on stdout, as for a local store, with the conditional-create capability.
 use std::time::Instant;
 
