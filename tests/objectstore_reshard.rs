@@ -38,13 +38,31 @@ fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
         .publish(&state, Topology::new(4).expect("topology"), &mut NoHooks)
         .expect("publish generation 0");
 
-    // The CLI, in a fresh process.
+    // The CLI, in a fresh process; it adds exactly one object, its manifest.
+    let objects_before = store.client().list("objects").expect("LIST objects");
     let (ok, resharded, stderr) = reshard_generation_0_to_w3(&url);
     assert!(ok, "reshard failed: {stderr}");
     assert_eq!(resharded["generation"], 1, "{resharded}");
     assert_eq!(resharded["kind"], "reshard", "{resharded}");
     assert_eq!(resharded["workers"], 3, "{resharded}");
     assert_eq!(resharded["objects_put"], 0, "{resharded}");
+    let objects_after = store.client().list("objects").expect("LIST objects");
+    let added: Vec<&String> = objects_after
+        .iter()
+        .filter(|k| !objects_before.contains(k))
+        .collect();
+    let manifest_digest = shardlift::core::digest::Digest::from_hex(
+        resharded["manifest_digest"]
+            .as_str()
+            .expect("manifest_digest"),
+    )
+    .expect("a digest");
+    let manifest_key = object_key(&manifest_digest);
+    assert_eq!(
+        added,
+        vec![&manifest_key],
+        "the reshard PUT no chunk object"
+    );
     assert_eq!(
         resharded["logical_state_root"],
         state.logical_state_root().to_string().as_str()
@@ -107,6 +125,16 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
         .expect("PUT the corrupted bytes");
 
     let commits_before = store.client().list("commits").expect("LIST commits");
+    let objects_before = store.client().list("objects").expect("LIST objects");
+    let latest = |store: &shardlift::objstore::ObjStore| match store
+        .client()
+        .get_capped("refs/LATEST", 4096)
+        .expect("GET LATEST")
+    {
+        Fetched::Bytes(bytes) => bytes,
+        Fetched::Missing => panic!("no LATEST"),
+    };
+    let latest_before = latest(&store);
     let error = store
         .reshard(0, Topology::new(3).expect("topology"), &mut NoHooks)
         .expect_err("a source that does not verify must not reshard");
@@ -120,6 +148,16 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
         store.client().list("commits").expect("LIST commits"),
         commits_before,
         "a refused reshard must commit nothing"
+    );
+    assert_eq!(
+        store.client().list("objects").expect("LIST objects"),
+        objects_before,
+        "a refused reshard must PUT no object"
+    );
+    assert_eq!(
+        latest(&store),
+        latest_before,
+        "a refused reshard must not move LATEST"
     );
 
     // The CLI exits non-zero with the typed error as JSON.

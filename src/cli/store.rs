@@ -45,11 +45,15 @@ pub struct BenchArgs {
     /// An object store (`s3://bucket/prefix`, a fresh prefix): publish one state of
     /// --state-bytes there and PUT the same bytes plainly, printing both throughputs
     /// (the local figures are not run).
-    #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+    #[arg(
+        long,
+        value_name = "s3://BUCKET/PREFIX",
+        conflicts_with_all = ["bytes", "skip_small", "skip_large", "drop_caches", "dir"]
+    )]
     pub store: Option<String>,
-    /// Seed of the object-store bench's synthetic state.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Seed of the object-store bench's synthetic state (default 1; with --store only).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -356,12 +360,17 @@ fn import(store: &Path, from: &Path, workers: u32, json: bool) -> anyhow::Result
 /// `store bench`: the large-state figures, then the small-state ones, as one JSON object
 /// (progress on stderr).
 fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.seed.is_none() || args.store.is_some(),
+        "--seed seeds the object-store bench (--store s3://…); the local bench's states are fixed"
+    );
     if let Some(url) = args.store.as_deref() {
         anyhow::ensure!(
             url.starts_with("s3://"),
             "--store {url:?}: the bench's --store is an s3:// location"
         );
-        return super::objstore::bench(url, args.state_bytes, args.chunk_elements, args.seed);
+        let seed = args.seed.unwrap_or(1);
+        return super::objstore::bench(url, args.state_bytes, args.chunk_elements, seed);
     }
     let mut progress = super::progress::StderrProgress::new();
     let large = if args.skip_large {

@@ -1,4 +1,4 @@
-//! Keys of the object-store layout, relative to the store prefix (RFC 0001 §9.1).
+//! Keys of the object-store layout, relative to the store prefix (RFC 0001 §9.2).
 use crate::core::digest::Digest;
 
 /// The prefix of commit records.

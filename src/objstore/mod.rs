@@ -7,8 +7,12 @@
 //!   the SHA-256 of the bytes), so a re-PUT writes the same bytes and is harmless;
 //! - `commits/<generation:020>/<sha256 of the record>.json`: commit records, the commit
 //!   point. The key carries the record's own digest, so no PUT ever replaces a record;
-//!   two publishers that race on one generation leave two records, and recovery reports
-//!   that as a split brain instead of choosing;
+//!   on a store that ignores conditional create, two publishers that race on one
+//!   generation leave two records, and recovery reports that as a split brain instead of
+//!   choosing;
+//! - `claims/<generation:020>`: where the store honours conditional create, the fence a
+//!   writer creates before its commit record, so a racing writer gets `generation-taken`
+//!   (RFC 0001 §9.8); ignored by recovery;
 //! - `refs/LATEST`: a hint, never trusted;
 //! - `probes/`: the conditional-create probe's scratch keys, ignored by recovery.
 //!

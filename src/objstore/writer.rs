@@ -1,5 +1,7 @@
 //! The object-store writer (RFC 0001 §9.3): chunk objects, the manifest, the commit
-//! record, LATEST — each a PUT, each reaching the barriers RFC 0001 §9.6 maps to it.
+//! record (after its claim where the store honours conditional create, §9.8), LATEST —
+//! each a PUT, each reaching the barriers RFC 0001 §9.6 maps to it; and the offline
+//! reshard (§9.9).
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -7,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
-use crate::objstore::client::{ConditionalCreate, ObjClient};
+use crate::objstore::client::{ConditionalCreate, Fetched, ObjClient};
 use crate::objstore::error::ObjStoreError;
 use crate::objstore::keys::{
     claim_key, commit_key, object_key, parse_claim_key, parse_commit_key, CLAIMS_PREFIX,
@@ -21,6 +23,9 @@ use crate::store::codec::{
 use crate::store::error::StoreError;
 use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for, synthetic_object};
 use crate::store::writer::SyntheticSpec;
+
+/// Most bytes a claim is read with: a SHA-256 in hex.
+const CLAIM_CAP_BYTES: u64 = 64;
 
 /// What a publish committed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +90,18 @@ pub fn next_generation(
     }
 }
 
+/// The capability a writer acts on: a store opened without the probe is probed now, so no
+/// writer skips the fence on a store that honours conditional create (RFC 0001 §9.8).
+fn probed(
+    client: &ObjClient,
+    conditional_create: ConditionalCreate,
+) -> Result<ConditionalCreate, ObjStoreError> {
+    match conditional_create {
+        ConditionalCreate::NotProbed => client.probe_conditional_create(),
+        known => Ok(known),
+    }
+}
+
 struct Run<'a> {
     client: &'a ObjClient,
     hooks: &'a mut dyn BarrierHook,
@@ -121,9 +138,22 @@ impl<'a> Run<'a> {
         rel: &str,
         bytes: Vec<u8>,
     ) -> Result<(), ObjStoreError> {
+        self.put_after(barriers, rel, bytes, |_| Ok(()))
+    }
+
+    /// [`Self::put`] with `before_send` run once the bytes-ready barriers are reached and
+    /// before the PUT (the commit record's claim, RFC 0001 §9.8).
+    fn put_after(
+        &mut self,
+        barriers: [Barrier; 4],
+        rel: &str,
+        bytes: Vec<u8>,
+        before_send: impl FnOnce(&ObjClient) -> Result<(), ObjStoreError>,
+    ) -> Result<(), ObjStoreError> {
         let [after_write, after_file_fsync, after_rename, after_directory_fsync] = barriers;
         self.emit(after_write, rel)?;
         self.emit(after_file_fsync, rel)?;
+        before_send(self.client)?;
         let length = bytes.len() as u64;
         self.client.put(rel, bytes)?;
         self.bytes_put += length;
@@ -201,6 +231,7 @@ fn publish_with(
     hooks: &mut dyn BarrierHook,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
     let started = Instant::now();
+    let conditional_create = probed(client, conditional_create)?;
     if let Some(spec) = synthetic {
         if spec.object_bytes == 0
             || u64::from(spec.object_bytes) > MAX_CHUNK_OBJECT_BYTES
@@ -265,6 +296,7 @@ pub fn reshard(
     hooks: &mut dyn BarrierHook,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
     let started = Instant::now();
+    let conditional_create = probed(client, conditional_create)?;
     let source = crate::objstore::recovery::verify_generation(client, generation, false)?;
     let mut manifest = source.manifest;
     manifest.workers = topology.workers();
@@ -353,10 +385,15 @@ fn commit_manifest(
     let record_bytes = encode(&record).map_err(ObjStoreError::Publish)?;
     let commit_digest = Digest::of(&record_bytes);
     let record_key = commit_key(generation, &commit_digest);
-    if conditional_create == ConditionalCreate::Honoured {
-        claim(run.client, generation, commit_digest)?;
-    }
-    run.put(COMMIT_BARRIERS, &record_key, record_bytes)?;
+    run.put_after(
+        COMMIT_BARRIERS,
+        &record_key,
+        record_bytes,
+        |client| match conditional_create {
+            ConditionalCreate::Honoured => claim(client, generation, commit_digest),
+            _ => Ok(()),
+        },
+    )?;
     let latest = LatestRecord {
         schema: LATEST_SCHEMA.to_owned(),
         version: SCHEMA_VERSION,
@@ -378,12 +415,20 @@ fn commit_manifest(
 }
 
 /// The fence of RFC 0001 §9.8: creates `claims/<generation>` (naming the record about to
-/// be committed) with `If-None-Match: *`. A refusal means another writer claimed the
-/// generation first: `GenerationTaken`, and this writer commits nothing.
+/// be committed) with `If-None-Match: *`. A refusal of a claim that names another record
+/// means another writer claimed the generation first: `GenerationTaken`, and this writer
+/// commits nothing. A refused claim that names this writer's own record is its own (a
+/// create the store applied but answered with an error, then retried): it stands.
 fn claim(client: &ObjClient, generation: u64, commit_digest: Digest) -> Result<(), ObjStoreError> {
     let key = claim_key(generation);
-    if client.put_create(&key, commit_digest.to_hex().into_bytes())? {
+    let ours = commit_digest.to_hex().into_bytes();
+    if client.put_create(&key, ours.clone())? {
         return Ok(());
+    }
+    if let Fetched::Bytes(existing) = client.get_capped(&key, CLAIM_CAP_BYTES)? {
+        if existing == ours {
+            return Ok(());
+        }
     }
     Err(ObjStoreError::GenerationTaken {
         generation,
