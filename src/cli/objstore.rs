@@ -106,6 +106,7 @@ pub fn export(
     out: &std::path::Path,
     json: bool,
 ) -> anyhow::Result<shardlift::interop::ExportSummary> {
+    shardlift::interop::check_output(out)?;
     let store =
         ObjStore::open(url, ObjStoreOptions::default(), false).map_err(|e| fail(e, json))?;
     let (state, _, commit_digest) = store

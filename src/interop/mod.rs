@@ -195,8 +195,9 @@ pub fn export(
     export_state(&state, generation, verified.commit_digest, out)
 }
 
-/// Refuses an output path with no name to install under, or one that exists.
-fn check_output(out: &Path) -> Result<(&Path, &std::ffi::OsStr), InteropError> {
+/// Refuses an output path with no name to install under, or one that exists (checked
+/// before any generation is loaded, and again when the export is written).
+pub fn check_output(out: &Path) -> Result<(&Path, &std::ffi::OsStr), InteropError> {
     let (Some(parent), Some(name)) = (out.parent(), out.file_name()) else {
         return Err(InteropError::OutputHasNoName {
             path: out.to_owned(),
