@@ -46,6 +46,8 @@ fn one_node_stopped_mid_publish_the_publish_completes_and_recovers() {
     let report = store.recover().expect("recover with node 2 down");
     assert_eq!(report.scan.selected.map(|s| s.generation), Some(0));
     garage_node("start", 2);
+    // A restarted node answers before it has rejoined: wait until all three see each other.
+    garage_healthy();
     let (loaded, _) = open(&url, false)
         .load_generation(0)
         .expect("load after node 2 rejoined");
@@ -98,6 +100,8 @@ fn two_nodes_stopped_mid_publish_fail_typed_and_nothing_is_committed() {
 
     garage_node("start", 1);
     garage_node("start", 2);
+    // Reads need a quorum of two: wait until the restarted nodes have rejoined.
+    garage_healthy();
     let store = open(&url, false);
     let listed = store.client().list("commits").expect("LIST commits/");
     assert!(
