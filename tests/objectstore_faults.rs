@@ -10,7 +10,7 @@ use objectstore_support::{
     fresh_url, garage_healthy, garage_node, open, short_options, RestartOnDrop,
 };
 use shardlift::core::topology::Topology;
-use shardlift::objstore::{ObjStore, ObjStoreError};
+use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions};
 use shardlift::store::barrier::{Barrier, FnHook, NoHooks};
 use shardlift::store::layout::synthetic_state;
 
@@ -23,7 +23,9 @@ fn one_node_stopped_mid_publish_the_publish_completes_and_recovers() {
     let _cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     garage_healthy();
     let url = fresh_url("one-node-down");
-    let store = ObjStore::open(&url, short_options(), false).expect("open");
+    // The product's default bounds: the first requests after a node stops can wait on it
+    // for seconds (more on a loaded machine) before the cluster answers from the other two.
+    let store = ObjStore::open(&url, ObjStoreOptions::default(), false).expect("open");
     let topology = Topology::new(3).expect("topology");
     let state = synthetic_state(21, 4, CHUNK_ELEMENTS);
     let _restart = RestartOnDrop(vec![2]);
