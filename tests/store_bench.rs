@@ -139,3 +139,54 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
         "{stderr}"
     );
 }
+
+/// Runs `shardlift ARGS`, which must fail; returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_shardlift"))
+        .args(args)
+        .output()
+        .expect("run shardlift");
+    assert!(
+        !output.status.success(),
+        "{args:?} must be refused: {output:?}"
+    );
+    assert!(output.stdout.is_empty(), "a refusal prints no report");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn flags_of_the_other_backend_are_refused_and_nothing_is_written() {
+    // The local bench's states are fixed: --seed belongs to the object-store bench.
+    let stderr = refused(&[
+        "store",
+        "bench",
+        "--seed",
+        "3",
+        "--skip-large",
+        "--skip-small",
+    ]);
+    assert!(stderr.contains("--seed"), "{stderr}");
+    // The object-store bench has no per-commit figure nor local scratch directory.
+    let stderr = refused(&[
+        "store",
+        "bench",
+        "--store",
+        "s3://bucket-x/p",
+        "--skip-small",
+    ]);
+    assert!(stderr.contains("--skip-small"), "{stderr}");
+    // A local store has no paused publisher through publish-synthetic: nothing is written.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let store_arg = store.to_str().expect("utf-8");
+    let stderr = refused(&[
+        "store",
+        "publish-synthetic",
+        "--store",
+        store_arg,
+        "--pause-at",
+        "barriers",
+    ]);
+    assert!(stderr.contains("--pause-at"), "{stderr}");
+    assert!(!store.exists(), "a refused publish must create no store");
+}
