@@ -46,6 +46,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "engine",
             "trainer",
             "evidence",
+            // killer-demo's crash store on an object store.
+            "objstore",
         ],
     ),
 ];

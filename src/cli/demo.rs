@@ -17,6 +17,11 @@ use shardlift::orchestrate::demo::{preflight, run, DemoOptions, DEMO_BARRIERS};
 /// run on stdout (one per line). Progress goes to stderr. Each run directory holds the
 /// two checkpoint stores and `bundle/` (check it with `shardlift verify-bundle`).
 ///
+/// With --crash-store s3://BUCKET/PREFIX the store the publisher is killed on is a prefix
+/// of an S3-compatible object store (endpoint, region and credentials from the `AWS_*`
+/// variables; RFC 0001 §9); with both barriers each run uses PREFIX/<barrier>. Every prefix
+/// must be empty. The reference store stays in the run directory.
+///
 /// Exit codes: 0 every run passed; 1 a run failed or could not start (its directory is
 /// kept for inspection and is never reused); 2 bad command line.
 #[derive(clap::Args, Debug)]
@@ -45,6 +50,16 @@ pub struct KillerDemoArgs {
     /// The full 40-hex commit id the checkout must be at.
     #[arg(long, value_name = "SHA", requires = "repository")]
     pub expected_revision: Option<String>,
+    /// Put the crash store on an object store: an empty `s3://BUCKET/PREFIX` (with both
+    /// barriers, PREFIX/<barrier> each).
+    #[arg(long, value_name = "s3://BUCKET/PREFIX", value_parser = parse_crash_store)]
+    pub crash_store: Option<String>,
+}
+
+fn parse_crash_store(text: &str) -> Result<String, String> {
+    shardlift::objstore::ObjLocation::parse(text)
+        .map(|location| location.url())
+        .map_err(|e| e.to_string())
 }
 
 fn parse_barrier(text: &str) -> Result<Barrier, String> {
@@ -83,6 +98,7 @@ pub fn run_killer_demo(args: KillerDemoArgs) -> anyhow::Result<()> {
             barrier,
             seed: args.seed,
             source: source.clone(),
+            crash_store: args.crash_store.clone(),
         }],
         None => {
             let parent = args
@@ -104,6 +120,10 @@ pub fn run_killer_demo(args: KillerDemoArgs) -> anyhow::Result<()> {
                     barrier,
                     seed: args.seed,
                     source: source.clone(),
+                    crash_store: args
+                        .crash_store
+                        .as_ref()
+                        .map(|url| format!("{url}/{}", barrier.name())),
                 })
                 .collect()
         }

@@ -314,3 +314,29 @@ pub fn bench(url: &str, state_bytes: u64, chunk_elements: u32, seed: u64) -> any
         "publish_over_raw_put": ratio,
     }))
 }
+
+/// Child side of `store-child publish --store s3://…`: the handoff's state published to
+/// `url` under the harness's pause protocol (`lab::harness::child_publish_on`), so a
+/// parent can SIGKILL it at a named barrier as it does a local publisher.
+pub fn child_publish(
+    url: &str,
+    handoff: &std::path::Path,
+    pause: shardlift::supervise::process::PublisherPause,
+) -> anyhow::Result<()> {
+    shardlift::lab::harness::child_publish_on(handoff, pause, |state, topology, hooks| {
+        let store = ObjStore::open(url, ObjStoreOptions::default(), true)?;
+        let summary = store.publish(state, topology, hooks)?;
+        anyhow::Ok(summary.commit_summary())
+    })?;
+    Ok(())
+}
+
+/// Child side of `store-child recover --store s3://…`: the scan part of the object-store
+/// recovery report (the local report's fields) as one JSON line; a split brain at the
+/// highest valid generation fails the child.
+pub fn child_recover(url: &str) -> anyhow::Result<()> {
+    let store = ObjStore::open(url, ObjStoreOptions::default(), false)?;
+    let report = store.recover()?;
+    shardlift::lab::harness::child_print_report(&report.scan)?;
+    Ok(())
+}

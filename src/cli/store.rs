@@ -186,6 +186,7 @@ pub struct StoreChildArgs {
 pub enum StoreChildCommand {
     /// Publish the handoff's state, stopping where `--pause-at` says until acknowledged.
     Publish {
+        /// A store directory or an `s3://bucket/prefix` location.
         #[arg(long)]
         store: PathBuf,
         #[arg(long)]
@@ -681,12 +682,20 @@ pub fn run_child(args: StoreChildArgs) -> anyhow::Result<()> {
             let pause = PublisherPause::from_arg(&pause_at).with_context(|| {
                 format!("--pause-at {pause_at:?}: expected barriers, operations or nowhere")
             })?;
-            shardlift::lab::harness::child_publish(&store, &handoff, pause)?;
-            Ok(())
+            match s3_location(&store) {
+                Some(url) => super::objstore::child_publish(url, &handoff, pause),
+                None => {
+                    shardlift::lab::harness::child_publish(&store, &handoff, pause)?;
+                    Ok(())
+                }
+            }
         }
-        StoreChildCommand::Recover { store } => {
-            shardlift::lab::harness::child_recover(&store)?;
-            Ok(())
-        }
+        StoreChildCommand::Recover { store } => match s3_location(&store) {
+            Some(url) => super::objstore::child_recover(url),
+            None => {
+                shardlift::lab::harness::child_recover(&store)?;
+                Ok(())
+            }
+        },
     }
 }

@@ -39,6 +39,15 @@ pub enum LabError {
         #[source]
         source: Box<LabError>,
     },
+    /// The parent could not observe a child's store (list its commit records, find the
+    /// next generation).
+    #[error("observing the store {store}: {message}")]
+    StoreObservation {
+        /// The store's location.
+        store: String,
+        /// What failed.
+        message: String,
+    },
     /// A precondition of the model or bench does not hold (e.g. the traced publish was
     /// killed, or a bench store did not verify).
     #[error("the model cannot run: {0}")]
@@ -56,6 +65,7 @@ impl LabError {
             LabError::TargetNotReached { .. } => "target-not-reached",
             LabError::Scratch(_) => "io",
             LabError::During { source, .. } => source.kind(),
+            LabError::StoreObservation { .. } => "store-observation",
             LabError::Model(_) => "model",
         }
     }

@@ -28,7 +28,7 @@ use crate::supervise::process::{
 use crate::durable::fs::{reads_from_real_disk, FileSystem, RealFs};
 use crate::lab::error::LabError;
 use crate::lab::handoff::{decode_handoff, encode_handoff, HANDOFF_MAGIC};
-use crate::store::barrier::{Barrier, BarrierEvent, FnHook, NoHooks};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, NoHooks};
 use crate::store::codec::{commit_rel_path, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES};
 use crate::store::error::StoreError;
 use crate::store::recovery::RecoveryReport;
@@ -42,6 +42,38 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 pub const CHILD_MESSAGE_TIMEOUT_MS: u64 = 60_000;
 /// The session named in the harness children's exit records.
 const HARNESS_SESSION: &str = "crash-harness";
+
+/// The store a publisher or recovery child works on, as the parent sees it: the child's
+/// `--store` argument and the two observations the harness makes of the store itself (the
+/// generation the child will claim; whether that generation's commit record became
+/// visible). A local directory is [`LocalStore`]; the object-store backend implements it
+/// above the lab (`orchestrate::demo`), so the lab never depends on it.
+pub trait ChildStore {
+    /// The child's `--store` argument (a directory, or an `s3://` location).
+    fn argument(&self) -> &Path;
+    /// The generation a publisher started now will claim.
+    fn next_generation(&self) -> Result<u64, LabError>;
+    /// Whether a commit record of `generation` is visible in the store.
+    fn commit_visible(&self, generation: u64) -> Result<bool, LabError>;
+}
+
+/// A store directory on the local file system.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalStore<'a>(pub &'a Path);
+
+impl ChildStore for LocalStore<'_> {
+    fn argument(&self) -> &Path {
+        self.0
+    }
+
+    fn next_generation(&self) -> Result<u64, LabError> {
+        Ok(next_generation(&RealFs, self.0)?)
+    }
+
+    fn commit_visible(&self, generation: u64) -> Result<bool, LabError> {
+        Ok(self.0.join(commit_rel_path(generation)).exists())
+    }
+}
 
 /// One line from a publisher child.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,6 +307,17 @@ pub fn kill_publisher_at(
     kill_publisher_at_occurrence(shardlift_exe, store_dir, state, topology, target, 1)
 }
 
+/// As [`kill_publisher_at`], on any [`ChildStore`] (a local directory or an object store).
+pub fn kill_publisher_in(
+    shardlift_exe: &Path,
+    store: &dyn ChildStore,
+    state: &LogicalState,
+    topology: Topology,
+    target: Barrier,
+) -> Result<KillReport, LabError> {
+    kill_at(shardlift_exe, store, state, topology, (target, 1))
+}
+
 /// As `kill_publisher_at`, at the `occurrence`-th event of `target` (1-based).
 pub fn kill_publisher_at_occurrence(
     shardlift_exe: &Path,
@@ -284,9 +327,21 @@ pub fn kill_publisher_at_occurrence(
     target: Barrier,
     occurrence: u32,
 ) -> Result<KillReport, LabError> {
+    let store = LocalStore(store_dir);
+    kill_at(shardlift_exe, &store, state, topology, (target, occurrence))
+}
+
+/// The kill at the `occurrence`-th event of `target` (1-based), on any store.
+fn kill_at(
+    shardlift_exe: &Path,
+    store: &dyn ChildStore,
+    state: &LogicalState,
+    topology: Topology,
+    (target, occurrence): (Barrier, u32),
+) -> Result<KillReport, LabError> {
     match drive_publisher(
         shardlift_exe,
-        store_dir,
+        store,
         state,
         topology,
         Some((target, occurrence)),
@@ -307,7 +362,17 @@ pub fn publish_in_child(
     state: &LogicalState,
     topology: Topology,
 ) -> Result<CommitSummary, LabError> {
-    match drive_publisher(shardlift_exe, store_dir, state, topology, None)? {
+    publish_in_child_to(shardlift_exe, &LocalStore(store_dir), state, topology)
+}
+
+/// As [`publish_in_child`], on any [`ChildStore`] (a local directory or an object store).
+pub fn publish_in_child_to(
+    shardlift_exe: &Path,
+    store: &dyn ChildStore,
+    state: &LogicalState,
+    topology: Topology,
+) -> Result<CommitSummary, LabError> {
+    match drive_publisher(shardlift_exe, store, state, topology, None)? {
         PublisherEnd::Completed(summary) => Ok(summary),
         PublisherEnd::Killed(_) => Err(LabError::ChildProtocol(
             "publisher was killed without a target".into(),
@@ -325,14 +390,14 @@ enum PublisherEnd {
 /// with `stop = Some((barrier, occurrence))` it answers that event with SIGKILL instead.
 fn drive_publisher(
     shardlift_exe: &Path,
-    store_dir: &Path,
+    store: &dyn ChildStore,
     state: &LogicalState,
     topology: Topology,
     stop: Option<(Barrier, u32)>,
 ) -> Result<PublisherEnd, LabError> {
     let (mut publisher, _handoff, candidate_generation) = Publisher::start(
         shardlift_exe,
-        store_dir,
+        store,
         state,
         topology,
         PublisherPause::Barriers,
@@ -346,9 +411,7 @@ fn drive_publisher(
                     stop.filter(|&(b, o)| (b, o) == (event.barrier, event.occurrence))
                 {
                     let exit = publisher.child.kill_and_reap()?;
-                    let candidate_visible = store_dir
-                        .join(commit_rel_path(candidate_generation))
-                        .exists();
+                    let candidate_visible = store.commit_visible(candidate_generation)?;
                     return Ok(PublisherEnd::Killed(KillReport {
                         target,
                         occurrence,
@@ -390,7 +453,7 @@ pub fn drive_operations(
 ) -> Result<OperationsEnd, LabError> {
     let (mut publisher, _handoff, candidate_generation) = Publisher::start(
         shardlift_exe,
-        store_dir,
+        &LocalStore(store_dir),
         state,
         topology,
         PublisherPause::Operations,
@@ -450,7 +513,7 @@ pub fn run_free_publisher(
 ) -> Result<FreeRunReport, LabError> {
     let (mut publisher, _handoff, candidate_generation) = Publisher::start(
         shardlift_exe,
-        store_dir,
+        &LocalStore(store_dir),
         state,
         topology,
         PublisherPause::Nowhere,
@@ -528,14 +591,14 @@ impl Publisher {
     /// spawns it pausing at `pause`. The handoff file must outlive the child's read of it.
     fn start(
         shardlift_exe: &Path,
-        store_dir: &Path,
+        store: &dyn ChildStore,
         state: &LogicalState,
         topology: Topology,
         pause: PublisherPause,
     ) -> Result<(Self, tempfile::NamedTempFile, u64), LabError> {
         let handoff = write_handoff(state, topology)?;
-        let candidate_generation = next_generation(&RealFs, store_dir)?;
-        let publisher = Publisher::spawn(shardlift_exe, store_dir, handoff.path(), pause)?;
+        let candidate_generation = store.next_generation()?;
+        let publisher = Publisher::spawn(shardlift_exe, store.argument(), handoff.path(), pause)?;
         Ok((publisher, handoff, candidate_generation))
     }
 
@@ -642,10 +705,21 @@ pub fn recover_in_child(
     shardlift_exe: &Path,
     store_dir: &Path,
 ) -> Result<RecoveryReport, LabError> {
+    recover_in_child_from(shardlift_exe, &LocalStore(store_dir))
+}
+
+/// As [`recover_in_child`], on any [`ChildStore`]: an object store's child prints the scan
+/// part of its report, the same `RecoveryReport` fields (RFC 0001 §9.4).
+pub fn recover_in_child_from(
+    shardlift_exe: &Path,
+    store: &dyn ChildStore,
+) -> Result<RecoveryReport, LabError> {
     let spec = ChildSpec::shardlift(
         shardlift_exe,
         HARNESS_SESSION,
-        ShardliftChild::Recovery { store: store_dir },
+        ShardliftChild::Recovery {
+            store: store.argument(),
+        },
     );
     let mut child = SupervisedChild::spawn(spec)?;
     let stdout = child
@@ -674,34 +748,16 @@ pub fn child_publish(
     handoff: &Path,
     pause: PublisherPause,
 ) -> Result<CommitSummary, LabError> {
-    enter_supervised_child()?;
-    let cap = (MAX_CHUNK_OBJECT_BYTES * 3)
-        .saturating_add(MAX_MANIFEST_BYTES)
-        .saturating_add(HANDOFF_MAGIC.len() as u64 + 8);
-    let bytes = RealFs
-        .read_file(handoff, cap)
-        .map_err(|e| StoreError::io(handoff, e))?;
-    if bytes.len() as u64 > cap {
-        return Err(LabError::Store(StoreError::TooLarge {
-            path: handoff.to_owned(),
-            cap,
-        }));
-    }
-    let (state, topology) = decode_handoff(handoff, &bytes)?;
+    let (state, topology) = enter_child_and_read_handoff(handoff)?;
     let summary = match pause {
-        PublisherPause::Barriers => {
-            let mut hook = FnHook(|event: &BarrierEvent| {
-                send_and_wait(&ChildMessage::Barrier(event.clone())).map_err(|e| e.to_string())
-            });
-            publish_with(
-                &RealFs,
-                store_dir,
-                &state,
-                topology,
-                &mut hook,
-                WriterFaults::default(),
-            )?
-        }
+        PublisherPause::Barriers => publish_with(
+            &RealFs,
+            store_dir,
+            &state,
+            topology,
+            &mut stepping_barrier_hook(),
+            WriterFaults::default(),
+        )?,
         PublisherPause::Operations => {
             let stepping = SteppingFs {
                 root: store_dir,
@@ -733,6 +789,60 @@ pub fn child_publish(
     Ok(summary)
 }
 
+/// Makes this process a supervised child, then reads and decodes the handoff (capped).
+fn enter_child_and_read_handoff(handoff: &Path) -> Result<(LogicalState, Topology), LabError> {
+    enter_supervised_child()?;
+    let cap = (MAX_CHUNK_OBJECT_BYTES * 3)
+        .saturating_add(MAX_MANIFEST_BYTES)
+        .saturating_add(HANDOFF_MAGIC.len() as u64 + 8);
+    let bytes = RealFs
+        .read_file(handoff, cap)
+        .map_err(|e| StoreError::io(handoff, e))?;
+    if bytes.len() as u64 > cap {
+        return Err(LabError::Store(StoreError::TooLarge {
+            path: handoff.to_owned(),
+            cap,
+        }));
+    }
+    Ok(decode_handoff(handoff, &bytes)?)
+}
+
+/// Child side of `store-child publish` on a store the lab does not know (the object
+/// store, whose writer lives above the lab): reads the handoff and runs `publish` with
+/// the hook `pause` asks for, speaking the same protocol as [`child_publish`]. Pausing
+/// before file-system operations has no meaning off the local file system: refused.
+pub fn child_publish_on<E: From<LabError>>(
+    handoff: &Path,
+    pause: PublisherPause,
+    publish: impl FnOnce(&LogicalState, Topology, &mut dyn BarrierHook) -> Result<CommitSummary, E>,
+) -> Result<CommitSummary, E> {
+    let (state, topology) = enter_child_and_read_handoff(handoff)?;
+    let summary = match pause {
+        PublisherPause::Barriers => publish(&state, topology, &mut stepping_barrier_hook())?,
+        PublisherPause::Nowhere => {
+            send(&ChildMessage::Ready)?;
+            publish(&state, topology, &mut NoHooks)?
+        }
+        PublisherPause::Operations => {
+            return Err(LabError::ChildProtocol(
+                "pausing before file-system operations needs a local store directory".into(),
+            )
+            .into())
+        }
+    };
+    send(&ChildMessage::Done(summary.clone()))?;
+    Ok(summary)
+}
+
+/// Prints a recovery report as the one JSON line `store-child recover` answers with.
+pub fn child_print_report(report: &RecoveryReport) -> Result<(), LabError> {
+    let line = serde_json::to_string(report).map_err(|e| LabError::ChildProtocol(e.to_string()))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| LabError::ChildProtocol(e.to_string()))
+}
+
 /// The barrier hook of a publisher paused at every barrier: each event goes to stdout as a
 /// `{"barrier":{...}}` line and the publisher blocks until the parent acknowledges it
 /// (one byte `A` on stdin; EOF stops it) — the `store-child publish --pause-at barriers`
@@ -746,13 +856,7 @@ pub fn stepping_barrier_hook() -> FnHook<impl FnMut(&BarrierEvent) -> Result<(),
 
 /// Child side of `store-child recover`: recovers and prints the report as one JSON line.
 pub fn child_recover(store_dir: &Path) -> Result<(), LabError> {
-    let report = crate::store::recover(store_dir)?;
-    let line =
-        serde_json::to_string(&report).map_err(|e| LabError::ChildProtocol(e.to_string()))?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")
-        .and_then(|()| out.flush())
-        .map_err(|e| LabError::ChildProtocol(e.to_string()))
+    child_print_report(&crate::store::recover(store_dir)?)
 }
 
 /// Writes one protocol line to stdout.

@@ -14,5 +14,7 @@ pub mod run;
 
 pub use error::LabError;
 pub use harness::{
-    kill_publisher_at, kill_publisher_at_occurrence, publish_in_child, recover_in_child, KillReport,
+    kill_publisher_at, kill_publisher_at_occurrence, kill_publisher_in, publish_in_child,
+    publish_in_child_to, recover_in_child, recover_in_child_from, ChildStore, KillReport,
+    LocalStore,
 };

@@ -16,9 +16,15 @@ pub fn object_key(digest: &Digest) -> String {
 /// `commits/<generation:020>/<record digest>.json`.
 pub fn commit_key(generation: u64, record_digest: &Digest) -> String {
     format!(
-        "{COMMITS_PREFIX}/{generation:020}/{}.json",
+        "{}/{}.json",
+        commit_prefix(generation),
         record_digest.to_hex()
     )
+}
+
+/// `commits/<generation:020>`: the prefix the records of `generation` are listed under.
+pub fn commit_prefix(generation: u64) -> String {
+    format!("{COMMITS_PREFIX}/{generation:020}")
 }
 
 /// `claims/<generation:020>`: the fence a writer creates conditionally before its commit

@@ -141,6 +141,32 @@ impl ObjStore {
         recovery::load_generation(&self.client, generation)
     }
 
+    /// The logical-state root the one valid commit record of `generation` states (checked
+    /// equal to its manifest's), after verifying the record and manifest; chunk objects
+    /// are not read, so this proves nothing about them by itself.
+    pub fn committed_root(&self, generation: u64) -> Result<Digest, ObjStoreError> {
+        Ok(
+            recovery::verify_generation(&self.client, generation, false)?
+                .manifest
+                .logical_state_root,
+        )
+    }
+
+    /// Whether any commit record of `generation` is listed (valid or not).
+    pub fn commit_listed(&self, generation: u64) -> Result<bool, ObjStoreError> {
+        let prefix = keys::commit_prefix(generation);
+        Ok(self
+            .client
+            .list(&prefix)?
+            .iter()
+            .any(|key| keys::parse_commit_key(key).is_some_and(|(g, _)| g == generation)))
+    }
+
+    /// The generation the next publish or reshard will commit (RFC 0001 §9.3 step 1).
+    pub fn next_generation(&self) -> Result<u64, ObjStoreError> {
+        writer::next_generation(&self.client, self.conditional_create)
+    }
+
     /// As [`Self::load_generation`], with the SHA-256 of the one commit record that
     /// verified (what an export records as its provenance).
     pub fn load_generation_record(

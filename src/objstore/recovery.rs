@@ -12,7 +12,9 @@ use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 use crate::objstore::client::{ConditionalCreate, Fetched, ObjClient};
 use crate::objstore::error::ObjStoreError;
-use crate::objstore::keys::{object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY};
+use crate::objstore::keys::{
+    commit_prefix, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY,
+};
 use crate::store::codec::{
     decode, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES,
     MAX_MANIFEST_BYTES,
@@ -363,7 +365,7 @@ pub(crate) fn verify_generation(
     generation: u64,
     decode_state: bool,
 ) -> Result<Verified, ObjStoreError> {
-    let prefix = format!("{COMMITS_PREFIX}/{generation:020}");
+    let prefix = commit_prefix(generation);
     let mut found = Vec::new();
     let mut first_error = None;
     for key in client.list(&prefix)? {

@@ -22,7 +22,7 @@ use crate::store::codec::{
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for, synthetic_object};
-use crate::store::writer::SyntheticSpec;
+use crate::store::writer::{CommitSummary, SyntheticSpec};
 
 /// Most bytes a claim is read with: a SHA-256 in hex.
 const CLAIM_CAP_BYTES: u64 = 64;
@@ -57,6 +57,24 @@ pub struct ObjCommitSummary {
     pub conditional_create: ConditionalCreate,
     /// Wall time of the publish, in milliseconds.
     pub elapsed_ms: u64,
+}
+
+impl ObjCommitSummary {
+    /// The local store's summary of the same commit (what the crash harness's protocol
+    /// carries): chunk objects PUT count as written, none as reused.
+    pub fn commit_summary(&self) -> CommitSummary {
+        CommitSummary {
+            generation: self.generation,
+            kind: self.kind,
+            commit_digest: self.commit_digest,
+            manifest_digest: self.manifest_digest,
+            workers: self.workers,
+            step: self.step,
+            logical_state_root: self.logical_state_root,
+            objects_written: self.objects_put,
+            objects_reused: 0,
+        }
+    }
 }
 
 /// Highest generation named under `commits/` plus one (0 for an empty store). Names

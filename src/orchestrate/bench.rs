@@ -429,6 +429,7 @@ pub fn demo(
             barrier,
             seed: 0,
             source: None,
+            crash_store: None,
         };
         let binding = demo::preflight(&options)?;
         let record = demo::run(&options, binding)?;

@@ -43,12 +43,16 @@ use crate::dataset::{self, FashionMnist, Resource, FASHION_MNIST};
 use crate::engine::{evaluate, Evaluation};
 use crate::evidence::bundle::{self, records::*, EvaluationRole, RunStatus};
 use crate::evidence::source::SourceBinding;
-use crate::lab::KillReport;
+use crate::lab::{ChildStore, KillReport, LocalStore};
 use crate::store::{self, Barrier, RecoveryReport, SelectedGeneration, StoreError};
 use crate::supervise::process::{ExitOutcome, ExitRecord, Role};
 use crate::trainer::{CoordinatorSession, SessionOptions};
 
 pub use crate::core::barrier::DEMO_BARRIERS;
+pub use crash_store::{check_object_crash_store, CrashStoreEntry};
+
+mod crash_store;
+use crash_store::CrashStore;
 
 /// Everything one run needs.
 #[derive(Clone, Debug)]
@@ -67,6 +71,9 @@ pub struct DemoOptions {
     pub seed: u64,
     /// The clean checkout and exact revision to bind the run to.
     pub source: Option<(PathBuf, String)>,
+    /// The crash store on an object store (`s3://bucket/prefix`, an empty prefix); `None`
+    /// puts it in the run directory. The reference store is always in the run directory.
+    pub crash_store: Option<String>,
 }
 
 /// Why a run failed.
@@ -107,6 +114,24 @@ pub enum DemoError {
         context: &'static str,
         /// The underlying error.
         source: StoreError,
+    },
+    /// An object-store operation on the crash store failed.
+    #[error("{context}: {source}")]
+    ObjStore {
+        /// What the run was doing.
+        context: &'static str,
+        /// The underlying error (boxed: it is large).
+        source: Box<crate::objstore::ObjStoreError>,
+    },
+    /// The object-store crash store's prefix holds keys already.
+    #[error("the crash store {location} is not empty ({keys} keys, the first {first_key}); a run numbers its generations from 0 and never mixes with another run's records: choose a fresh prefix")]
+    CrashStoreNotEmpty {
+        /// The store's location.
+        location: String,
+        /// The first key found (relative to the prefix).
+        first_key: String,
+        /// How many keys were listed.
+        keys: u64,
     },
     /// A publisher or recovery child failed.
     #[error("{context}: {source}")]
@@ -157,6 +182,9 @@ pub struct DemoRecord {
     pub audit_sha256: Digest,
     /// Wall time of the whole run, in milliseconds.
     pub wall_time_ms: u64,
+    /// The object-store crash store, when the run used one (absent for a local one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash_store: Option<CrashStoreEntry>,
 }
 
 /// Checks everything that can be checked before any work: the barrier, the run
@@ -171,6 +199,9 @@ pub fn preflight(options: &DemoOptions) -> Result<Option<SourceBinding>, DemoErr
         return Err(DemoError::RunDirectoryExists(options.run_directory.clone()));
     }
     dataset::check_cache_directory(&options.cache_directory)?;
+    if let Some(url) = &options.crash_store {
+        check_object_crash_store(url)?;
+    }
     match &options.source {
         Some((repository, revision)) => Ok(Some(crate::evidence::source::check_clean_checkout(
             repository,
@@ -252,13 +283,13 @@ impl Run<'_> {
 
     fn publish(
         &self,
-        store_dir: &Path,
+        store: &dyn ChildStore,
         state: &LogicalState,
         workers: u32,
     ) -> Result<store::CommitSummary, DemoError> {
-        let summary = crate::lab::publish_in_child(
+        let summary = crate::lab::publish_in_child_to(
             &self.options.shardlift_exe,
-            store_dir,
+            store,
             state,
             topology(workers)?,
         )
@@ -322,7 +353,7 @@ fn outcome_text(outcome: ExitOutcome) -> String {
 /// The two checkpoint stores of a run.
 struct Stores {
     reference: PathBuf,
-    crash: PathBuf,
+    crash: CrashStore,
 }
 
 /// Creates the run directory, which must not exist yet, and names its stores.
@@ -345,7 +376,10 @@ fn create_run_directory(options: &DemoOptions) -> Result<Stores, DemoError> {
     })?;
     Ok(Stores {
         reference: options.run_directory.join("reference-store"),
-        crash: options.run_directory.join("crash-store"),
+        crash: CrashStore::open(
+            options.crash_store.as_deref(),
+            options.run_directory.join("crash-store"),
+        )?,
     })
 }
 
@@ -358,7 +392,7 @@ struct Genesis {
 fn genesis_phase(run: &mut Run, stores: &Stores) -> Result<Genesis, DemoError> {
     let initial = LogicalState::genesis(Hyperparameters::with_seed(run.options.seed));
     let (step1, _) = run.session(SESSION_GENESIS, initial, 1)?;
-    let reference_genesis = run.publish(&stores.reference, &step1, 4)?;
+    let reference_genesis = run.publish(&LocalStore(&stores.reference), &step1, 4)?;
     let crash_genesis = run.publish(&stores.crash, &step1, 4)?;
     invariant(
         reference_genesis.generation == 0 && crash_genesis.generation == 0,
@@ -389,7 +423,7 @@ fn reference_phase(
     let (_, after_genesis) = run.session(SESSION_REFERENCE, from_store, 2)?;
     let mut checkpoints = vec![(genesis.step1.step(), 0)];
     for state in &after_genesis {
-        let summary = run.publish(&stores.reference, state, 4)?;
+        let summary = run.publish(&LocalStore(&stores.reference), state, 4)?;
         checkpoints.push((state.step(), summary.generation));
     }
     let trail = std::iter::once(genesis.step1.clone())
@@ -406,8 +440,9 @@ struct Crash {
 
 fn crash_phase(run: &mut Run, stores: &Stores) -> Result<Crash, DemoError> {
     let barrier = run.options.barrier;
-    let (from_store, _) = store::load_generation(&stores.crash, 0)
-        .map_err(store_error("loading the crash genesis"))?;
+    let (from_store, _) = stores
+        .crash
+        .load_generation(0, "loading the crash genesis")?;
     let (step2, _) = run.session(SESSION_CRASH, from_store, 1)?;
     let w4 = topology(4)?;
     progress(
@@ -417,7 +452,7 @@ fn crash_phase(run: &mut Run, stores: &Stores) -> Result<Crash, DemoError> {
             barrier.name()
         ),
     );
-    let kill = crate::lab::kill_publisher_at(
+    let kill = crate::lab::kill_publisher_in(
         &run.options.shardlift_exe,
         &stores.crash,
         &step2,
@@ -452,7 +487,7 @@ struct Recovery {
 }
 
 fn recovery_phase(run: &Run, stores: &Stores, crash: &Crash) -> Result<Recovery, DemoError> {
-    let report = crate::lab::recover_in_child(&run.options.shardlift_exe, &stores.crash)
+    let report = crate::lab::recover_in_child_from(&run.options.shardlift_exe, &stores.crash)
         .map_err(lab_error("recovering in a child"))?;
     let selected = report
         .selected
@@ -483,8 +518,10 @@ fn continuation_phase(
     stores: &Stores,
     recovery: &Recovery,
 ) -> Result<Continuation, DemoError> {
-    let (selected_state, _) = store::load_generation(&stores.crash, recovery.selected.generation)
-        .map_err(store_error("loading the selected generation"))?;
+    let (selected_state, _) = stores.crash.load_generation(
+        recovery.selected.generation,
+        "loading the selected generation",
+    )?;
     let (recovered_w4, _) = run.session(SESSION_RECOVERED, selected_state, 1)?;
     Ok(Continuation { recovered_w4 })
 }
@@ -511,21 +548,13 @@ fn reshard_phase(
     let barrier = run.options.barrier;
     let selected = &recovery.selected;
     let w3 = topology(3)?;
-    let (source_state, _) = store::load_generation(&stores.crash, selected.generation)
-        .map_err(store_error("loading the generation to reshard"))?;
+    let (source_state, _) = stores
+        .crash
+        .load_generation(selected.generation, "loading the generation to reshard")?;
     let source_root_from_chunks = source_state.logical_state_root();
     drop(source_state);
-    let reshard = store::reshard(&stores.crash, selected.generation, w3)
-        .map_err(store_error("resharding"))?;
-    let committed_root = store::recovery::verify_generation_with(
-        &store::RealFs,
-        &stores.crash,
-        reshard.generation,
-        false,
-    )
-    .map_err(store_error("reading the reshard's commit record"))?
-    .commit
-    .logical_state_root;
+    let reshard = stores.crash.reshard(selected.generation, w3)?;
+    let committed_root = stores.crash.committed_root(reshard.generation)?;
     progress(
         barrier,
         &format!(
@@ -533,8 +562,9 @@ fn reshard_phase(
             selected.generation, reshard.generation
         ),
     );
-    let (resharded_state, placement) = store::load_generation(&stores.crash, reshard.generation)
-        .map_err(store_error("loading the resharded generation"))?;
+    let (resharded_state, placement) = stores
+        .crash
+        .load_generation(reshard.generation, "loading the resharded generation")?;
     invariant(placement == w3, || {
         "the resharded generation is not placed on three workers".into()
     })?;
@@ -542,14 +572,16 @@ fn reshard_phase(
     let resharded_root_from_chunks = resharded_state.logical_state_root();
     let (resharded_w3, _) = run.session(SESSION_RESHARDED, resharded_state, 1)?;
     let final_commit = run.publish(&stores.crash, &resharded_w3, 3)?;
-    let final_recovery = crate::lab::recover_in_child(&run.options.shardlift_exe, &stores.crash)
-        .map_err(lab_error("recovering the final checkpoint"))?;
+    let final_recovery =
+        crate::lab::recover_in_child_from(&run.options.shardlift_exe, &stores.crash)
+            .map_err(lab_error("recovering the final checkpoint"))?;
     invariant(
         final_recovery.selected.as_ref().map(|s| s.generation) == Some(final_commit.generation),
         || "a fresh recovery does not select the final checkpoint".into(),
     )?;
-    let (final_state, _) = store::load_generation(&stores.crash, final_commit.generation)
-        .map_err(store_error("loading the final checkpoint"))?;
+    let (final_state, _) = stores
+        .crash
+        .load_generation(final_commit.generation, "loading the final checkpoint")?;
     progress(
         barrier,
         &format!(
@@ -930,7 +962,7 @@ pub fn run(options: &DemoOptions, source: Option<SourceBinding>) -> Result<DemoR
     };
     let wall_time_ms = started.elapsed().as_millis() as u64;
     let records = build_records(&run, &phases, source)?;
-    bundle_phase(options, records, wall_time_ms)
+    bundle_phase(options, records, wall_time_ms, stores.crash.entry())
 }
 
 /// The bundle installed (`audit.json` last) and the run's stdout record.
@@ -938,6 +970,7 @@ fn bundle_phase(
     options: &DemoOptions,
     records: Records,
     wall_time_ms: u64,
+    crash_store: Option<CrashStoreEntry>,
 ) -> Result<DemoRecord, DemoError> {
     let outcome = RunOutcome::of(&records.audit);
     let bundle_directory = options.run_directory.join("bundle");
@@ -961,5 +994,6 @@ fn bundle_phase(
         bundle_directory: installed.directory.display().to_string(),
         audit_sha256: installed.audit_sha256,
         wall_time_ms,
+        crash_store,
     })
 }
