@@ -199,7 +199,7 @@ fn a_corrupted_object_is_refused_naming_its_key() {
 /// manifest names an object that is not there is rejected naming that object's key, and
 /// the generation below stays selected.
 #[test]
-fn synthetic_objects_are_verified_and_a_missing_one_is_refused_naming_its_key() {
+fn synthetic_objects_are_verified_and_a_missing_or_wrong_length_one_is_refused_by_key() {
     use shardlift::core::digest::Digest;
     use shardlift::objstore::keys::{commit_key, object_key};
     use shardlift::store::codec::{encode, CommitRecord, ManifestRecord, SyntheticPayloads};
@@ -288,6 +288,43 @@ fn synthetic_objects_are_verified_and_a_missing_one_is_refused_naming_its_key() 
         "{}",
         rejection.reason
     );
+
+    // Objects stored under their own digests (so they hash right) one byte longer and one
+    // byte shorter than the manifest's object size: generations 3 and 4 are rejected,
+    // naming the key. The longer one is cut off at the expected size (the GET's cap), so
+    // it is `too-large`; the shorter one is `synthetic-object-size`.
+    let object_len = CHUNK_ELEMENTS as usize * 4;
+    for (generation, len, kind) in [
+        (3, object_len + 1, "too-large"),
+        (4, object_len - 1, "synthetic-object-size"),
+    ] {
+        let bytes = vec![7u8; len];
+        let digest = Digest::of(&bytes);
+        store
+            .client()
+            .put(&object_key(&digest), bytes)
+            .expect("PUT the object of the wrong length");
+        let (forged_rel, _) = forge(generation, digest);
+        let report = store.recover().expect("recover after a length forgery");
+        assert_eq!(
+            report.scan.selected.as_ref().map(|s| s.generation),
+            Some(1),
+            "{report:?}"
+        );
+        let rejection = report
+            .scan
+            .rejected
+            .iter()
+            .find(|r| r.file == forged_rel)
+            .unwrap_or_else(|| panic!("the forged record is not rejected: {report:?}"));
+        assert_eq!(rejection.kind, kind, "{report:?}");
+        let object_url = store.client().location().key_url(&object_key(&digest));
+        assert!(
+            rejection.reason.contains(&object_url),
+            "{}",
+            rejection.reason
+        );
+    }
 }
 
 /// `store bench --store s3://…` publishes a state scaled by synthetic objects, PUTs the
@@ -324,6 +361,14 @@ fn store_bench_prints_publish_and_raw_put_throughput_of_the_same_bytes() {
     eprintln!(
         "objectstore bench ({state_bytes} bytes): publish {} MB/s, raw PUT {} MB/s",
         bench["publish"]["mb_per_s"], bench["raw_put"]["mb_per_s"]
+    );
+    let leftovers = open(&url, false)
+        .client()
+        .list("bench-raw")
+        .expect("list bench-raw/");
+    assert!(
+        leftovers.is_empty(),
+        "raw copies left behind: {leftovers:?}"
     );
     let (ok, recovered, stderr) = shardlift_json(&["store", "recover", "--store", &url, "--json"]);
     assert!(ok, "recover failed: {stderr}");

@@ -357,7 +357,8 @@ impl ObjClient {
         })
     }
 
-    /// DELETE `rel` (only the probe key is ever deleted).
+    /// DELETE `rel`. Only scratch keys outside the store's records are ever deleted: the
+    /// probe key and the bench's raw copies (`bench-raw/`).
     pub fn delete(&self, rel: &str) -> Result<(), ObjStoreError> {
         let path = self.path(rel);
         self.bounded("DELETE", rel, async {
