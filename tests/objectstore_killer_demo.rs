@@ -74,6 +74,15 @@ fn both_barriers_on_garage_reproduce_the_table_and_the_local_bundles_byte_for_by
     ];
     for (barrier, installed, generation, step, replay, final_generation, final_step) in table {
         let record = &on_garage[barrier];
+        assert!(
+            !scratch
+                .path()
+                .join("garage")
+                .join(barrier)
+                .join("crash-store")
+                .exists(),
+            "{barrier}: the crash store is on Garage, not in the run directory"
+        );
         assert_eq!(record["status"], "passed", "{barrier}: {record}");
         assert_eq!(record["candidate_installed"], installed, "{barrier}");
         assert_eq!(record["selected_generation"], generation, "{barrier}");
@@ -118,25 +127,25 @@ fn keys(url: &str) -> Vec<String> {
     open(url, false).client().list("").expect("list the prefix")
 }
 
+/// Both barriers: the second run's prefix holds a state, so neither run starts (every
+/// refusal comes before any run), and both prefixes are as they were.
 #[test]
-fn a_crash_store_prefix_in_use_is_refused_before_any_work_and_left_unchanged() {
+fn a_crash_store_prefix_in_use_is_refused_before_any_run_and_left_unchanged() {
     let url = fresh_url("killer-demo-used");
+    let used = format!("{url}/commit-after-rename");
     let (ok, _, stderr) =
-        shardlift_json(&["store", "publish-synthetic", "--store", &url, "--json"]);
+        shardlift_json(&["store", "publish-synthetic", "--store", &used, "--json"]);
     assert!(ok, "publish-synthetic failed: {stderr}");
     let before = keys(&url);
     assert!(!before.is_empty());
     let scratch = tempfile::tempdir().expect("tempdir");
-    let run_directory = scratch.path().join("run");
-    let output = killer_demo(
-        &run_directory,
-        &["--barrier", "commit-after-rename", "--crash-store", &url],
-    );
+    let run_directory = scratch.path().join("runs");
+    let output = killer_demo(&run_directory, &["--crash-store", &url]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("is not empty"), "{stderr}");
+    assert!(stderr.contains(&format!("{used} is not empty")), "{stderr}");
     assert!(output.stdout.is_empty(), "no record for a refused run");
-    assert!(!run_directory.exists(), "nothing was started");
+    assert!(!run_directory.exists(), "no run was started");
     assert_eq!(keys(&url), before, "the store is unchanged");
 }
 

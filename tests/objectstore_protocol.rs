@@ -195,9 +195,10 @@ fn a_corrupted_object_is_refused_naming_its_key() {
 
 /// Synthetic objects (a state scaled by `--state-bytes`) are verified like chunk
 /// payloads. A forged but internally consistent generation whose manifest names an
-/// existing, verifiable object of the right length is selected (the control); one whose
-/// manifest names an object that is not there is rejected naming that object's key, and
-/// the generation below stays selected.
+/// existing, verifiable object of the right length is selected (the control); ones whose
+/// manifests name an object that is not there, or one a byte longer or shorter than the
+/// manifest's object size, are rejected naming that object's key, and the generation
+/// below stays selected.
 #[test]
 fn synthetic_objects_are_verified_and_a_missing_or_wrong_length_one_is_refused_by_key() {
     use shardlift::core::digest::Digest;

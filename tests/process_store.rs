@@ -330,3 +330,51 @@ fn kill_section_recovery_checks_are_counted() {
         "{injected:?}"
     );
 }
+
+/// A store whose parent-side prediction of the next generation is wrong (by one).
+struct MispredictingStore<'a>(shardlift::lab::LocalStore<'a>);
+
+impl shardlift::lab::ChildStore for MispredictingStore<'_> {
+    fn argument(&self) -> &Path {
+        self.0.argument()
+    }
+
+    fn next_generation(&self) -> Result<u64, LabError> {
+        Ok(self.0.next_generation()? + 1)
+    }
+
+    fn commit_visible(&self, generation: u64) -> Result<bool, LabError> {
+        self.0.commit_visible(generation)
+    }
+}
+
+/// The harness predicts the generation a publisher child will commit (its kill reports
+/// name it); a child that commits another one is a protocol violation, not a success.
+/// Control: the true prediction publishes generation 1.
+#[test]
+fn a_child_that_commits_another_generation_than_predicted_is_refused() {
+    use shardlift::lab::{publish_in_child_on, ChildStore, LocalStore};
+    let (_d, root) = base();
+    let topology = Topology::new(4).expect("t");
+    let control = publish_in_child_on(
+        Path::new(EXE),
+        &LocalStore(&root),
+        &synthetic_state(2, 2, 30_000),
+        topology,
+    )
+    .expect("the control publishes");
+    assert_eq!(control.generation, 1);
+    let wrong = MispredictingStore(LocalStore(&root));
+    assert_eq!(wrong.next_generation().expect("predict"), 3);
+    match publish_in_child_on(
+        Path::new(EXE),
+        &wrong,
+        &synthetic_state(2, 3, 30_000),
+        topology,
+    ) {
+        Err(LabError::ChildProtocol(message)) => {
+            assert!(message.contains("predicted generation 3"), "{message}")
+        }
+        other => panic!("expected a protocol violation, got {other:?}"),
+    }
+}

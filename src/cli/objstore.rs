@@ -2,6 +2,8 @@
 //! s3://bucket/prefix`: the object-store backend (endpoint, region and credentials from the
 //! `AWS_*` variables).
 //! JSON on stdout, as for a local store, with the conditional-create capability.
+//! Also the child side of `store-child publish|recover --store s3://…`, the publisher and
+//! recovery children of the crash harness (killer-demo's crash store on an object store).
 use std::time::Instant;
 
 use shardlift::core::logical::LogicalState;
@@ -243,8 +245,9 @@ impl Throughput {
 /// `store bench --store s3://…`: publishes one synthetic state of `state_bytes`
 /// chunk-payload bytes (objects of `chunk_elements` × 4 bytes), then PUTs the same
 /// objects' bytes again as plain PUTs through the same client under
-/// `bench-raw/<run>/<index>` (timing the PUTs only, not generating the bytes), and prints
-/// both figures as JSON on stdout; progress goes to stderr. Requests run one after another,
+/// `bench-raw/<run>/<index>` (both timings include making the bytes; the copies are
+/// deleted afterwards, on failure too, best effort), and prints both figures as JSON on
+/// stdout; progress goes to stderr. Requests run one after another,
 /// as RFC 0001 §9.3 has the writer issue them.
 pub fn bench(url: &str, state_bytes: u64, chunk_elements: u32, seed: u64) -> anyhow::Result<()> {
     let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, true))?;
@@ -279,32 +282,45 @@ pub fn bench(url: &str, state_bytes: u64, chunk_elements: u32, seed: u64) -> any
     let raw_prefix = format!("bench-raw/{run}");
     let (mut raw_bytes, mut raw_requests) = (0u64, 0u64);
     let raw_started = Instant::now();
-    let mut put = |bytes: Vec<u8>| -> anyhow::Result<()> {
-        let len = bytes.len() as u64;
-        let key = format!("{raw_prefix}/{raw_requests}");
-        store.client().put(&key, bytes).map_err(|e| fail(e, true))?;
-        raw_bytes += len;
-        raw_requests += 1;
-        progress.advance(raw_requests);
-        Ok(())
+    let outcome = {
+        let mut put = |bytes: Vec<u8>| -> anyhow::Result<()> {
+            let len = bytes.len() as u64;
+            let key = format!("{raw_prefix}/{raw_requests}");
+            store.client().put(&key, bytes).map_err(|e| fail(e, true))?;
+            raw_bytes += len;
+            raw_requests += 1;
+            progress.advance(raw_requests);
+            Ok(())
+        };
+        let mut put_all = || -> anyhow::Result<()> {
+            for chunk in state.chunks() {
+                for payload in chunk_payloads(chunk) {
+                    put(payload)?;
+                }
+            }
+            for index in 0..spec.object_count() {
+                let len = usize::try_from(spec.object_len(index))?;
+                put(synthetic_object(spec.seed, index, len))?;
+            }
+            Ok(())
+        };
+        put_all()
     };
-    for chunk in state.chunks() {
-        for payload in chunk_payloads(chunk) {
-            put(payload)?;
-        }
-    }
-    for index in 0..spec.object_count() {
-        let len = usize::try_from(spec.object_len(index))?;
-        put(synthetic_object(spec.seed, index, len))?;
-    }
     let raw_seconds = raw_started.elapsed().as_secs_f64();
-    progress.phase("deleting the raw copies", Some(raw_requests));
-    for index in 0..raw_requests {
-        store
-            .client()
-            .delete(&format!("{raw_prefix}/{index}"))
-            .map_err(|e| fail(e, true))?;
+    // A PUT that failed may still have landed: its key is deleted too. After a failure the
+    // deletes are best effort and the PUT's error is the one reported.
+    let attempted = raw_requests + u64::from(outcome.is_err());
+    progress.phase("deleting the raw copies", Some(attempted));
+    let mut first_delete_error = None;
+    for index in 0..attempted {
+        if let Err(error) = store.client().delete(&format!("{raw_prefix}/{index}")) {
+            first_delete_error.get_or_insert(error);
+        }
         progress.advance(index + 1);
+    }
+    outcome?;
+    if let Some(error) = first_delete_error {
+        return Err(fail(error, true));
     }
     progress.finish();
     drop(progress);

@@ -198,6 +198,7 @@ pub enum StoreChildCommand {
     },
     /// Recover and print the report as JSON.
     Recover {
+        /// A store directory or an `s3://bucket/prefix` location.
         #[arg(long)]
         store: PathBuf,
     },

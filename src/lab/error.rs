@@ -39,8 +39,8 @@ pub enum LabError {
         #[source]
         source: Box<LabError>,
     },
-    /// The parent could not observe a child's store (list its commit records, find the
-    /// next generation).
+    /// The parent could not observe an object-store child store (list its commit records,
+    /// find the next generation); a local store's failures are [`LabError::Store`].
     #[error("observing the store {store}: {message}")]
     StoreObservation {
         /// The store's location.

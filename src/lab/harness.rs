@@ -308,7 +308,7 @@ pub fn kill_publisher_at(
 }
 
 /// As [`kill_publisher_at`], on any [`ChildStore`] (a local directory or an object store).
-pub fn kill_publisher_in(
+pub fn kill_publisher_on(
     shardlift_exe: &Path,
     store: &dyn ChildStore,
     state: &LogicalState,
@@ -362,11 +362,11 @@ pub fn publish_in_child(
     state: &LogicalState,
     topology: Topology,
 ) -> Result<CommitSummary, LabError> {
-    publish_in_child_to(shardlift_exe, &LocalStore(store_dir), state, topology)
+    publish_in_child_on(shardlift_exe, &LocalStore(store_dir), state, topology)
 }
 
 /// As [`publish_in_child`], on any [`ChildStore`] (a local directory or an object store).
-pub fn publish_in_child_to(
+pub fn publish_in_child_on(
     shardlift_exe: &Path,
     store: &dyn ChildStore,
     state: &LogicalState,
@@ -427,7 +427,7 @@ fn drive_publisher(
                 publisher.acknowledge()?;
                 acknowledged.push(event);
             }
-            ChildMessage::Done(summary) => return publisher.finish(summary),
+            ChildMessage::Done(summary) => return publisher.finish(summary, candidate_generation),
             other => return Err(publisher.unexpected(&other)),
         }
     }
@@ -487,7 +487,7 @@ pub fn drive_operations(
                         performed.len()
                     ))));
                 }
-                return match publisher.finish(summary)? {
+                return match publisher.finish(summary, candidate_generation)? {
                     PublisherEnd::Completed(summary) => {
                         Ok(OperationsEnd::Completed(summary, performed))
                     }
@@ -683,8 +683,19 @@ impl Publisher {
         sent.map_err(|e| self.abandon(LabError::ChildProtocol(format!("ack: {e}"))))
     }
 
-    /// After `done`: closes stdin and requires a clean exit.
-    fn finish(self, summary: CommitSummary) -> Result<PublisherEnd, LabError> {
+    /// After `done`: closes stdin and requires a clean exit, and that the child committed
+    /// the generation the parent predicted (its kill reports name that generation).
+    fn finish(
+        mut self,
+        summary: CommitSummary,
+        candidate_generation: u64,
+    ) -> Result<PublisherEnd, LabError> {
+        if summary.generation != candidate_generation {
+            return Err(self.abandon(LabError::ChildProtocol(format!(
+                "the publisher committed generation {}, not the predicted generation {candidate_generation}",
+                summary.generation
+            ))));
+        }
         let Publisher {
             mut child, stdin, ..
         } = self;
@@ -705,12 +716,12 @@ pub fn recover_in_child(
     shardlift_exe: &Path,
     store_dir: &Path,
 ) -> Result<RecoveryReport, LabError> {
-    recover_in_child_from(shardlift_exe, &LocalStore(store_dir))
+    recover_in_child_on(shardlift_exe, &LocalStore(store_dir))
 }
 
 /// As [`recover_in_child`], on any [`ChildStore`]: an object store's child prints the scan
 /// part of its report, the same `RecoveryReport` fields (RFC 0001 §9.4).
-pub fn recover_in_child_from(
+pub fn recover_in_child_on(
     shardlift_exe: &Path,
     store: &dyn ChildStore,
 ) -> Result<RecoveryReport, LabError> {

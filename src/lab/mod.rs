@@ -14,7 +14,6 @@ pub mod run;
 
 pub use error::LabError;
 pub use harness::{
-    kill_publisher_at, kill_publisher_at_occurrence, kill_publisher_in, publish_in_child,
-    publish_in_child_to, recover_in_child, recover_in_child_from, ChildStore, KillReport,
-    LocalStore,
+    kill_publisher_at, kill_publisher_at_occurrence, kill_publisher_on, publish_in_child,
+    publish_in_child_on, recover_in_child, recover_in_child_on, ChildStore, KillReport, LocalStore,
 };

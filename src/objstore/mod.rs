@@ -141,9 +141,10 @@ impl ObjStore {
         recovery::load_generation(&self.client, generation)
     }
 
-    /// The logical-state root the one valid commit record of `generation` states (checked
-    /// equal to its manifest's), after verifying the record and manifest; chunk objects
-    /// are not read, so this proves nothing about them by itself.
+    /// The logical-state root the one valid commit record of `generation` states, after
+    /// verifying it as recovery does (record, manifest, every payload hashed and the root
+    /// recomputed; the state is not decoded). The record's root is checked equal to its
+    /// manifest's, so the manifest's is returned.
     pub fn committed_root(&self, generation: u64) -> Result<Digest, ObjStoreError> {
         Ok(
             recovery::verify_generation(&self.client, generation, false)?
@@ -162,9 +163,12 @@ impl ObjStore {
             .any(|key| keys::parse_commit_key(key).is_some_and(|(g, _)| g == generation)))
     }
 
-    /// The generation the next publish or reshard will commit (RFC 0001 §9.3 step 1).
+    /// The generation the next publish or reshard will commit (RFC 0001 §9.3 step 1). A
+    /// store opened without the probe is probed first, as its writers do, so claims count
+    /// wherever the backend honours conditional create.
     pub fn next_generation(&self) -> Result<u64, ObjStoreError> {
-        writer::next_generation(&self.client, self.conditional_create)
+        let conditional_create = writer::probed(&self.client, self.conditional_create)?;
+        writer::next_generation(&self.client, conditional_create)
     }
 
     /// As [`Self::load_generation`], with the SHA-256 of the one commit record that

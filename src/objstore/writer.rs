@@ -110,7 +110,7 @@ pub fn next_generation(
 
 /// The capability a writer acts on: a store opened without the probe is probed now, so no
 /// writer skips the fence on a store that honours conditional create (RFC 0001 §9.8).
-fn probed(
+pub(crate) fn probed(
     client: &ObjClient,
     conditional_create: ConditionalCreate,
 ) -> Result<ConditionalCreate, ObjStoreError> {

@@ -156,7 +156,7 @@ pub enum ShardliftChild<'a> {
     /// `shardlift store-child publish --store D --handoff F --pause-at P`, with stdin and
     /// stdout piped (events out, acknowledgements in).
     Publisher {
-        /// The store directory.
+        /// The store: a directory, or an `s3://` location the child's CLI recognises.
         store: &'a Path,
         /// The handoff file holding the state to publish (`lab::handoff`).
         handoff: &'a Path,
@@ -165,7 +165,7 @@ pub enum ShardliftChild<'a> {
     },
     /// `shardlift store-child recover --store D`, its report on piped stdout.
     Recovery {
-        /// The store directory.
+        /// The store: a directory, or an `s3://` location the child's CLI recognises.
         store: &'a Path,
     },
 }

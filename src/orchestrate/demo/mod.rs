@@ -287,7 +287,7 @@ impl Run<'_> {
         state: &LogicalState,
         workers: u32,
     ) -> Result<store::CommitSummary, DemoError> {
-        let summary = crate::lab::publish_in_child_to(
+        let summary = crate::lab::publish_in_child_on(
             &self.options.shardlift_exe,
             store,
             state,
@@ -452,7 +452,7 @@ fn crash_phase(run: &mut Run, stores: &Stores) -> Result<Crash, DemoError> {
             barrier.name()
         ),
     );
-    let kill = crate::lab::kill_publisher_in(
+    let kill = crate::lab::kill_publisher_on(
         &run.options.shardlift_exe,
         &stores.crash,
         &step2,
@@ -487,7 +487,7 @@ struct Recovery {
 }
 
 fn recovery_phase(run: &Run, stores: &Stores, crash: &Crash) -> Result<Recovery, DemoError> {
-    let report = crate::lab::recover_in_child_from(&run.options.shardlift_exe, &stores.crash)
+    let report = crate::lab::recover_in_child_on(&run.options.shardlift_exe, &stores.crash)
         .map_err(lab_error("recovering in a child"))?;
     let selected = report
         .selected
@@ -572,9 +572,8 @@ fn reshard_phase(
     let resharded_root_from_chunks = resharded_state.logical_state_root();
     let (resharded_w3, _) = run.session(SESSION_RESHARDED, resharded_state, 1)?;
     let final_commit = run.publish(&stores.crash, &resharded_w3, 3)?;
-    let final_recovery =
-        crate::lab::recover_in_child_from(&run.options.shardlift_exe, &stores.crash)
-            .map_err(lab_error("recovering the final checkpoint"))?;
+    let final_recovery = crate::lab::recover_in_child_on(&run.options.shardlift_exe, &stores.crash)
+        .map_err(lab_error("recovering the final checkpoint"))?;
     invariant(
         final_recovery.selected.as_ref().map(|s| s.generation) == Some(final_commit.generation),
         || "a fresh recovery does not select the final checkpoint".into(),
