@@ -45,16 +45,129 @@ fn digests(report: &Value) -> (String, String, String, u64, u64) {
     )
 }
 
-/// The logical-state root of W4, 3 steps, seed 0, recorded when the trainer's numbers were
-/// reproduced bit for bit outside the project: any change to the arithmetic, the data
-/// order or the root's encoding changes it.
-const GOLDEN_ROOT_SEED0_STEP3: &str =
-    "f9d8733c34a9e066f1ef93788c24736c70890247d35e0fbaf03680edf4e68d55";
+/// A CPU kernel path: what libtorch 2.13.0 dispatches its FP32 kernels by (MKL's GEMM
+/// and ATen's vectorised loops pick their code by instruction set), read from
+/// `/proc/cpuinfo` as the vendor and the dispatch-relevant flags this CPU has.
+fn kernel_path() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        cpuinfo
+            .lines()
+            .find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                (key.trim() == name).then(|| value.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    let flags = field("flags");
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    let mut path = vec![field("vendor_id")];
+    for flag in [
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512bw",
+        "avx512vl",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_tile",
+    ] {
+        if flags.contains(&flag) {
+            path.push(flag.to_owned());
+        }
+    }
+    path.join(" ")
+}
+
+/// A recorded logical-state root of W4, 3 steps, seed 0, and where it was recorded.
+struct RecordedRoot {
+    root: &'static str,
+    /// The [`kernel_path`] it was recorded on; `None` where nobody recorded it.
+    kernel_path: Option<&'static str>,
+    machines: &'static str,
+}
+
+/// Every recorded W4 3-step seed-0 root, one per CPU kernel path. The root is bitwise
+/// the same for every topology on one kernel path (the product's claim, checked below),
+/// but libtorch picks its FP32 kernels by instruction set, so two kernel paths give two
+/// roots. Any change to the arithmetic, the data order or the root's encoding changes
+/// the root on every path, so it leaves this list. Add a root only after the parent
+/// commit is seen to give it on that path.
+const RECORDED_ROOTS: &[RecordedRoot] = &[
+    RecordedRoot {
+        root: "f9d8733c34a9e066f1ef93788c24736c70890247d35e0fbaf03680edf4e68d55",
+        kernel_path: None,
+        machines: "the wave-1 machines, where the trainer's numbers were reproduced bit for \
+                   bit outside the project (their CPU was not recorded)",
+    },
+    RecordedRoot {
+        root: "15853e0754275b93272f91cbc6de53c71de93f81e717adefd192eee338d7219f",
+        kernel_path: Some(
+            "GenuineIntel avx2 fma avx512f avx512bw avx512vl avx512_vnni avx512_bf16 \
+             avx512_fp16 amx_tile",
+        ),
+        machines: "an Intel Xeon with AVX-512 FP16 and AMX (KVM, 2 vCPUs); 0187730's \
+                   trainer gives it there, 2026-12-02",
+    },
+];
+
+/// The root this machine must give: the one recorded on its kernel path, or, on a path
+/// nobody recorded, any recorded one (a new path may take an unrecorded kernel path's
+/// branch of an old one; a changed arithmetic matches none).
+fn check_golden_root(root: &str, path: &str) -> Result<(), String> {
+    let known: Vec<&RecordedRoot> = RECORDED_ROOTS
+        .iter()
+        .filter(|recorded| recorded.kernel_path == Some(path))
+        .collect();
+    let allowed: Vec<&RecordedRoot> = if known.is_empty() {
+        RECORDED_ROOTS.iter().collect()
+    } else {
+        known
+    };
+    if allowed.iter().any(|recorded| recorded.root == root) {
+        return Ok(());
+    }
+    let listed: Vec<String> = allowed
+        .iter()
+        .map(|recorded| format!("{} ({})", recorded.root, recorded.machines))
+        .collect();
+    Err(format!(
+        "W4 3-step seed-0 root {root} on kernel path '{path}' is none of the recorded roots \
+         for it: {listed:?}. If the arithmetic did not change (the parent commit gives the \
+         same root here), record this path's root in RECORDED_ROOTS"
+    ))
+}
+
+#[test]
+fn the_golden_root_check_refuses_a_root_recorded_for_another_kernel_path() {
+    let [wave1, xeon] = [&RECORDED_ROOTS[0], &RECORDED_ROOTS[1]];
+    let xeon_path = xeon.kernel_path.expect("recorded path");
+    assert_eq!(check_golden_root(xeon.root, xeon_path), Ok(()));
+    // On a recorded path only that path's root passes, not another path's.
+    assert!(check_golden_root(wave1.root, xeon_path).is_err());
+    // On an unrecorded path any recorded root passes, and nothing else.
+    assert_eq!(
+        check_golden_root(wave1.root, "AuthenticAMD avx2 fma"),
+        Ok(())
+    );
+    assert_eq!(
+        check_golden_root(xeon.root, "AuthenticAMD avx2 fma"),
+        Ok(())
+    );
+    let changed = format!("{}0", &wave1.root[..63]);
+    assert!(check_golden_root(&changed, "AuthenticAMD avx2 fma").is_err());
+    assert!(check_golden_root(&changed, xeon_path).is_err());
+}
 
 #[test]
 fn one_three_four_six_workers_and_in_process_agree_bitwise_with_the_golden_root() {
     let in_process = digests(&train(&["--in-process", "--steps", "3"]));
-    assert_eq!(in_process.0, GOLDEN_ROOT_SEED0_STEP3);
+    let path = kernel_path();
+    eprintln!("kernel path: {path}");
+    if let Err(message) = check_golden_root(&in_process.0, &path) {
+        panic!("{message}");
+    }
     for workers in [1u64, 3, 4, 6] {
         let report = train(&["--workers", &workers.to_string(), "--steps", "3"]);
         assert_eq!(report["worker_exits"], workers);

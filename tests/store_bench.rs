@@ -87,6 +87,8 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
     };
     for name in [
         "plain_write_fsync",
+        "plain_write_fsync_concurrent",
+        "publish_sequential",
         "publish",
         "recovery_verify",
         "recovery_verify_cold",
@@ -122,6 +124,15 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
         figure("publish").0 / figure("plain_write_fsync").0,
     );
     close(
+        "publish_sequential_over_plain",
+        figure("publish_sequential").0 / figure("plain_write_fsync").0,
+    );
+    close(
+        "publish_over_concurrent_plain",
+        figure("publish").0 / figure("plain_write_fsync_concurrent").0,
+    );
+    assert_eq!(large["io_threads"].as_u64(), Some(16));
+    close(
         "reshard_over_copy",
         figure("reshard_w3").0 / figure("copy").0,
     );
@@ -134,6 +145,14 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
         figure("recovery_verify").1 / figure("sha256_parallel_in_memory").1,
     );
     assert!(stderr.contains("store bench: publish"), "{stderr}");
+    assert!(
+        stderr.contains("store bench: sequential publish"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("store bench: plain write+fsync, 16 threads"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("store bench: reshard W4 to W3, W2, W8"),
         "{stderr}"
@@ -189,4 +208,14 @@ fn flags_of_the_other_backend_are_refused_and_nothing_is_written() {
     ]);
     assert!(stderr.contains("--pause-at"), "{stderr}");
     assert!(!store.exists(), "a refused publish must create no store");
+    // An object store's writer is sequential by RFC 0001 §9.3: `--sequential` is refused
+    // there before any request is sent (the bucket need not exist).
+    let stderr = refused(&[
+        "store",
+        "publish-synthetic",
+        "--store",
+        "s3://bucket-x/p",
+        "--sequential",
+    ]);
+    assert!(stderr.contains("--sequential"), "{stderr}");
 }

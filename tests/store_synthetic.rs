@@ -29,6 +29,7 @@ fn published() -> (tempfile::TempDir, PathBuf) {
         &state,
         Topology::new(4).expect("t"),
         SPEC,
+        &mut store::NoHooks,
         &mut progress,
     )
     .expect("publish");
@@ -196,6 +197,7 @@ fn impossible_sizes_are_refused_before_anything_is_written() {
             &synthetic_state(1, 0, 8192),
             Topology::new(4).expect("t"),
             spec,
+            &mut store::NoHooks,
             &mut shardlift::core::progress::NoProgress,
         )
         .expect_err("refused");

@@ -7,7 +7,7 @@ use shardlift::supervise::process::PublisherPause;
 use shardlift::core::logical::LogicalState;
 use shardlift::core::topology::Topology;
 
-use shardlift::store::barrier::NoHooks;
+use shardlift::store::barrier::{BarrierHook, InOrder, NoHooks};
 use shardlift::store::layout::synthetic_state;
 
 use super::{print_json, print_report};
@@ -117,6 +117,12 @@ pub enum StoreCommand {
         /// writer issued through its seam, in order.
         #[arg(long, requires = "json")]
         trace_operations: bool,
+        /// Install the objects one after another, from one thread, in RFC 0001 §4 order
+        /// (a deterministic operation order, e.g. for `crash-test`). By default a local
+        /// publish installs them from up to 16 threads and fsyncs each fan-out directory
+        /// once after the last rename (RFC 0001 §4, "Concurrent objects").
+        #[arg(long)]
+        sequential: bool,
         /// `barriers`: pause after every barrier event until acknowledged, streaming each
         /// as a `{"barrier":…}` line on stdout first (the `store-child publish` protocol;
         /// for kills at every request boundary). Object stores only; a local store's
@@ -252,6 +258,7 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             state_bytes,
             json,
             trace_operations,
+            sequential,
             pause_at,
         } => {
             let state = synthetic_state(seed, step, chunk_elements);
@@ -260,6 +267,7 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
                 state_bytes,
                 json,
                 trace_operations,
+                sequential,
                 pause_at,
             };
             publish_command(&store, &state, seed, options)
@@ -286,6 +294,7 @@ struct PublishOptions {
     state_bytes: Option<u64>,
     json: bool,
     trace_operations: bool,
+    sequential: bool,
     pause_at: Option<String>,
 }
 
@@ -301,12 +310,17 @@ fn publish_command(
         state_bytes,
         json,
         trace_operations,
+        sequential,
         pause_at,
     } = options;
     if let Some(url) = s3_location(store) {
         anyhow::ensure!(
             !trace_operations,
             "--trace-operations traces the local file-system seam; an object store has none"
+        );
+        anyhow::ensure!(
+            !sequential,
+            "--sequential is for a local store; an object store's writer always issues one request after another (RFC 0001 §9.3)"
         );
         let synthetic =
             state_bytes.map(|bytes| super::objstore::synthetic_spec(state, seed, bytes));
@@ -321,9 +335,28 @@ fn publish_command(
         pause_at.is_none(),
         "--pause-at works on an object store only; a local store's paused publisher is `store-child publish`"
     );
+    let mut hooks: Box<dyn BarrierHook> = if sequential {
+        Box::new(InOrder)
+    } else {
+        Box::new(NoHooks)
+    };
     match state_bytes {
-        Some(state_bytes) => publish_scaled(store, state, seed, workers, state_bytes, json),
-        None => publish_synthetic(store, state, workers, json, trace_operations),
+        Some(state_bytes) => {
+            let scale = Scale {
+                seed,
+                state_bytes,
+                hooks: hooks.as_mut(),
+            };
+            publish_scaled(store, state, workers, scale, json)
+        }
+        None => publish_synthetic(
+            store,
+            state,
+            workers,
+            hooks.as_mut(),
+            json,
+            trace_operations,
+        ),
     }
 }
 
@@ -505,6 +538,7 @@ fn publish_synthetic(
     store: &Path,
     state: &LogicalState,
     workers: u32,
+    hooks: &mut dyn BarrierHook,
     json: bool,
     trace_operations: bool,
 ) -> anyhow::Result<()> {
@@ -516,10 +550,17 @@ fn publish_synthetic(
             "operation_trace": trace,
         }));
     }
-    let summary = shardlift::store::publish(store, state, topology, &mut NoHooks)?;
+    let summary = shardlift::store::publish(store, state, topology, hooks)?;
     print_report(json, &summary, || {
         format!("published generation {}", summary.generation)
     })
+}
+
+/// How `publish-synthetic --state-bytes` scales the state, and the writer's hooks.
+struct Scale<'h> {
+    seed: u64,
+    state_bytes: u64,
+    hooks: &'h mut dyn BarrierHook,
 }
 
 /// `publish-synthetic --state-bytes`: the state plus synthetic objects of its chunk size
@@ -527,11 +568,15 @@ fn publish_synthetic(
 fn publish_scaled(
     store: &Path,
     state: &LogicalState,
-    seed: u64,
     workers: u32,
-    state_bytes: u64,
+    scale: Scale<'_>,
     json: bool,
 ) -> anyhow::Result<()> {
+    let Scale {
+        seed,
+        state_bytes,
+        hooks,
+    } = scale;
     let topology = Topology::new(workers)?;
     let model_bytes: u64 = state
         .chunks()
@@ -547,7 +592,8 @@ fn publish_scaled(
             .max(u64::from(object_bytes)),
     };
     let mut progress = super::progress::StderrProgress::new();
-    let summary = shardlift::store::publish_synthetic(store, state, topology, spec, &mut progress)?;
+    let summary =
+        shardlift::store::publish_synthetic(store, state, topology, spec, hooks, &mut progress)?;
     drop(progress);
     if json {
         return print_json(&serde_json::json!({

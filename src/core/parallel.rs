@@ -73,6 +73,89 @@ where
     })
 }
 
+/// Runs `work(i)` for `i in 0..count` on up to `threads` threads, taking indices in
+/// order from a shared counter, and calls `on_progress` with how many finished at least
+/// every 100 ms meanwhile (and once at the end). Returns as soon as every thread ended:
+/// each says so on a channel, nobody sleeps a fixed time. Every index is taken by exactly
+/// one thread; after a failure or a panic no new index is taken (a panic is resumed on
+/// the calling thread). Returns the result of every index that ran, in index order (all
+/// of `0..count` when none failed).
+pub fn run_indexed<T: Send, E: Send>(
+    count: usize,
+    threads: usize,
+    work: &(dyn Fn(usize) -> Result<T, E> + Sync),
+    on_progress: &mut dyn FnMut(u64),
+) -> Vec<(usize, Result<T, E>)> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    const PROGRESS_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+    /// Tells the caller this thread ended, and stops the others if it panicked.
+    struct Ended<'a> {
+        stop: &'a AtomicBool,
+        ended: std::sync::mpsc::Sender<()>,
+    }
+    impl Drop for Ended<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.stop.store(true, Ordering::SeqCst);
+            }
+            // The receiver outlives every thread (it is read until all have ended).
+            let _ = self.ended.send(());
+        }
+    }
+    let next_index = AtomicUsize::new(0);
+    let finished = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let threads = threads.clamp(1, count.max(1));
+    let (ended_tx, ended_rx) = std::sync::mpsc::channel();
+    let run_thread = |ended: Ended<'_>| {
+        let _ended = ended;
+        let mut results = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            let index = next_index.fetch_add(1, Ordering::SeqCst);
+            if index >= count {
+                break;
+            }
+            let result = work(index);
+            if result.is_err() {
+                stop.store(true, Ordering::SeqCst);
+            }
+            results.push((index, result));
+            finished.fetch_add(1, Ordering::SeqCst);
+        }
+        results
+    };
+    let mut results: Vec<(usize, Result<T, E>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let ended = Ended {
+                    stop: &stop,
+                    ended: ended_tx.clone(),
+                };
+                scope.spawn(move || run_thread(ended))
+            })
+            .collect();
+        let mut running = threads;
+        while running > 0 {
+            match ended_rx.recv_timeout(PROGRESS_POLL) {
+                Ok(()) => running -= 1,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                // Never: this function holds a sender until the loop ends.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            on_progress(finished.load(Ordering::SeqCst));
+        }
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    results.sort_by_key(|(index, _)| *index);
+    results
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +196,58 @@ mod tests {
             assert_eq!(consumed, 41);
         }
         ordered_map(0, 4, 1, |i| i, |_, _| Err::<(), ()>(())).expect("empty");
+    }
+
+    #[test]
+    fn run_indexed_runs_every_index_once_and_stops_taking_work_after_a_failure() {
+        let all = run_indexed(100, 8, &|i| Ok::<usize, ()>(i * 2), &mut |_| {});
+        let expected: Vec<(usize, Result<usize, ()>)> = (0..100).map(|i| (i, Ok(i * 2))).collect();
+        assert_eq!(all, expected);
+        let seen = std::sync::atomic::AtomicUsize::new(0);
+        let failing = run_indexed(
+            10_000,
+            1,
+            &|i| {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i == 3 {
+                    Err(i)
+                } else {
+                    Ok(())
+                }
+            },
+            &mut |_| {},
+        );
+        assert_eq!(failing.last(), Some(&(3, Err(3))));
+        assert_eq!(
+            failing.len(),
+            4,
+            "one thread takes no index after its failure"
+        );
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn run_indexed_stops_the_other_threads_when_one_panics_and_resumes_the_panic() {
+        let taken = std::sync::atomic::AtomicUsize::new(0);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_indexed(
+                100_000,
+                2,
+                &|i| {
+                    taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if i == 0 {
+                        panic!("worker failed");
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                    Ok::<(), ()>(())
+                },
+                &mut |_| {},
+            )
+        }));
+        assert!(outcome.is_err(), "the panic reaches the caller");
+        assert!(
+            taken.load(std::sync::atomic::Ordering::SeqCst) < 100_000,
+            "the other thread stopped taking work"
+        );
     }
 }

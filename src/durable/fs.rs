@@ -22,6 +22,15 @@ pub enum EntryKind {
     Other,
 }
 
+/// Which half of [`FileSystem::write_new_file_synced`] failed.
+#[derive(Debug)]
+pub enum SyncedWriteError {
+    /// Creating or writing the file (`AlreadyExists` when the name is taken).
+    Write(std::io::Error),
+    /// Its fsync, after it was written whole.
+    Fsync(std::io::Error),
+}
+
 /// The file-system operations the store uses. All paths are absolute or relative to the
 /// process's working directory.
 pub trait FileSystem {
@@ -31,6 +40,20 @@ pub trait FileSystem {
     fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> std::io::Result<()>;
     /// Makes a file's data durable.
     fn fsync_file(&self, path: &Path) -> std::io::Result<()>;
+    /// [`FileSystem::write_new_file`] then [`FileSystem::fsync_file`], with no barrier
+    /// between them (the concurrent object install, RFC 0001 §4). The default issues the
+    /// two operations, so recording file systems log both; the real one keeps the file
+    /// open between them.
+    fn write_new_file_synced(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        read_only: bool,
+    ) -> Result<(), SyncedWriteError> {
+        self.write_new_file(path, bytes, read_only)
+            .map_err(SyncedWriteError::Write)?;
+        self.fsync_file(path).map_err(SyncedWriteError::Fsync)
+    }
     /// Makes a directory's entries durable.
     fn fsync_dir(&self, path: &Path) -> std::io::Result<()>;
     /// Renames, failing with `AlreadyExists` if `to` exists (renameat2 RENAME_NOREPLACE).
@@ -52,9 +75,12 @@ pub trait FileSystem {
         let bytes = self.read_file(path, cap)?;
         Ok((Digest::of(&bytes), bytes.len() as u64))
     }
-    /// This file system as one that threads may share for reads, when it is one (the real
-    /// file system). `None`, the default, keeps callers sequential: recording and
-    /// fault-injecting file systems see every operation from one thread, in one order.
+    /// This file system as one that threads may share, when it is one: the real file
+    /// system, and the power-loss recorder built with `allowing_threads` (it logs each
+    /// operation under one lock, in the order they happened). Recovery hashes through it
+    /// in parallel, and a publish no hook observes installs objects through it
+    /// concurrently (RFC 0001 §4). `None`, the default, keeps callers sequential: the
+    /// fault-injecting file system sees every operation from one thread, in one order.
     fn shared(&self) -> Option<&(dyn FileSystem + Sync)> {
         None
     }
@@ -107,6 +133,22 @@ impl FileSystem for RealFs {
 
     fn fsync_file(&self, path: &Path) -> std::io::Result<()> {
         File::open(path)?.sync_all()
+    }
+
+    fn write_new_file_synced(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        read_only: bool,
+    ) -> Result<(), SyncedWriteError> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if read_only { 0o444 } else { 0o644 })
+            .open(path)
+            .map_err(SyncedWriteError::Write)?;
+        file.write_all(bytes).map_err(SyncedWriteError::Write)?;
+        file.sync_all().map_err(SyncedWriteError::Fsync)
     }
 
     fn fsync_dir(&self, path: &Path) -> std::io::Result<()> {

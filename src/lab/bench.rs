@@ -253,10 +253,21 @@ pub struct LargeBenchReport {
     pub cores_used: usize,
     /// How the cold figures were made cold, and why a global cache drop was not used.
     pub cache_drop: String,
-    /// Writing and fsyncing the same bytes in as many plain files, then their directory.
+    /// Writing and fsyncing the same bytes in as many plain files, then their directory,
+    /// one file after another.
     pub plain_write_fsync: Figure,
-    /// Publishing the state (objects, manifest, commit record, LATEST).
+    /// The same from `io_threads` threads at once (making the bytes included, as in
+    /// publish): the disk at the queue depth publish uses.
+    pub plain_write_fsync_concurrent: Figure,
+    /// Threads publish installs objects from, and the concurrent plain baseline writes
+    /// from (RFC 0001 §4: objects are unordered among themselves).
+    pub io_threads: usize,
+    /// Publishing the state (objects, manifest, commit record, LATEST), objects installed
+    /// from `io_threads` threads (RFC 0001 §4, "Concurrent objects").
     pub publish: Figure,
+    /// Publishing the same state into an empty store one object after another, as an
+    /// observed writer does (the order before concurrent installs).
+    pub publish_sequential: Figure,
     /// Recovery scan with full verification of the published generation, page cache warm.
     pub recovery_verify: Figure,
     /// The same with the store's files evicted from the page cache first.
@@ -276,16 +287,23 @@ pub struct LargeBenchReport {
     pub copy: Figure,
     /// The same copy with the source files evicted from the page cache first.
     pub copy_cold: Figure,
-    /// Per-operation latency of this disk, sampled right after publish: what bounds
-    /// `publish_over_plain` (a plain file costs one fsync, a published object two: its
-    /// file and, after the rename, its fan-out directory).
+    /// Per-operation latency of this disk, sampled right after publish, one operation at
+    /// a time: a plain file costs one fsync, a published object two (its file and, after
+    /// the rename, its fan-out directory), which publish overlaps across `io_threads`.
     pub fsync_probe: FsyncProbe,
     /// Mean write+fsync time per plain file, in milliseconds.
     pub plain_ms_per_file: f64,
     /// Mean publish time per object, in milliseconds.
     pub publish_ms_per_object: f64,
-    /// `publish.seconds / plain_write_fsync.seconds`.
+    /// `publish.seconds / plain_write_fsync.seconds`: against the sequential baseline #16
+    /// names.
     pub publish_over_plain: f64,
+    /// `publish_sequential.seconds / plain_write_fsync.seconds`: the one-at-a-time order
+    /// against the one-at-a-time baseline.
+    pub publish_sequential_over_plain: f64,
+    /// `publish.seconds / plain_write_fsync_concurrent.seconds`: against plain files
+    /// written at the same queue depth (the fairer comparison of the two).
+    pub publish_over_concurrent_plain: f64,
     /// `reshard_w3.seconds / copy.seconds`.
     pub reshard_over_copy: f64,
     /// `recovery_verify.mb_per_s / (sha256_single_core.mb_per_s × cores_used)`.
@@ -408,6 +426,8 @@ impl BenchObjects {
 /// Seconds the large bench measured, phase by phase.
 struct LargeTimings {
     plain_s: f64,
+    plain_concurrent_s: f64,
+    publish_sequential_s: f64,
     publish_s: f64,
     recovery_s: f64,
     recovery_cold_s: f64,
@@ -419,9 +439,12 @@ struct LargeTimings {
 }
 
 /// Publishes one synthetic state of about `options.state_bytes` and measures, in this
-/// order on one file system: plain write+fsync of the same bytes in as many files,
-/// publish, recovery (warm, then cold), single-core SHA-256, reshards W4 → W3, W2, W8, and
-/// copies of the plain files (warm, then cold). The scratch directory is removed after.
+/// order on one file system: plain write+fsync of the same bytes in as many files (one
+/// after another, then from `io_threads` threads), publish one object after another
+/// (into a second store), publish, recovery (warm, then cold), single-core SHA-256, reshards W4 → W3, W2, W8, and
+/// copies of the plain files (warm, then cold). Nothing is deleted until the end, when
+/// the scratch directory is removed: on a file system mounted with `discard`, freeing
+/// a gigabyte mid-run would slow the journal commits of whatever is measured next.
 pub fn run_large(
     options: &LargeBenchOptions,
     progress: &mut dyn Progress,
@@ -433,9 +456,33 @@ pub fn run_large(
     let store = work.path().join("store");
     let plain = work.path().join("plain");
     std::fs::create_dir(&plain)?;
+    // Settle the file system first: an earlier run's freed gigabytes are discarded at
+    // journal commits (`discard` mounts), which would slow the first phase measured.
+    rustix::fs::syncfs(std::fs::File::open(work.path())?).map_err(std::io::Error::from)?;
     let state = synthetic_state(1, 0, options.chunk_elements);
     let objects = BenchObjects::new(&state, options.state_bytes);
     let plain_s = time_plain_writes(&plain, &objects, progress)?;
+    let plain_concurrent_s = time_plain_writes_concurrent(
+        &work.path().join("plain-concurrent"),
+        &objects,
+        crate::store::writer::MAX_OBJECT_IO_THREADS,
+        progress,
+    )?;
+
+    let sequential_store = work.path().join("store-sequential");
+    let started = Instant::now();
+    crate::store::publish_synthetic(
+        &sequential_store,
+        &state,
+        Topology::new(4)?,
+        objects.spec,
+        &mut crate::store::InOrder,
+        &mut Prefixed {
+            inner: progress,
+            prefix: "store bench: sequential ",
+        },
+    )?;
+    let publish_sequential_s = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
     let summary = crate::store::publish_synthetic(
@@ -443,6 +490,7 @@ pub fn run_large(
         &state,
         Topology::new(4)?,
         objects.spec,
+        &mut crate::store::NoHooks,
         &mut Prefixed {
             inner: progress,
             prefix: "store bench: ",
@@ -465,6 +513,8 @@ pub fn run_large(
     let (copy_s, copy_cold_s) = time_copies(work.path(), &plain, options.drop_caches, progress)?;
     let timings = LargeTimings {
         plain_s,
+        plain_concurrent_s,
+        publish_sequential_s,
         publish_s,
         recovery_s,
         recovery_cold_s,
@@ -508,6 +558,41 @@ fn time_plain_writes(
     Ok(seconds)
 }
 
+/// Writes and fsyncs every object as a plain file from `threads` threads at once (each
+/// making its objects' bytes, as publish does), then fsyncs their directory: the disk at
+/// the queue depth publish uses.
+fn time_plain_writes_concurrent(
+    dir: &Path,
+    objects: &BenchObjects,
+    threads: usize,
+    progress: &mut dyn Progress,
+) -> Result<f64, LabError> {
+    let files = objects.count();
+    progress.phase(
+        &format!("store bench: plain write+fsync, {threads} threads"),
+        Some(files),
+    );
+    std::fs::create_dir(dir)?;
+    let write_file = |i: usize| -> std::io::Result<()> {
+        let bytes = objects.object(i as u64);
+        let mut file = std::fs::File::create(dir.join(format!("{i:08}")))?;
+        file.write_all(&bytes)?;
+        file.sync_all()
+    };
+    let count = usize::try_from(files).map_err(|_| LabError::Model("too many files".into()))?;
+    let started = Instant::now();
+    let outcomes = crate::core::parallel::run_indexed(count, threads, &write_file, &mut |done| {
+        progress.advance(done)
+    });
+    for (_, outcome) in outcomes {
+        outcome?;
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    let seconds = started.elapsed().as_secs_f64();
+    progress.finish();
+    Ok(seconds)
+}
+
 /// One recovery of the bench store, which must select exactly `generation`, unrejected.
 fn time_recovery(store: &Path, generation: u64) -> Result<f64, LabError> {
     let started = Instant::now();
@@ -535,35 +620,42 @@ fn time_single_core_sha(objects: &BenchObjects, progress: &mut dyn Progress) -> 
     seconds
 }
 
-/// The same bytes hashed in memory on `cores_used` threads at once, minus the time to
-/// generate them: the ceiling the machine gives recovery now (other processes may hold
-/// cores).
+/// The same bytes hashed in memory on `cores_used` threads at once: the ceiling the
+/// machine gives recovery now (other processes may hold cores). Thread `t` makes and
+/// hashes objects `t, t + cores_used, ...` and times only its hashing; the figure is the
+/// busiest thread's hashing time, which is the parallel hash's wall time with the making
+/// of the bytes taken out. (Subtracting a separately timed run that only makes the bytes
+/// once reported 2.45x two cores: the two runs' overlaps differ.)
 fn time_parallel_sha(objects: &BenchObjects, cores_used: usize) -> Result<f64, LabError> {
-    let files = objects.count() as usize;
-    let started = Instant::now();
-    crate::core::parallel::ordered_map(
-        files,
-        cores_used,
-        2,
-        |i| Digest::of(&objects.object(i as u64)),
-        |_, digest| {
-            std::hint::black_box(digest);
-            Ok::<(), LabError>(())
-        },
-    )?;
-    let generate_and_hash_s = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    crate::core::parallel::ordered_map(
-        files,
-        cores_used,
-        2,
-        |i| objects.object(i as u64).len(),
-        |_, len| {
-            std::hint::black_box(len);
-            Ok::<(), LabError>(())
-        },
-    )?;
-    Ok((generate_and_hash_s - started.elapsed().as_secs_f64()).max(1e-9))
+    let files = objects.count();
+    let threads = cores_used.max(1) as u64;
+    let busiest_s = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|first| {
+                scope.spawn(move || {
+                    let mut hashing_s = 0.0;
+                    let mut index = first;
+                    while index < files {
+                        let bytes = objects.object(index);
+                        let started = Instant::now();
+                        std::hint::black_box(Digest::of(&bytes));
+                        hashing_s += started.elapsed().as_secs_f64();
+                        index += threads;
+                    }
+                    hashing_s
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .fold(0.0_f64, f64::max)
+    });
+    Ok(busiest_s.max(1e-9))
 }
 
 /// Offline reshards of `generation` to W3, W2 and W8, in that order.
@@ -584,8 +676,8 @@ fn time_reshards(
     Ok(seconds)
 }
 
-/// Copies of the plain files, warm then cold; at most three copies of the state are on
-/// disk at once (store, plain, one copy).
+/// Copies of the plain files, warm then cold (six copies of the state on disk at most:
+/// the two stores, the two plain directories and the two copies).
 fn time_copies(
     work: &Path,
     plain: &Path,
@@ -594,7 +686,6 @@ fn time_copies(
 ) -> Result<(f64, f64), LabError> {
     progress.phase("store bench: copy (warm, cold)", Some(2));
     let copy_s = copy_tree(plain, &work.join("copy"))?;
-    std::fs::remove_dir_all(work.join("copy"))?;
     progress.advance(1);
     make_cold(plain, drop_caches)?;
     let copy_cold_s = copy_tree(plain, &work.join("copy-cold"))?;
@@ -631,6 +722,11 @@ fn large_report(
         plain_ms_per_file: t.plain_s * 1e3 / files as f64,
         publish_ms_per_object: t.publish_s * 1e3 / files as f64,
         publish_over_plain: ratio(publish.seconds, plain_write_fsync.seconds),
+        publish_over_concurrent_plain: ratio(publish.seconds, t.plain_concurrent_s),
+        publish_sequential_over_plain: ratio(t.publish_sequential_s, plain_write_fsync.seconds),
+        publish_sequential: Figure::new(state_bytes, t.publish_sequential_s),
+        plain_write_fsync_concurrent: Figure::new(state_bytes, t.plain_concurrent_s),
+        io_threads: crate::store::writer::MAX_OBJECT_IO_THREADS,
         reshard_over_copy: ratio(reshard_w3.seconds, copy.seconds),
         recovery_over_parallel_sha256: ratio(
             recovery_verify.mb_per_s,

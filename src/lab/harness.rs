@@ -753,49 +753,40 @@ pub fn recover_in_child_on(
 /// Child side of `store-child publish`: reads the handoff and publishes. Pausing at
 /// barriers, it streams one event per barrier and waits for an acknowledgement byte after
 /// each; pausing at operations, it does the same before every file-system operation;
-/// pausing nowhere, it says `ready` and runs free.
+/// pausing nowhere, it says `ready` and runs free (no hook observes it, so it installs
+/// objects concurrently, RFC 0001 §4; random-instant kills land in that order too).
 pub fn child_publish(
     store_dir: &Path,
     handoff: &Path,
     pause: PublisherPause,
 ) -> Result<CommitSummary, LabError> {
-    let (state, topology) = enter_child_and_read_handoff(handoff)?;
-    let summary = match pause {
-        PublisherPause::Barriers => publish_with(
-            &RealFs,
-            store_dir,
-            &state,
-            topology,
-            &mut stepping_barrier_hook(),
-            WriterFaults::default(),
-        )?,
-        PublisherPause::Operations => {
-            let stepping = SteppingFs {
-                root: store_dir,
-                next_seq: std::cell::Cell::new(0),
-                log: None,
-            };
-            publish_with(
-                &stepping,
-                store_dir,
-                &state,
-                topology,
-                &mut NoHooks,
-                WriterFaults::default(),
-            )?
-        }
-        PublisherPause::Nowhere => {
-            send(&ChildMessage::Ready)?;
+    if !matches!(pause, PublisherPause::Operations) {
+        return child_publish_on(handoff, pause, |state, topology, hooks| {
             publish_with(
                 &RealFs,
                 store_dir,
-                &state,
+                state,
                 topology,
-                &mut NoHooks,
+                hooks,
                 WriterFaults::default(),
-            )?
-        }
+            )
+            .map_err(LabError::from)
+        });
+    }
+    let (state, topology) = enter_child_and_read_handoff(handoff)?;
+    let stepping = SteppingFs {
+        root: store_dir,
+        next_seq: std::cell::Cell::new(0),
+        log: None,
     };
+    let summary = publish_with(
+        &stepping,
+        store_dir,
+        &state,
+        topology,
+        &mut NoHooks,
+        WriterFaults::default(),
+    )?;
     send(&ChildMessage::Done(summary.clone()))?;
     Ok(summary)
 }

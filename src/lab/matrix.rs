@@ -121,7 +121,21 @@ pub enum Action {
     PublishOverKilledLayout(Box<LogicalState>, Topology),
     /// Rewrite LATEST for the selected generation of a store that lost it.
     RepairLatest,
+    /// Publish this state at this topology with nothing observing the object barriers,
+    /// so the writer installs objects from several threads (RFC 0001 §4); the recording
+    /// is the interleaving that happened.
+    PublishConcurrent(Box<LogicalState>, Topology),
 }
+
+/// Subset enumeration for a concurrent publish: its renames all stay pending until the
+/// run's one step 4, so every subset of up to ten of them (the default) would be 1 024
+/// images per crash point; from five on, each point gets the prefixes, every
+/// all-but-one and 16 seeded random subsets of what is pending.
+pub const CONCURRENT_LIMITS: EnumerationLimits = EnumerationLimits {
+    all_subsets_up_to: 4,
+    samples: 16,
+    seed: 0x5eed,
+};
 
 /// The result of one power-loss scenario.
 #[derive(Clone, Debug, Default)]
@@ -472,12 +486,15 @@ fn record_action(
             std::fs::remove_file(root.join(LATEST_REL_PATH))?;
             RecordingFs::new(root)?
         }
+        Action::PublishConcurrent(..) => RecordingFs::new(root)?.allowing_threads(),
         _ => RecordingFs::new(root)?,
     };
     let generation = {
         let mut hooks = MarkingHooks(&fs);
         match action {
-            Action::Publish(state, topology) | Action::PublishOverKilledLayout(state, topology) => {
+            Action::Publish(state, topology)
+            | Action::PublishOverKilledLayout(state, topology)
+            | Action::PublishConcurrent(state, topology) => {
                 publish_with(&fs, root, state, *topology, &mut hooks, faults)?.generation
             }
             Action::Reshard(generation, topology) => {
@@ -995,11 +1012,8 @@ pub fn power_loss_phase(
     faults: ModelFaults,
     progress: &mut dyn Progress,
 ) -> Result<PowerLossTally, LabError> {
-    let limits = EnumerationLimits {
-        seed: config.seed,
-        ..EnumerationLimits::default()
-    };
-    let scenarios: [(&'static str, Option<&Path>, Action); 7] = [
+    let limits = EnumerationLimits::default();
+    let scenarios: [(&'static str, Option<&Path>, Action); 8] = [
         (
             "genesis publish",
             None,
@@ -1034,6 +1048,16 @@ pub fn power_loss_phase(
             Action::PublishOverKilledLayout(Box::new(a.clone()), topology(4)?),
         ),
         ("repair a missing LATEST", Some(base), Action::RepairLatest),
+        (
+            // 32 768-element chunks: 12 objects. Every rename stays pending until the
+            // run's one step 4, so the images grow with the objects; 12 keep it minutes.
+            "publish over generation 0, objects installed concurrently",
+            Some(base),
+            Action::PublishConcurrent(
+                Box::new(synthetic_state(config.seed, 4, 32_768)),
+                topology(4)?,
+            ),
+        ),
     ];
     let mut tally = PowerLossTally {
         scenarios: Vec::new(),
@@ -1044,11 +1068,18 @@ pub fn power_loss_phase(
         Some(scenarios.len() as u64),
     );
     for (done, (name, from, action)) in scenarios.iter().enumerate() {
+        let limits = match action {
+            Action::PublishConcurrent(..) => CONCURRENT_LIMITS,
+            _ => limits,
+        };
         let outcome = power_loss_scenario(
             *from,
             action,
             faults,
-            limits,
+            EnumerationLimits {
+                seed: config.seed,
+                ..limits
+            },
             CheckPlan {
                 max_states: config.max_states_per_scenario,
                 threads: config.threads,

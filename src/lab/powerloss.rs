@@ -13,7 +13,6 @@
 //! Crash points: every operation boundary. Subsets of pending operations: all when there
 //! are at most 10, else every prefix, every omit-one and seeded samples.
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -121,8 +120,13 @@ pub struct Recording {
 /// records it.
 pub struct RecordingFs {
     root: PathBuf,
-    log: RefCell<Log>,
+    /// Locked for each operation from before it is performed until it is logged, so the
+    /// log is the order in which the operations happened, whatever thread issued them.
+    log: std::sync::Mutex<Log>,
     initial: BTreeMap<String, ImageEntry>,
+    /// Whether threads may share it ([`FileSystem::shared`]): the store's writer then
+    /// installs objects concurrently when no hook needs their barriers.
+    threads_allowed: bool,
 }
 
 /// One entry of a crash image: a directory, or a file holding the first `len` bytes of
@@ -176,8 +180,9 @@ impl RecordingFs {
         }
         Ok(RecordingFs {
             root: root.to_owned(),
-            log: RefCell::new(log),
+            log: std::sync::Mutex::new(log),
             initial,
+            threads_allowed: false,
         })
     }
 
@@ -187,12 +192,12 @@ impl RecordingFs {
     /// image but pending `mkdir`s issued before the run, so a power cut may undo them
     /// unless this run makes them durable.
     pub fn with_non_durable_dirs(root: &Path, non_durable_dirs: &[&str]) -> std::io::Result<Self> {
-        let recorder = RecordingFs::new(root)?;
+        let mut recorder = RecordingFs::new(root)?;
         let mut pending: Vec<&str> = non_durable_dirs.to_vec();
         pending.sort_unstable();
-        let mut initial = recorder.initial;
+        let mut initial = std::mem::take(&mut recorder.initial);
         {
-            let mut log = recorder.log.borrow_mut();
+            let mut log = recorder.lock_log();
             for dir in pending {
                 if initial.remove(dir) != Some(ImageEntry::Dir) {
                     return Err(std::io::Error::other(format!(
@@ -214,6 +219,7 @@ impl RecordingFs {
             root: recorder.root,
             log: recorder.log,
             initial,
+            threads_allowed: recorder.threads_allowed,
         })
     }
 
@@ -222,16 +228,37 @@ impl RecordingFs {
             .ok_or_else(|| std::io::Error::other("path outside the recorded root"))
     }
 
+    /// Lets threads share this recorder, so a writer that may install objects
+    /// concurrently (RFC 0001 §4) does so here too; its log is one interleaving.
+    pub fn allowing_threads(mut self) -> Self {
+        self.threads_allowed = true;
+        self
+    }
+
+    /// Whether threads may share this recorder.
+    pub fn allows_threads(&self) -> bool {
+        self.threads_allowed
+    }
+
+    fn lock_log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Notes that a barrier was reached (after the operations issued so far).
     pub fn mark(&self, barrier: Barrier) {
-        let mut log = self.log.borrow_mut();
+        let mut log = self.lock_log();
         let at = log.ops.len();
         log.marks.push((barrier, at));
     }
 
     /// The recording, once the run is over.
     pub fn finish(self) -> Recording {
-        let log = self.log.into_inner();
+        let log = self
+            .log
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Recording {
             initial: self.initial,
             ops: log.ops,
@@ -250,8 +277,8 @@ fn rel_string(root: &Path, path: &Path) -> Option<String> {
 impl FileSystem for RecordingFs {
     fn create_dir(&self, path: &Path) -> std::io::Result<()> {
         let rel = self.rel(path)?;
+        let mut log = self.lock_log();
         RealFs.create_dir(path)?;
-        let mut log = self.log.borrow_mut();
         log.names.insert(rel.clone(), Node::Dir);
         log.ops.push(Op::Mkdir { path: rel });
         Ok(())
@@ -259,8 +286,8 @@ impl FileSystem for RecordingFs {
 
     fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> std::io::Result<()> {
         let rel = self.rel(path)?;
+        let mut log = self.lock_log();
         RealFs.write_new_file(path, bytes, read_only)?;
-        let mut log = self.log.borrow_mut();
         let inode = log.inodes.len();
         log.inodes.push(bytes.to_vec());
         log.names.insert(rel.clone(), Node::File(inode));
@@ -270,7 +297,7 @@ impl FileSystem for RecordingFs {
 
     fn fsync_file(&self, path: &Path) -> std::io::Result<()> {
         let rel = self.rel(path)?;
-        let mut log = self.log.borrow_mut();
+        let mut log = self.lock_log();
         match log.names.get(&rel) {
             Some(Node::File(inode)) => {
                 let inode = *inode;
@@ -288,43 +315,46 @@ impl FileSystem for RecordingFs {
             return RealFs.fsync_dir(path);
         }
         let rel = self.rel(path)?;
-        self.log.borrow_mut().ops.push(Op::FsyncDir { path: rel });
+        self.lock_log().ops.push(Op::FsyncDir { path: rel });
         Ok(())
     }
 
     fn rename_noreplace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         let (rel_from, rel_to) = (self.rel(from)?, self.rel(to)?);
+        let mut log = self.lock_log();
         RealFs.rename_noreplace(from, to)?;
-        self.note_rename(rel_from, rel_to);
+        note_rename(&mut log, rel_from, rel_to);
         Ok(())
     }
 
     fn rename_replace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         let (rel_from, rel_to) = (self.rel(from)?, self.rel(to)?);
+        let mut log = self.lock_log();
         RealFs.rename_replace(from, to)?;
-        self.note_rename(rel_from, rel_to);
+        note_rename(&mut log, rel_from, rel_to);
         Ok(())
     }
 
     fn remove_file(&self, path: &Path) -> std::io::Result<()> {
         let rel = self.rel(path)?;
+        let mut log = self.lock_log();
         RealFs.remove_file(path)?;
-        let mut log = self.log.borrow_mut();
         log.names.remove(&rel);
         log.ops.push(Op::Remove { path: rel });
         Ok(())
     }
 
     reads_from_real_disk!();
+
+    fn shared(&self) -> Option<&(dyn FileSystem + Sync)> {
+        self.threads_allowed.then_some(self)
+    }
 }
 
-impl RecordingFs {
-    fn note_rename(&self, from: String, to: String) {
-        let mut log = self.log.borrow_mut();
-        if let Some(Node::File(inode)) = log.names.remove(&from) {
-            log.names.insert(to.clone(), Node::File(inode));
-            log.ops.push(Op::Rename { from, to, inode });
-        }
+fn note_rename(log: &mut Log, from: String, to: String) {
+    if let Some(Node::File(inode)) = log.names.remove(&from) {
+        log.names.insert(to.clone(), Node::File(inode));
+        log.ops.push(Op::Rename { from, to, inode });
     }
 }
 
@@ -335,6 +365,12 @@ impl BarrierHook for MarkingHooks<'_> {
     fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
         self.0.mark(event.barrier);
         Ok(())
+    }
+
+    /// Marks are only needed for the commit barriers, which every writer reports; a
+    /// recorder that allows threads lets the writer install objects concurrently.
+    fn observes(&self) -> bool {
+        !self.0.allows_threads()
     }
 }
 

@@ -60,6 +60,15 @@ impl BarrierSequencer {
 pub trait BarrierHook {
     /// Called when the writer reaches `event`; `Err(reason)` stops the publisher.
     fn reached(&mut self, event: &BarrierEvent) -> Result<(), String>;
+
+    /// Whether this hook needs every object barrier, in order (it may stop the writer
+    /// there, or records or reports them). A writer whose hook does not MAY install
+    /// objects concurrently and report no object barrier (RFC 0001 §4); one whose hook
+    /// does issues every step from one thread, in order. Manifest, commit and LATEST
+    /// barriers are reported either way.
+    fn observes(&self) -> bool {
+        true
+    }
 }
 
 /// Hooks that do nothing.
@@ -67,6 +76,23 @@ pub trait BarrierHook {
 pub struct NoHooks;
 
 impl BarrierHook for NoHooks {
+    fn reached(&mut self, _event: &BarrierEvent) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn observes(&self) -> bool {
+        false
+    }
+}
+
+/// Hooks that do nothing but ask for the observed order: the writer reports every
+/// barrier (to nobody) and so issues every operation from one thread, in RFC 0001 §4
+/// order. For a deterministic operation trace (crash-testing a publish from outside,
+/// `store publish-synthetic --sequential`) or a sequential baseline.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InOrder;
+
+impl BarrierHook for InOrder {
     fn reached(&mut self, _event: &BarrierEvent) -> Result<(), String> {
         Ok(())
     }

@@ -22,7 +22,7 @@ pub mod recovery;
 pub mod writer;
 
 pub use crate::durable::fs::{FileSystem, RealFs};
-pub use barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, NoHooks, RecordingHooks};
+pub use barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, InOrder, NoHooks, RecordingHooks};
 pub use error::StoreError;
 pub use recovery::{LatestStatus, RecoveryReport, Rejection, SelectedGeneration};
 pub use writer::{CommitSummary, WriterFaults};
@@ -47,12 +47,14 @@ pub fn publish(
 
 /// Publishes `state` plus the synthetic objects of `spec` (a state scaled to benchmark
 /// size, `store publish-synthetic --state-bytes`) as the next generation; `progress` gets
-/// one step per object.
+/// one step per object. With [`NoHooks`] the objects are installed concurrently (RFC 0001
+/// §4); with hooks that observe (such as [`InOrder`]), one after another.
 pub fn publish_synthetic(
     store_dir: &Path,
     state: &LogicalState,
     topology: Topology,
     spec: writer::SyntheticSpec,
+    hooks: &mut dyn BarrierHook,
     progress: &mut dyn crate::core::progress::Progress,
 ) -> Result<CommitSummary, StoreError> {
     writer::publish_synthetic_with(
@@ -61,7 +63,7 @@ pub fn publish_synthetic(
         state,
         topology,
         spec,
-        &mut NoHooks,
+        hooks,
         WriterFaults::default(),
         progress,
     )

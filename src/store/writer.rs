@@ -10,7 +10,7 @@ use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 
 use crate::core::progress::{NoProgress, Progress};
-use crate::durable::fs::{EntryKind, FileSystem};
+use crate::durable::fs::{EntryKind, FileSystem, SyncedWriteError};
 use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
 use crate::store::codec::{
     commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, CommitRecord,
@@ -152,8 +152,12 @@ fn create_dir_if_missing(fs: &dyn FileSystem, path: &Path) -> Result<bool, Store
     {
         return Ok(false);
     }
-    fs.create_dir(path).map_err(|e| StoreError::io(path, e))?;
-    Ok(true)
+    match fs.create_dir(path) {
+        Ok(()) => Ok(true),
+        // Another thread of a concurrent install created it between the check and here.
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(StoreError::io(path, e)),
+    }
 }
 
 /// Highest generation named in `commits/` plus one (0 for an empty store).
@@ -186,6 +190,9 @@ pub struct Writer<'a> {
     durable_fan_dirs: std::collections::BTreeSet<PathBuf>,
     /// Objects (file, fan-out directory) whose fsyncs a mutant defers past the commit.
     deferred_objects: Vec<(PathBuf, PathBuf)>,
+    /// Fan-out directories a concurrent install renamed objects into (or found them in)
+    /// whose fsync, step 4, is still to come: once each, before step 5.
+    unsynced_fan_dirs: std::collections::BTreeSet<PathBuf>,
 }
 
 impl<'a> Writer<'a> {
@@ -211,6 +218,7 @@ impl<'a> Writer<'a> {
             objects_reused: 0,
             durable_fan_dirs: std::collections::BTreeSet::new(),
             deferred_objects: Vec::new(),
+            unsynced_fan_dirs: std::collections::BTreeSet::new(),
         })
     }
 
@@ -228,38 +236,37 @@ impl<'a> Writer<'a> {
             })
     }
 
-    fn temp_path(&mut self, what: &str) -> PathBuf {
-        self.temp_counter += 1;
-        self.root.join(format!(
-            "staging/{what}-{}-{}.tmp",
-            self.nonce, self.temp_counter
-        ))
-    }
-
-    /// Writes `bytes` to a new temp file in `staging/` and returns its path. A name a
-    /// killed writer left behind (same pid after a restart, as in a container, and the
-    /// same uncommitted generation) is skipped, never reused or deleted: recovery ignores
-    /// `staging/`, and the next name is tried, at most `MAX_TEMP_NAME_ATTEMPTS` times.
+    /// Writes `bytes` to a new temp file in `staging/` and returns its path (see
+    /// [`write_temp_in`]).
     fn write_temp(
         &mut self,
         what: &str,
         bytes: &[u8],
         read_only: bool,
     ) -> Result<PathBuf, StoreError> {
-        for _ in 0..MAX_TEMP_NAME_ATTEMPTS {
-            let temp = self.temp_path(what);
-            match self.fs.write_new_file(&temp, bytes, read_only) {
-                Ok(()) => return Ok(temp),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(StoreError::io(&temp, e)),
-            }
-        }
-        Err(StoreError::io(
-            self.root.join("staging"),
-            std::io::Error::other(format!(
-                "no free temp name after {MAX_TEMP_NAME_ATTEMPTS} attempts"
-            )),
-        ))
+        let counter = &mut self.temp_counter;
+        let how = TempWrite {
+            read_only,
+            fsync: false,
+        };
+        let next_number = &mut || {
+            *counter += 1;
+            *counter
+        };
+        write_temp_in(
+            self.fs,
+            &self.root,
+            &self.nonce,
+            what,
+            next_number,
+            bytes,
+            how,
+        )
+        .map_err(|error| match error {
+            TempError::Store(error) => error,
+            // Never: this write does not fsync.
+            TempError::Fsync(path, source) => fsync_failed(&path, self.generation, source),
+        })
     }
 
     fn fsync_file(&self, path: &Path) -> Result<(), StoreError> {
@@ -275,28 +282,71 @@ impl<'a> Writer<'a> {
     }
 
     fn fsync_failed(&self, path: &Path, source: std::io::Error) -> StoreError {
-        StoreError::FsyncFailed {
-            path: path.to_owned(),
-            generation: self.generation,
-            source,
-        }
+        fsync_failed(path, self.generation, source)
     }
 
     /// Makes the fan-out directory `objects/ab/` exist durably before an object is renamed
-    /// into it: created if missing, and `objects/` fsynced once per run for each fan-out
-    /// directory used, whoever created it (a killed writer may have left it non-durable).
+    /// into it (see [`ensure_fan_dir_in`]).
     fn ensure_fan_dir(&mut self, fan_dir: &Path) -> Result<(), StoreError> {
-        if self.durable_fan_dirs.contains(fan_dir) {
+        ensure_fan_dir_in(
+            self.fs,
+            &self.root,
+            fan_dir,
+            &mut self.durable_fan_dirs,
+            self.faults,
+            self.generation,
+        )
+    }
+
+    /// Step 4 of a concurrent install (RFC 0001 §4, "Concurrent objects"): fsyncs every
+    /// fan-out directory its objects were renamed into (or found in), once each, from
+    /// several threads, after every object's step 3 and before step 5.
+    fn sync_concurrent_fan_dirs(&mut self) -> Result<(), StoreError> {
+        let fan_dirs: Vec<PathBuf> = std::mem::take(&mut self.unsynced_fan_dirs)
+            .into_iter()
+            .collect();
+        if fan_dirs.is_empty() || self.faults.skip_object_directory_fsync {
             return Ok(());
         }
-        let created = create_dir_if_missing(self.fs, fan_dir)?;
-        if (created || !self.faults.trust_existing_directories)
-            && !self.faults.skip_objects_directory_fsync
-        {
-            self.fsync_dir(&self.root.join("objects"))?;
+        let generation = self.generation;
+        let Some(fs) = self.concurrent_fs() else {
+            for fan_dir in &fan_dirs {
+                self.fsync_dir(fan_dir)?;
+            }
+            return Ok(());
+        };
+        let fsync = |index: usize| {
+            fs.fsync_dir(&fan_dirs[index])
+                .map_err(|source| fsync_failed(&fan_dirs[index], generation, source))
+        };
+        let results = crate::core::parallel::run_indexed(
+            fan_dirs.len(),
+            MAX_OBJECT_IO_THREADS,
+            &fsync,
+            &mut |_| {},
+        );
+        for (_, result) in results {
+            result?;
         }
-        self.durable_fan_dirs.insert(fan_dir.to_owned());
         Ok(())
+    }
+
+    /// The file system to install objects from several threads through, when this run
+    /// may (RFC 0001 §4): no hook observes its barriers, no fault is injected, and the
+    /// file system is one threads may share (the real one). `None` keeps it sequential.
+    /// The two object faults are honoured there too, so the power-loss model can show it
+    /// catches a concurrent writer that skips them.
+    fn concurrent_fs(&self) -> Option<&'a (dyn FileSystem + Sync)> {
+        let other_faults = WriterFaults {
+            skip_object_file_fsync: false,
+            skip_object_directory_fsync: false,
+            ..self.faults
+        };
+        if other_faults == WriterFaults::NONE && !self.hooks.observes() {
+            self.fs.shared()
+        } else {
+            None
+        }
     }
 
     /// Installs one content-addressed object (a chunk payload or a manifest).
@@ -352,33 +402,12 @@ impl<'a> Writer<'a> {
             self.fsync_file(&temp)?;
         }
         self.emit(after_fsync, &rel)?;
-        match self.fs.rename_noreplace(&temp, &target) {
-            Ok(()) => {
-                if !manifest {
-                    self.objects_written += 1;
-                }
+        let placed = place_object(self.fs, &temp, &target, digest, self.generation)?;
+        if !manifest {
+            match placed {
+                Placed::Written => self.objects_written += 1,
+                Placed::Reused => self.objects_reused += 1,
             }
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                // Same address: keep the existing file if it verifies, else repair it.
-                let existing = self.fs.read_file(&target, MAX_MANIFEST_BYTES);
-                if matches!(&existing, Ok(b) if Digest::of(b) == digest) {
-                    self.fs
-                        .remove_file(&temp)
-                        .map_err(|e| StoreError::io(&temp, e))?;
-                    self.fsync_file(&target)?;
-                    if !manifest {
-                        self.objects_reused += 1;
-                    }
-                } else {
-                    self.fs
-                        .rename_replace(&temp, &target)
-                        .map_err(|e| StoreError::io(&target, e))?;
-                    if !manifest {
-                        self.objects_written += 1;
-                    }
-                }
-            }
-            Err(e) => return Err(StoreError::io(&target, e)),
         }
         self.emit(after_rename, &rel)?;
         if !skip_directory_fsync {
@@ -489,6 +518,7 @@ impl<'a> Writer<'a> {
         kind: CommitKind,
         source_generation: Option<u64>,
     ) -> Result<CommitSummary, StoreError> {
+        self.sync_concurrent_fan_dirs()?;
         let manifest_bytes = encode(manifest)?;
         let manifest_digest = self.put_object(&manifest_bytes, true)?;
         let record = CommitRecord {
@@ -547,24 +577,294 @@ impl<'a> Writer<'a> {
             objects_reused: 0,
             durable_fan_dirs: std::collections::BTreeSet::new(),
             deferred_objects: Vec::new(),
+            unsynced_fan_dirs: std::collections::BTreeSet::new(),
         };
         writer.advance_latest(commit_digest)
     }
 }
 
+fn fsync_failed(path: &Path, generation: u64, source: std::io::Error) -> StoreError {
+    StoreError::FsyncFailed {
+        path: path.to_owned(),
+        generation,
+        source,
+    }
+}
+
+/// How [`write_temp_in`] writes its file.
+#[derive(Clone, Copy, Debug)]
+struct TempWrite {
+    /// Create it read-only (objects, commit records) or not (LATEST).
+    read_only: bool,
+    /// Fsync it too, through the same open file (steps 1 and 2 with no barrier between).
+    fsync: bool,
+}
+
+/// Why [`write_temp_in`] failed: creating or writing the file, or its fsync.
+enum TempError {
+    Store(StoreError),
+    Fsync(PathBuf, std::io::Error),
+}
+
+/// Writes `bytes` to a new file `staging/<what>-<nonce>-<n>.tmp`, `n` the next number
+/// `next_number` hands out, and returns its path. A name a killed writer left behind (same
+/// pid after a restart, as in a container, and the same uncommitted generation) is
+/// skipped, never reused or deleted: recovery ignores `staging/`, and the next name is
+/// tried, at most `MAX_TEMP_NAME_ATTEMPTS` times.
+fn write_temp_in(
+    fs: &dyn FileSystem,
+    root: &Path,
+    nonce: &str,
+    what: &str,
+    next_number: &mut dyn FnMut() -> u64,
+    bytes: &[u8],
+    how: TempWrite,
+) -> Result<PathBuf, TempError> {
+    for _ in 0..MAX_TEMP_NAME_ATTEMPTS {
+        let temp = root.join(format!("staging/{what}-{nonce}-{}.tmp", next_number()));
+        let written = if how.fsync {
+            fs.write_new_file_synced(&temp, bytes, how.read_only)
+        } else {
+            fs.write_new_file(&temp, bytes, how.read_only)
+                .map_err(SyncedWriteError::Write)
+        };
+        match written {
+            Ok(()) => return Ok(temp),
+            Err(SyncedWriteError::Write(e)) if e.kind() == ErrorKind::AlreadyExists => continue,
+            Err(SyncedWriteError::Write(e)) => {
+                return Err(TempError::Store(StoreError::io(&temp, e)))
+            }
+            Err(SyncedWriteError::Fsync(e)) => return Err(TempError::Fsync(temp, e)),
+        }
+    }
+    Err(TempError::Store(StoreError::io(
+        root.join("staging"),
+        std::io::Error::other(format!(
+            "no free temp name after {MAX_TEMP_NAME_ATTEMPTS} attempts"
+        )),
+    )))
+}
+
+/// Makes the fan-out directory `objects/ab/` exist durably before an object is renamed
+/// into it: created if missing, and `objects/` fsynced once per run for each fan-out
+/// directory used (`durable` holds those already done), whoever created it (a killed
+/// writer may have left it non-durable).
+fn ensure_fan_dir_in(
+    fs: &dyn FileSystem,
+    root: &Path,
+    fan_dir: &Path,
+    durable: &mut std::collections::BTreeSet<PathBuf>,
+    faults: WriterFaults,
+    generation: u64,
+) -> Result<(), StoreError> {
+    if durable.contains(fan_dir) {
+        return Ok(());
+    }
+    let created = create_dir_if_missing(fs, fan_dir)?;
+    if (created || !faults.trust_existing_directories) && !faults.skip_objects_directory_fsync {
+        let objects = root.join("objects");
+        fs.fsync_dir(&objects)
+            .map_err(|source| fsync_failed(&objects, generation, source))?;
+    }
+    durable.insert(fan_dir.to_owned());
+    Ok(())
+}
+
+/// Whether an object's bytes were installed by this run or were already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placed {
+    /// This run's temp file now holds the address.
+    Written,
+    /// The address held verified bytes; the temp file was removed and the object fsynced.
+    Reused,
+}
+
+/// Step 3: renames the fsynced temp file `temp` to the object's address `target` without
+/// replacing. When the name exists, the existing file is kept if its bytes verify (the
+/// temp file is removed and the object fsynced, as a killed writer may not have), and
+/// otherwise replaced by the verified bytes.
+fn place_object(
+    fs: &dyn FileSystem,
+    temp: &Path,
+    target: &Path,
+    digest: Digest,
+    generation: u64,
+) -> Result<Placed, StoreError> {
+    match fs.rename_noreplace(temp, target) {
+        Ok(()) => Ok(Placed::Written),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            let existing = fs.read_file(target, MAX_MANIFEST_BYTES);
+            if matches!(&existing, Ok(b) if Digest::of(b) == digest) {
+                fs.remove_file(temp).map_err(|e| StoreError::io(temp, e))?;
+                fs.fsync_file(target)
+                    .map_err(|source| fsync_failed(target, generation, source))?;
+                Ok(Placed::Reused)
+            } else {
+                fs.rename_replace(temp, target)
+                    .map_err(|e| StoreError::io(target, e))?;
+                Ok(Placed::Written)
+            }
+        }
+        Err(e) => Err(StoreError::io(target, e)),
+    }
+}
+
+/// Most threads a publish installs objects from when nothing observes its barriers
+/// (RFC 0001 §4): each thread blocks in its own fsyncs, so the disk sees up to this many
+/// at once (more than the cores, as the threads mostly wait).
+pub const MAX_OBJECT_IO_THREADS: usize = 16;
+
+/// The shared state of one concurrent object install.
+struct ConcurrentInstall<'s> {
+    fs: &'s (dyn FileSystem + Sync),
+    root: &'s Path,
+    nonce: &'s str,
+    generation: u64,
+    produce: &'s (dyn Fn(usize) -> Vec<u8> + Sync),
+    faults: WriterFaults,
+    temp_numbers: std::sync::atomic::AtomicU64,
+    fan_dirs: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
+    /// Fan-out directories an object was renamed into (or found in): step 4 fsyncs each.
+    renamed_into: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
+}
+
+impl ConcurrentInstall<'_> {
+    /// RFC 0001 §4 steps 1–3 for object `index`, in order (its fan-out directory made
+    /// durable first), on this thread; step 4 is the run's, after every object's step 3.
+    fn install(&self, index: usize) -> Result<(Digest, Placed), StoreError> {
+        let bytes = (self.produce)(index);
+        let digest = Digest::of(&bytes);
+        let target = self.root.join(object_rel_path(&digest));
+        let fan_dir = target
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_else(|| self.root.join("objects"));
+        // The lock is held only to look the directory up: threads whose directory is
+        // durable go on while another makes its own durable (two may both make one
+        // durable the first time; each fsyncs `objects/` before its own rename).
+        let known = lock(&self.fan_dirs).contains(&fan_dir);
+        if !known {
+            let mut durable_now = std::collections::BTreeSet::new();
+            ensure_fan_dir_in(
+                self.fs,
+                self.root,
+                &fan_dir,
+                &mut durable_now,
+                self.faults,
+                self.generation,
+            )?;
+            lock(&self.fan_dirs).extend(durable_now);
+        }
+        let temp = write_temp_in(
+            self.fs,
+            self.root,
+            self.nonce,
+            "object",
+            &mut || {
+                self.temp_numbers
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    + 1
+            },
+            &bytes,
+            TempWrite {
+                read_only: true,
+                fsync: !self.faults.skip_object_file_fsync,
+            },
+        )
+        .map_err(|error| match error {
+            TempError::Store(error) => error,
+            TempError::Fsync(path, source) => fsync_failed(&path, self.generation, source),
+        })?;
+        let placed = place_object(self.fs, &temp, &target, digest, self.generation)?;
+        lock(&self.renamed_into).insert(fan_dir);
+        Ok((digest, placed))
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Installs `count` objects from up to [`MAX_OBJECT_IO_THREADS`] threads (RFC 0001 §4:
+/// only a writer no hook observes does this): each object's steps 1–3 in order on one
+/// thread, objects in no order among themselves. Step 4, an fsync of every fan-out
+/// directory an object was renamed into (or found in), comes once for the whole run,
+/// before step 5 ([`Writer::commit`]). Fails with the error of the lowest-indexed object
+/// that failed (the others stop taking work; nothing is committed). Returns the digests
+/// in index order.
+fn put_objects_concurrently(
+    writer: &mut Writer<'_>,
+    fs: &(dyn FileSystem + Sync),
+    count: usize,
+    produce: &(dyn Fn(usize) -> Vec<u8> + Sync),
+    progress: &mut dyn Progress,
+) -> Result<Vec<Digest>, StoreError> {
+    let install = ConcurrentInstall {
+        fs,
+        root: &writer.root,
+        nonce: &writer.nonce,
+        generation: writer.generation,
+        produce,
+        faults: writer.faults,
+        temp_numbers: std::sync::atomic::AtomicU64::new(writer.temp_counter),
+        fan_dirs: std::sync::Mutex::new(std::mem::take(&mut writer.durable_fan_dirs)),
+        renamed_into: std::sync::Mutex::new(std::collections::BTreeSet::new()),
+    };
+    let results = crate::core::parallel::run_indexed(
+        count,
+        MAX_OBJECT_IO_THREADS,
+        &|index| install.install(index),
+        &mut |done| progress.advance(done),
+    );
+    writer.temp_counter = install.temp_numbers.into_inner();
+    writer.durable_fan_dirs = install
+        .fan_dirs
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut digests = Vec::with_capacity(count);
+    for (_, result) in results {
+        let (digest, placed) = result?;
+        match placed {
+            Placed::Written => writer.objects_written += 1,
+            Placed::Reused => writer.objects_reused += 1,
+        }
+        digests.push(digest);
+    }
+    assert_eq!(
+        digests.len(),
+        count,
+        "every object index is taken by exactly one thread, and none failed"
+    );
+    writer.unsynced_fan_dirs.extend(
+        install
+            .renamed_into
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    progress.advance(count as u64);
+    Ok(digests)
+}
+
 /// Most threads a publish generates and hashes objects on.
 pub const MAX_HASH_THREADS: usize = 8;
 
-/// Installs `count` chunk objects in index order (RFC 0001 §4 steps 1–4 for each, every
+/// Installs `count` objects and returns their digests in index order. A run that may
+/// install concurrently ([`Writer::concurrent_fs`]) does so ([`put_objects_concurrently`]);
+/// any other installs them in index order (RFC 0001 §4 steps 1–4 for each, every
 /// file-system operation issued from this thread, in the same order as a sequential
 /// writer), while up to [`MAX_HASH_THREADS`] threads produce and hash the next objects
-/// (at most three per thread in flight). Returns the digests in order.
+/// (at most three per thread in flight), and reports every barrier.
 fn put_objects_pipelined(
     writer: &mut Writer<'_>,
     count: usize,
     produce: &(dyn Fn(usize) -> Vec<u8> + Sync),
     progress: &mut dyn Progress,
 ) -> Result<Vec<Digest>, StoreError> {
+    if let Some(shared) = writer.concurrent_fs() {
+        return put_objects_concurrently(writer, shared, count, produce, progress);
+    }
     let mut digests = Vec::with_capacity(count);
     crate::core::parallel::ordered_map(
         count,

@@ -1,0 +1,262 @@
+//! RFC 0001 §4's concurrent object install: a publish that no hook observes installs its
+//! objects from several threads and fsyncs their fan-out directories once, after every
+//! object's rename. The power-loss model checks the interleaving that happened, and
+//! catches the same concurrent writer when it skips either object fsync.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use shardlift::core::progress::NoProgress;
+use shardlift::core::topology::Topology;
+use shardlift::lab::matrix::{
+    power_loss_scenario, Action, CheckPlan, ModelFaults, ScenarioOutcome, CONCURRENT_LIMITS,
+};
+use shardlift::lab::powerloss::{tree_digest, MarkingHooks, Op, Recording, RecordingFs};
+use shardlift::store::layout::synthetic_state;
+use shardlift::store::recovery::RecoveryFaults;
+use shardlift::store::writer::{publish_with, SyntheticSpec};
+use shardlift::store::{self, NoHooks, RecordingHooks, WriterFaults};
+
+/// 16 384-element chunks: 7 chunks, 21 objects, more than the 16 installing threads.
+const CHUNK_ELEMENTS: u32 = 16_384;
+
+/// 32 768-element chunks (12 objects) for the power-loss checks: every rename stays
+/// pending until the run's one step 4, so the model's images grow with the objects.
+const MODEL_CHUNK_ELEMENTS: u32 = 32_768;
+
+fn four() -> Topology {
+    Topology::new(4).expect("topology")
+}
+
+fn base_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("base");
+    store::publish(
+        &root,
+        &synthetic_state(5, 1, MODEL_CHUNK_ELEMENTS),
+        four(),
+        &mut NoHooks,
+    )
+    .expect("generation 0");
+    (dir, root)
+}
+
+/// The power-loss model over one concurrent publish on `base`; `plan` says how many of
+/// its states are checked.
+fn concurrent_scenario(base: &Path, writer: WriterFaults, plan: CheckPlan) -> ScenarioOutcome {
+    power_loss_scenario(
+        Some(base),
+        &Action::PublishConcurrent(
+            Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
+            four(),
+        ),
+        ModelFaults {
+            writer,
+            recovery: RecoveryFaults::NONE,
+        },
+        CONCURRENT_LIMITS,
+        plan,
+    )
+    .expect("scenario")
+}
+
+/// Records one genesis publish; `threads` lets the writer install concurrently.
+fn record_publish(threads: bool) -> Recording {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("store");
+    std::fs::create_dir(&root).expect("root");
+    let recorder = RecordingFs::new(&root).expect("recorder");
+    let recorder = if threads {
+        recorder.allowing_threads()
+    } else {
+        recorder
+    };
+    let state = synthetic_state(5, 1, CHUNK_ELEMENTS);
+    publish_with(
+        &recorder,
+        &root,
+        &state,
+        four(),
+        &mut MarkingHooks(&recorder),
+        WriterFaults::NONE,
+    )
+    .expect("publish");
+    recorder.finish()
+}
+
+/// Positions of the renames into `objects/` (chunk objects and the manifest) and of the
+/// fan-out directory fsyncs, with the directories renamed into.
+struct ObjectOps {
+    renames: Vec<usize>,
+    fan_fsyncs: Vec<(usize, String)>,
+    renamed_into: BTreeSet<String>,
+    /// The directories of every rename but the last (the manifest's).
+    chunk_rename_dirs: BTreeSet<String>,
+}
+
+fn object_ops(recording: &Recording) -> ObjectOps {
+    let mut ops = ObjectOps {
+        renames: Vec::new(),
+        fan_fsyncs: Vec::new(),
+        renamed_into: BTreeSet::new(),
+        chunk_rename_dirs: BTreeSet::new(),
+    };
+    let mut rename_dirs = Vec::new();
+    for (at, op) in recording.ops.iter().enumerate() {
+        match op {
+            Op::Rename { to, .. } if to.starts_with("objects/") => {
+                ops.renames.push(at);
+                let fan = to.rsplit_once('/').map(|(dir, _)| dir.to_owned());
+                ops.renamed_into.extend(fan.clone());
+                rename_dirs.extend(fan);
+            }
+            Op::FsyncDir { path } if path.starts_with("objects/") => {
+                ops.fan_fsyncs.push((at, path.clone()));
+            }
+            _ => {}
+        }
+    }
+    rename_dirs.pop();
+    ops.chunk_rename_dirs = rename_dirs.into_iter().collect();
+    ops
+}
+
+#[test]
+fn an_unobserved_publish_fsyncs_each_fan_out_directory_once_after_every_rename() {
+    let concurrent = object_ops(&record_publish(true));
+    // The last rename into objects/ is the manifest's, followed by its own directory
+    // fsync (step 8); every chunk object's step 4 comes after the last chunk rename.
+    let chunk_renames = &concurrent.renames[..concurrent.renames.len() - 1];
+    assert_eq!(chunk_renames.len(), 21, "21 chunk objects renamed");
+    let last_chunk_rename = *chunk_renames.last().expect("renames");
+    let step4: Vec<&(usize, String)> = concurrent
+        .fan_fsyncs
+        .iter()
+        .filter(|(at, _)| *at < *concurrent.renames.last().expect("manifest rename"))
+        .collect();
+    assert!(step4.iter().all(|(at, _)| *at > last_chunk_rename));
+    let fsynced: BTreeSet<&str> = step4.iter().map(|(_, dir)| dir.as_str()).collect();
+    assert_eq!(fsynced.len(), step4.len(), "each fan-out directory once");
+    // Exactly the directories the chunk objects went into: the manifest's rename (the
+    // last) is followed by its own fsync, step 8.
+    let chunk_dirs: BTreeSet<&str> = concurrent
+        .chunk_rename_dirs
+        .iter()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(fsynced, chunk_dirs);
+    assert!(fsynced.len() >= 10, "{} fan-out directories", fsynced.len());
+
+    // Observed (sequential) publish of the same state: one directory fsync per object,
+    // right after its rename, so the two orders really differ.
+    let sequential = object_ops(&record_publish(false));
+    assert_eq!(sequential.renames.len(), concurrent.renames.len());
+    assert_eq!(sequential.fan_fsyncs.len(), sequential.renames.len());
+    assert!(sequential
+        .renames
+        .iter()
+        .zip(&sequential.fan_fsyncs)
+        .all(|(rename, (fsync, _))| fsync > rename));
+    assert_eq!(sequential.renamed_into, concurrent.renamed_into);
+}
+
+/// A mutant is killed by its first violation; states are checked in a seeded shuffle.
+fn hunting_plan() -> CheckPlan {
+    CheckPlan {
+        max_states: 0,
+        threads: 2,
+        stop_after_violations: Some(1),
+    }
+}
+
+#[test]
+fn a_concurrent_and_a_sequential_publish_leave_the_same_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = synthetic_state(5, 3, CHUNK_ELEMENTS);
+    let spec = SyntheticSpec {
+        seed: 4,
+        object_bytes: 4096,
+        total_bytes: 300 * 4096 + 17,
+    };
+    let publish = |name: &str, hooks: &mut dyn store::BarrierHook| {
+        let root = dir.path().join(name);
+        let summary = store::publish_synthetic(&root, &state, four(), spec, hooks, &mut NoProgress)
+            .expect("publish");
+        (summary, tree_digest(&root).expect("tree digest"))
+    };
+    let mut recorded = RecordingHooks::default();
+    let sequential = publish("sequential", &mut recorded);
+    let concurrent = publish("concurrent", &mut NoHooks);
+    assert_eq!(sequential, concurrent);
+    assert_eq!(concurrent.0.objects_written, 21 + 301);
+    // The sequential run reported its four barriers for every object; the other none.
+    let object_events = recorded
+        .events
+        .iter()
+        .filter(|e| e.barrier.name().starts_with("object-"))
+        .count();
+    assert_eq!(object_events, 4 * (21 + 301));
+}
+
+#[test]
+fn every_crash_point_of_a_concurrent_publish_recovers() {
+    let (_dir, base) = base_store();
+    let outcome = concurrent_scenario(&base, WriterFaults::NONE, CheckPlan::exhaustive(2));
+    assert!(outcome.states_checked >= 20, "{outcome:?}");
+    assert_eq!(outcome.states_checked, outcome.distinct_states);
+    assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
+}
+
+#[test]
+fn every_crash_point_of_a_concurrent_republish_of_the_same_state_recovers() {
+    // Every object is already there: each thread takes the found-and-verified path (the
+    // temp file removed, the object fsynced), and step 4 fsyncs their directories.
+    let (_dir, base) = base_store();
+    let outcome = power_loss_scenario(
+        Some(&base),
+        &Action::PublishConcurrent(
+            Box::new(synthetic_state(5, 1, MODEL_CHUNK_ELEMENTS)),
+            Topology::new(2).expect("topology"),
+        ),
+        ModelFaults::NONE,
+        CONCURRENT_LIMITS,
+        CheckPlan::exhaustive(2),
+    )
+    .expect("scenario");
+    assert!(outcome.states_checked >= 2, "{outcome:?}");
+    assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
+}
+
+#[test]
+fn a_concurrent_publish_without_its_fan_out_directory_fsyncs_is_caught() {
+    let (_dir, base) = base_store();
+    let outcome = concurrent_scenario(
+        &base,
+        WriterFaults {
+            skip_object_directory_fsync: true,
+            ..WriterFaults::NONE
+        },
+        hunting_plan(),
+    );
+    assert!(
+        outcome
+            .violations
+            .iter()
+            .any(|v| v.contains("generation 1")),
+        "{:#?}",
+        outcome.violations
+    );
+}
+
+#[test]
+fn a_concurrent_publish_without_its_object_file_fsyncs_is_caught() {
+    let (_dir, base) = base_store();
+    let outcome = concurrent_scenario(
+        &base,
+        WriterFaults {
+            skip_object_file_fsync: true,
+            ..WriterFaults::NONE
+        },
+        hunting_plan(),
+    );
+    assert!(!outcome.violations.is_empty(), "no violation found");
+}
