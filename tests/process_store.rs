@@ -136,6 +136,18 @@ fn cli_recover_and_reshard_json() {
     );
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(summary["generation"], 1);
+    // Progress on stderr (phase lines: stderr is no terminal), verification first.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let position = |prefix: &str| {
+        lines
+            .iter()
+            .position(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' line in {stderr}"))
+    };
+    assert!(position("verifying generation 0") < position("verifying generation 0: done in"));
+    assert!(position("verifying generation 0: done in") < position("committing the reshard"));
+    assert!(position("committing the reshard") < position("committing the reshard: done in"));
     let out = run(&["store", "recover", "--store", store, "--json"]);
     assert!(out.status.success());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");

@@ -99,6 +99,7 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
         "reshard_w8",
         "copy",
         "copy_cold",
+        "object_reads_warm",
     ] {
         figure(name);
     }
@@ -143,6 +144,21 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
     close(
         "recovery_over_measured_parallel_sha256",
         figure("recovery_verify").1 / figure("sha256_parallel_in_memory").1,
+    );
+    close(
+        "recovery_over_reads_plus_hashing",
+        (figure("object_reads_warm").0 + figure("sha256_parallel_in_memory").0)
+            / figure("recovery_verify").0,
+    );
+    // The reshard's commit phase is timed inside the whole reshard, so it is shorter.
+    let commit_ms = large["reshard_w3_commit_ms"]
+        .as_f64()
+        .expect("reshard_w3_commit_ms");
+    assert!(commit_ms > 0.0, "{large}");
+    assert!(commit_ms / 1e3 < figure("reshard_w3").0, "{large}");
+    close(
+        "reshard_commit_over_copy",
+        commit_ms / 1e3 / figure("copy").0,
     );
     assert!(stderr.contains("store bench: publish"), "{stderr}");
     assert!(

@@ -205,3 +205,85 @@ fn impossible_sizes_are_refused_before_anything_is_written() {
     }
     assert!(!root.exists());
 }
+
+/// A scaled state of 40 synthetic objects: three verification batches of 16, 16 and 8.
+const FORTY_OBJECTS: SyntheticSpec = SyntheticSpec {
+    seed: 4,
+    object_bytes: 4096,
+    total_bytes: 40 * 4096,
+};
+
+fn published_forty() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("store");
+    store::publish_synthetic(
+        &root,
+        &synthetic_state(2, 3, 8192),
+        Topology::new(4).expect("t"),
+        FORTY_OBJECTS,
+        &mut store::NoHooks,
+        &mut shardlift::core::progress::NoProgress,
+    )
+    .expect("publish");
+    (dir, root)
+}
+
+/// `commits/` (names and bytes) and `refs/LATEST`.
+fn authority(root: &Path) -> (Vec<(String, Vec<u8>)>, Vec<u8>) {
+    let mut commits: Vec<(String, Vec<u8>)> = std::fs::read_dir(root.join("commits"))
+        .expect("commits")
+        .map(|entry| {
+            let entry = entry.expect("entry");
+            let bytes = std::fs::read(entry.path()).expect("read");
+            (entry.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect();
+    commits.sort();
+    (
+        commits,
+        std::fs::read(root.join("refs/LATEST")).expect("LATEST"),
+    )
+}
+
+#[test]
+fn a_reshard_reports_verification_batch_by_batch_then_its_commit() {
+    let (_dir, root) = published_forty();
+    let mut progress = RecordedProgress::default();
+    let summary = store::reshard_reporting(&root, 0, Topology::new(3).expect("t"), &mut progress)
+        .expect("reshard");
+    assert_eq!(summary.generation, 1);
+    assert_eq!(
+        progress.events,
+        [
+            "phase verifying generation 0 ?",
+            "advance 16",
+            "advance 32",
+            "advance 40",
+            "finish",
+            "phase committing the reshard ?",
+            "finish",
+        ]
+    );
+}
+
+#[test]
+fn a_refused_reshard_reports_no_commit_phase_and_changes_no_record() {
+    let (_dir, root) = published_forty();
+    let synthetic = manifest(&root).synthetic.expect("synthetic");
+    corrupt(&root, synthetic.objects[20]);
+    let before = authority(&root);
+    let mut progress = RecordedProgress::default();
+    match store::reshard_reporting(&root, 0, Topology::new(3).expect("t"), &mut progress) {
+        Err(StoreError::DigestMismatch { path, .. }) => {
+            assert!(path.ends_with(object_rel_path(&synthetic.objects[20])))
+        }
+        other => panic!("reshard of a corrupt source: {other:?}"),
+    }
+    // The first batch verified; the second holds the corrupt object, so the phase is
+    // left unfinished and the commit phase never starts.
+    assert_eq!(
+        progress.events,
+        ["phase verifying generation 0 ?", "advance 16"]
+    );
+    assert_eq!(authority(&root), before);
+}

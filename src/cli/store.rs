@@ -76,6 +76,7 @@ pub enum StoreCommand {
     },
     /// Offline reshard: verify the generation, then commit the next generation with the
     /// same chunk objects and the ownership map for N workers (no chunk is rewritten).
+    /// Progress goes to stderr: "verifying generation G", then "committing the reshard".
     Reshard {
         #[arg(long)]
         store: PathBuf,
@@ -500,7 +501,8 @@ pub(super) fn print_recovery(
 
 fn reshard(store: &Path, generation: u64, workers: u32, json: bool) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
-    let summary = shardlift::store::reshard(store, generation, topology)
+    let mut progress = super::progress::StderrProgress::new();
+    let summary = shardlift::store::reshard_reporting(store, generation, topology, &mut progress)
         .with_context(|| format!("resharding generation {generation}"))?;
     print_report(json, &summary, || {
         format!(

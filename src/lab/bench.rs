@@ -274,8 +274,9 @@ pub struct LargeBenchReport {
     pub recovery_verify_cold: Figure,
     /// SHA-256 of the same bytes on one core, in memory.
     pub sha256_single_core: Figure,
-    /// SHA-256 of the same bytes in memory on `cores_used` threads at once (generation
-    /// time subtracted): what the cores give now, other processes included.
+    /// SHA-256 of the same bytes in memory on `cores_used` threads at once (each thread
+    /// times its hashing alone; the busiest thread's time): what the cores give now,
+    /// other processes included.
     pub sha256_parallel_in_memory: Figure,
     /// Offline reshard W4 → W3 (RFC 0001 §7: verify the source, then commit).
     pub reshard_w3: Figure,
@@ -306,6 +307,18 @@ pub struct LargeBenchReport {
     pub publish_over_concurrent_plain: f64,
     /// `reshard_w3.seconds / copy.seconds`.
     pub reshard_over_copy: f64,
+    /// The W3 reshard's commit phase alone (manifest, commit record, LATEST and their
+    /// fsyncs), in milliseconds: placement itself, without RFC 0001 §7's verification.
+    pub reshard_w3_commit_ms: f64,
+    /// That commit phase's seconds over `copy.seconds`.
+    pub reshard_commit_over_copy: f64,
+    /// Opening, reading whole and closing every object file of the published store on
+    /// `cores_used` threads, page cache warm, no hashing: recovery's I/O on its own.
+    pub object_reads_warm: Figure,
+    /// `(object_reads_warm.seconds + sha256_parallel_in_memory.seconds) /
+    /// recovery_verify.seconds`: about 1 when recovery costs its reads plus its hashing,
+    /// which is what bounds `recovery_over_parallel_sha256`.
+    pub recovery_over_reads_plus_hashing: f64,
     /// `recovery_verify.mb_per_s / (sha256_single_core.mb_per_s × cores_used)`.
     pub recovery_over_parallel_sha256: f64,
     /// `recovery_verify.mb_per_s / sha256_parallel_in_memory.mb_per_s`: against what the
@@ -433,7 +446,8 @@ struct LargeTimings {
     recovery_cold_s: f64,
     sha_s: f64,
     sha_parallel_s: f64,
-    reshard_s: [f64; 3],
+    object_reads_s: f64,
+    reshard: ReshardTimings,
     copy_s: f64,
     copy_cold_s: f64,
 }
@@ -500,16 +514,17 @@ pub fn run_large(
     let object_bytes = objects.spec.object_bytes;
     let fsync_probe = probe_fsync(&work.path().join("probe"), object_bytes as usize, 200)?;
 
+    let cores_used = crate::store::recovery::verify_threads(&crate::store::RealFs);
     progress.phase("store bench: recovery (warm, cold)", None);
     let recovery_s = time_recovery(&store, summary.generation)?;
+    let object_reads_s = time_object_reads(&store, cores_used)?;
     make_cold(&store, options.drop_caches)?;
     let recovery_cold_s = time_recovery(&store, summary.generation)?;
     progress.finish();
 
     let sha_s = time_single_core_sha(&objects, progress);
-    let cores_used = crate::store::recovery::verify_threads(&crate::store::RealFs);
     let sha_parallel_s = time_parallel_sha(&objects, cores_used)?;
-    let reshard_s = time_reshards(&store, summary.generation, progress)?;
+    let reshard = time_reshards(&store, summary.generation, progress)?;
     let (copy_s, copy_cold_s) = time_copies(work.path(), &plain, options.drop_caches, progress)?;
     let timings = LargeTimings {
         plain_s,
@@ -520,7 +535,8 @@ pub fn run_large(
         recovery_cold_s,
         sha_s,
         sha_parallel_s,
-        reshard_s,
+        object_reads_s,
+        reshard,
         copy_s,
         copy_cold_s,
     };
@@ -663,17 +679,96 @@ fn time_reshards(
     store: &Path,
     generation: u64,
     progress: &mut dyn Progress,
-) -> Result<[f64; 3], LabError> {
+) -> Result<ReshardTimings, LabError> {
     progress.phase("store bench: reshard W4 to W3, W2, W8", Some(3));
     let mut seconds = [0.0; 3];
+    let mut w3_commit_s = 0.0;
     for (k, workers) in [3, 2, 8].into_iter().enumerate() {
+        let mut clock = PhaseClock::default();
         let started = Instant::now();
-        crate::store::reshard(store, generation, Topology::new(workers)?)?;
+        crate::store::reshard_reporting(store, generation, Topology::new(workers)?, &mut clock)?;
         seconds[k] = started.elapsed().as_secs_f64();
+        if workers == 3 {
+            w3_commit_s = clock.seconds_of(RESHARD_COMMIT_PHASE).ok_or_else(|| {
+                LabError::Model("the reshard reported no commit phase".to_owned())
+            })?;
+        }
         progress.advance(k as u64 + 1);
     }
     progress.finish();
-    Ok(seconds)
+    Ok(ReshardTimings {
+        seconds,
+        w3_commit_s,
+    })
+}
+
+/// The phase of a reshard that commits the new placement (`store::reshard_reporting`).
+const RESHARD_COMMIT_PHASE: &str = "committing the reshard";
+
+/// Seconds of the three reshards, and of the W3 reshard's commit phase alone.
+struct ReshardTimings {
+    /// W4 → W3, W2, W8, whole (verification and commit).
+    seconds: [f64; 3],
+    /// The W3 reshard's commit phase: manifest, commit record, LATEST, their fsyncs.
+    w3_commit_s: f64,
+}
+
+/// Times the phases an operation reports: each from its `phase` to its `finish`.
+#[derive(Default)]
+struct PhaseClock {
+    open: Option<(String, Instant)>,
+    finished: Vec<(String, f64)>,
+}
+
+impl PhaseClock {
+    /// Seconds of the finished phase named `name` (`None` if it never finished).
+    fn seconds_of(&self, name: &str) -> Option<f64> {
+        self.finished
+            .iter()
+            .find(|(phase, _)| phase == name)
+            .map(|(_, seconds)| *seconds)
+    }
+}
+
+impl Progress for PhaseClock {
+    fn phase(&mut self, name: &str, _total: Option<u64>) {
+        self.open = Some((name.to_owned(), Instant::now()));
+    }
+
+    fn finish(&mut self) {
+        if let Some((name, started)) = self.open.take() {
+            self.finished.push((name, started.elapsed().as_secs_f64()));
+        }
+    }
+}
+
+/// Reads every file under the store's `objects/` (listed first, untimed) whole, without
+/// hashing, on `threads` threads: what recovery's opens, reads and closes cost on their
+/// own, page cache as it is.
+fn time_object_reads(store: &Path, threads: usize) -> Result<f64, LabError> {
+    let mut files = Vec::new();
+    for fan_dir in std::fs::read_dir(store.join("objects"))? {
+        let fan_dir = fan_dir?;
+        if fan_dir.file_type()?.is_dir() {
+            for object in std::fs::read_dir(fan_dir.path())? {
+                files.push(object?.path());
+            }
+        }
+    }
+    let read = |index: usize| -> std::io::Result<usize> {
+        let bytes = crate::durable::fs::FileSystem::read_file(
+            &crate::store::RealFs,
+            &files[index],
+            crate::store::codec::MAX_MANIFEST_BYTES,
+        )?;
+        Ok(std::hint::black_box(bytes).len())
+    };
+    let started = Instant::now();
+    for (_, outcome) in crate::core::parallel::run_indexed(files.len(), threads, &read, &mut |_| {})
+    {
+        outcome?;
+    }
+    Ok(started.elapsed().as_secs_f64())
 }
 
 /// Copies of the plain files, warm then cold (six copies of the state on disk at most:
@@ -709,7 +804,7 @@ fn large_report(
     let plain_write_fsync = Figure::new(state_bytes, t.plain_s);
     let publish = Figure::new(state_bytes, t.publish_s);
     let copy = Figure::new(state_bytes, t.copy_s);
-    let reshard_w3 = Figure::new(state_bytes, t.reshard_s[0]);
+    let reshard_w3 = Figure::new(state_bytes, t.reshard.seconds[0]);
     let sha256_parallel_in_memory = Figure::new(state_bytes, t.sha_parallel_s);
     LargeBenchReport {
         state_bytes,
@@ -728,6 +823,13 @@ fn large_report(
         plain_write_fsync_concurrent: Figure::new(state_bytes, t.plain_concurrent_s),
         io_threads: crate::store::writer::MAX_OBJECT_IO_THREADS,
         reshard_over_copy: ratio(reshard_w3.seconds, copy.seconds),
+        reshard_w3_commit_ms: t.reshard.w3_commit_s * 1e3,
+        reshard_commit_over_copy: ratio(t.reshard.w3_commit_s, copy.seconds),
+        object_reads_warm: Figure::new(state_bytes, t.object_reads_s),
+        recovery_over_reads_plus_hashing: ratio(
+            t.object_reads_s + t.sha_parallel_s,
+            recovery_verify.seconds,
+        ),
         recovery_over_parallel_sha256: ratio(
             recovery_verify.mb_per_s,
             sha256_single_core.mb_per_s * cores_used as f64,
@@ -743,8 +845,8 @@ fn large_report(
         recovery_verify_cold: Figure::new(state_bytes, t.recovery_cold_s),
         sha256_single_core,
         reshard_w3,
-        reshard_w2: Figure::new(state_bytes, t.reshard_s[1]),
-        reshard_w8: Figure::new(state_bytes, t.reshard_s[2]),
+        reshard_w2: Figure::new(state_bytes, t.reshard.seconds[1]),
+        reshard_w8: Figure::new(state_bytes, t.reshard.seconds[2]),
         copy,
         copy_cold: Figure::new(state_bytes, t.copy_cold_s),
     }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
-use crate::core::progress::Progress;
+use crate::core::progress::{NoProgress, Progress};
 use crate::core::rng::SplitMix64;
 use crate::core::topology::Topology;
 
@@ -498,7 +498,15 @@ fn record_action(
                 publish_with(&fs, root, state, *topology, &mut hooks, faults)?.generation
             }
             Action::Reshard(generation, topology) => {
-                reshard_with(&fs, root, *generation, *topology, &mut hooks)?.generation
+                reshard_with(
+                    &fs,
+                    root,
+                    *generation,
+                    *topology,
+                    &mut hooks,
+                    &mut NoProgress,
+                )?
+                .generation
             }
             Action::RepairLatest => {
                 let report = crate::store::recovery::recover_with(&fs, root)?;
@@ -765,7 +773,14 @@ pub fn build_corruption_base(root: &Path, seed: u64) -> Result<(), LabError> {
         &mut NoHooks,
         WriterFaults::default(),
     )?;
-    reshard_with(&RealFs, root, 1, topology(3)?, &mut NoHooks)?;
+    reshard_with(
+        &RealFs,
+        root,
+        1,
+        topology(3)?,
+        &mut NoHooks,
+        &mut NoProgress,
+    )?;
     Ok(())
 }
 

@@ -100,7 +100,30 @@ pub fn reshard(
     generation: u64,
     topology: Topology,
 ) -> Result<CommitSummary, StoreError> {
-    writer::reshard_with(&RealFs, store_dir, generation, topology, &mut NoHooks)
+    reshard_reporting(
+        store_dir,
+        generation,
+        topology,
+        &mut crate::core::progress::NoProgress,
+    )
+}
+
+/// As [`reshard`], reporting its two phases to `progress` (see [`writer::reshard_with`]):
+/// verifying the source, then committing the new placement.
+pub fn reshard_reporting(
+    store_dir: &Path,
+    generation: u64,
+    topology: Topology,
+    progress: &mut dyn crate::core::progress::Progress,
+) -> Result<CommitSummary, StoreError> {
+    writer::reshard_with(
+        &RealFs,
+        store_dir,
+        generation,
+        topology,
+        &mut NoHooks,
+        progress,
+    )
 }
 
 /// Rewrites LATEST to name the selected generation if it does not already (the only

@@ -10,6 +10,7 @@ use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 
 use crate::core::canonical::CanonicalRecord;
+use crate::core::progress::{NoProgress, Progress};
 use crate::durable::fs::{EntryKind, FileSystem};
 use crate::store::codec::{
     commit_rel_path, decode, object_rel_path, parse_commit_name, CommitRecord, LatestRecord,
@@ -276,7 +277,27 @@ pub fn verify_generation_with(
     generation: u64,
     decode_state: bool,
 ) -> Result<VerifiedGeneration, StoreError> {
-    verify_generation_faulty(fs, root, generation, decode_state, RecoveryFaults::NONE)
+    verify_generation_reporting(fs, root, generation, decode_state, &mut NoProgress)
+}
+
+/// As [`verify_generation_with`], reporting the synthetic objects verified to `progress`
+/// (`advance` with how many, in manifest order; no phase of its own: the caller names
+/// it). A generation without synthetic objects reports nothing.
+pub fn verify_generation_reporting(
+    fs: &dyn FileSystem,
+    root: &Path,
+    generation: u64,
+    decode_state: bool,
+    progress: &mut dyn Progress,
+) -> Result<VerifiedGeneration, StoreError> {
+    verify_generation_faulty(
+        fs,
+        root,
+        generation,
+        decode_state,
+        RecoveryFaults::NONE,
+        progress,
+    )
 }
 
 fn verify_generation_faulty(
@@ -285,6 +306,7 @@ fn verify_generation_faulty(
     generation: u64,
     decode_state: bool,
     faults: RecoveryFaults,
+    progress: &mut dyn Progress,
 ) -> Result<VerifiedGeneration, StoreError> {
     let commit_path = root.join(commit_rel_path(generation));
     let commit_bytes = match fs.read_file(&commit_path, CommitRecord::CAP) {
@@ -350,7 +372,7 @@ fn verify_generation_faulty(
         None
     };
     if let Some(synthetic) = &manifest.synthetic {
-        verify_synthetic(fs, root, &manifest_path, synthetic, faults)?;
+        verify_synthetic(fs, root, &manifest_path, synthetic, faults, progress)?;
     }
     Ok(VerifiedGeneration {
         generation,
@@ -431,13 +453,15 @@ fn verify_synthetic_object(
 /// Verifies every synthetic object of a manifest, hashing them in parallel on up to
 /// [`MAX_VERIFY_THREADS`] threads when the file system may be shared (memory: one
 /// fixed-size buffer per thread). If several objects are bad, the first in manifest order
-/// is reported, every time.
+/// is reported, every time. `progress` advances as objects are verified, in manifest
+/// order (a batch at a time when threads hash).
 fn verify_synthetic(
     fs: &dyn FileSystem,
     root: &Path,
     manifest_path: &Path,
     synthetic: &SyntheticPayloads,
     faults: RecoveryFaults,
+    progress: &mut dyn Progress,
 ) -> Result<(), StoreError> {
     let count = synthetic.objects.len();
     match fs.shared() {
@@ -454,10 +478,17 @@ fn verify_synthetic(
                     verify_synthetic_object(shared, root, manifest_path, synthetic, i, faults)
                 })
             },
-            |_, result| result,
+            |batch, result| {
+                result?;
+                let verified = ((batch + 1) * VERIFY_BATCH).min(count);
+                progress.advance(verified as u64);
+                Ok(())
+            },
         ),
         None => (0..count).try_for_each(|i| {
-            verify_synthetic_object(fs, root, manifest_path, synthetic, i, faults)
+            verify_synthetic_object(fs, root, manifest_path, synthetic, i, faults)?;
+            progress.advance(i as u64 + 1);
+            Ok(())
         }),
     }
 }
@@ -521,7 +552,7 @@ pub fn recover_faulty(
     let mut rejected = Vec::new();
     let mut selected = None;
     for generation in generations {
-        match verify_generation_faulty(fs, root, generation, false, faults) {
+        match verify_generation_faulty(fs, root, generation, false, faults, &mut NoProgress) {
             Ok(v) => {
                 valid.push(generation);
                 selected = Some(SelectedGeneration::of(&v));
@@ -554,7 +585,8 @@ fn trusted_latest(
     let path = root.join(LATEST_REL_PATH);
     let bytes = read_capped(fs, &path, LatestRecord::CAP).ok()?;
     let record: LatestRecord = decode(&path, &bytes).ok()?;
-    let v = verify_generation_faulty(fs, root, record.generation, false, faults).ok()?;
+    let v = verify_generation_faulty(fs, root, record.generation, false, faults, &mut NoProgress)
+        .ok()?;
     Some(RecoveryReport {
         selected: Some(SelectedGeneration::of(&v)),
         valid_generations: vec![v.generation],

@@ -1027,13 +1027,18 @@ impl Progress for OffsetProgress<'_> {
 }
 
 /// Offline reshard through `fs`: verifies `generation`, then commits the next generation
-/// with the same chunk objects and the ownership map for `topology`.
+/// with the same chunk objects and the ownership map for `topology`. `progress` gets two
+/// phases, `verifying generation G` (its total unknown until the manifest is read; it
+/// advances as synthetic objects verify, when the generation has any) and then
+/// `committing the reshard`. A phase that fails is left unfinished (no `finish`): a
+/// source that does not verify never starts the second.
 pub fn reshard_with(
     fs: &dyn FileSystem,
     root: &Path,
     generation: u64,
     topology: Topology,
     hooks: &mut dyn BarrierHook,
+    progress: &mut dyn Progress,
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
     if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? != Some(EntryKind::Dir) {
@@ -1041,10 +1046,16 @@ pub fn reshard_with(
             path: root.to_owned(),
         });
     }
-    let source = crate::store::recovery::verify_generation_with(fs, root, generation, false)?;
+    progress.phase(&format!("verifying generation {generation}"), None);
+    let source =
+        crate::store::recovery::verify_generation_reporting(fs, root, generation, false, progress)?;
+    progress.finish();
     let mut manifest = source.manifest.clone();
     manifest.workers = topology.workers();
     manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
+    progress.phase("committing the reshard", None);
     let writer = Writer::begin(fs, root, hooks, WriterFaults::default())?;
-    writer.commit(&manifest, CommitKind::Reshard, Some(generation))
+    let committed = writer.commit(&manifest, CommitKind::Reshard, Some(generation))?;
+    progress.finish();
+    Ok(committed)
 }
