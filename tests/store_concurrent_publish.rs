@@ -86,6 +86,8 @@ fn record_publish(threads: bool) -> Recording {
 /// Positions of the renames into `objects/` (chunk objects and the manifest) and of the
 /// fan-out directory fsyncs, with the directories renamed into.
 struct ObjectOps {
+    /// Where the manifest's temp file was written (step 5).
+    manifest_write: Option<usize>,
     renames: Vec<usize>,
     fan_fsyncs: Vec<(usize, String)>,
     renamed_into: BTreeSet<String>,
@@ -95,6 +97,7 @@ struct ObjectOps {
 
 fn object_ops(recording: &Recording) -> ObjectOps {
     let mut ops = ObjectOps {
+        manifest_write: None,
         renames: Vec::new(),
         fan_fsyncs: Vec::new(),
         renamed_into: BTreeSet::new(),
@@ -103,6 +106,9 @@ fn object_ops(recording: &Recording) -> ObjectOps {
     let mut rename_dirs = Vec::new();
     for (at, op) in recording.ops.iter().enumerate() {
         match op {
+            Op::Create { path, .. } if path.starts_with("staging/manifest-") => {
+                ops.manifest_write.get_or_insert(at);
+            }
             Op::Rename { to, .. } if to.starts_with("objects/") => {
                 ops.renames.push(at);
                 let fan = to.rsplit_once('/').map(|(dir, _)| dir.to_owned());
@@ -128,12 +134,17 @@ fn an_unobserved_publish_fsyncs_each_fan_out_directory_once_after_every_rename()
     let chunk_renames = &concurrent.renames[..concurrent.renames.len() - 1];
     assert_eq!(chunk_renames.len(), 21, "21 chunk objects renamed");
     let last_chunk_rename = *chunk_renames.last().expect("renames");
+    // Step 4 is every fan-out fsync before the manifest's rename; all of them come after
+    // the last chunk rename and before step 5, the manifest's write.
     let step4: Vec<&(usize, String)> = concurrent
         .fan_fsyncs
         .iter()
         .filter(|(at, _)| *at < *concurrent.renames.last().expect("manifest rename"))
         .collect();
-    assert!(step4.iter().all(|(at, _)| *at > last_chunk_rename));
+    let manifest_write = concurrent.manifest_write.expect("the manifest was written");
+    assert!(step4
+        .iter()
+        .all(|(at, _)| *at > last_chunk_rename && *at < manifest_write));
     let fsynced: BTreeSet<&str> = step4.iter().map(|(_, dir)| dir.as_str()).collect();
     assert_eq!(fsynced.len(), step4.len(), "each fan-out directory once");
     // Exactly the directories the chunk objects went into: the manifest's rename (the

@@ -77,9 +77,12 @@ where
 /// order from a shared counter, and calls `on_progress` with how many finished at least
 /// every 100 ms meanwhile (and once at the end). Returns as soon as every thread ended:
 /// each says so on a channel, nobody sleeps a fixed time. Every index is taken by exactly
-/// one thread; after a failure or a panic no new index is taken (a panic is resumed on
-/// the calling thread). Returns the result of every index that ran, in index order (all
-/// of `0..count` when none failed).
+/// one thread, in increasing order, and every index taken runs to its end; after a
+/// failure or a panic each thread takes at most one more index (it checks the stop flag,
+/// then takes one), so the indices that ran are `0..=k` for some `k` and the
+/// lowest-indexed failure is always among the results (a panic is resumed on the calling
+/// thread). Returns the result of every index that ran, in index order (all of
+/// `0..count` when none failed).
 pub fn run_indexed<T: Send, E: Send>(
     count: usize,
     threads: usize,
@@ -224,6 +227,32 @@ mod tests {
             "one thread takes no index after its failure"
         );
         assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn run_indexed_on_several_threads_always_returns_the_lowest_failing_index() {
+        for _ in 0..50 {
+            let results = run_indexed(
+                10_000,
+                4,
+                &|i| {
+                    if i == 37 || i == 41 || i % 500 == 499 {
+                        Err(i)
+                    } else {
+                        Ok(i)
+                    }
+                },
+                &mut |_| {},
+            );
+            // The indices that ran are a prefix 0..=k, each once, in order.
+            assert!(results
+                .iter()
+                .enumerate()
+                .all(|(at, (index, _))| at == *index));
+            let first_error = results.iter().find_map(|(_, r)| r.as_ref().err());
+            assert_eq!(first_error, Some(&37));
+            assert!(results.len() < 10_000, "the threads stopped taking work");
+        }
     }
 
     #[test]

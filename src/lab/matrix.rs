@@ -525,7 +525,22 @@ fn record_action(
         }
     };
     let candidate = generation_expectation(root, generation)?;
-    Ok((candidate, fs.finish()))
+    let recording = fs.finish();
+    // The concurrent scenario must check a concurrent run: a writer that went sequential
+    // (a hook that observes, a file system threads may not share) reports object barriers.
+    if matches!(action, Action::PublishConcurrent(..)) && faults.allow_concurrent_install() {
+        if let Some((barrier, _)) = recording
+            .marks
+            .iter()
+            .find(|(barrier, _)| barrier.name().starts_with("object-"))
+        {
+            return Err(LabError::Model(format!(
+                "the concurrent-install scenario ran sequentially: it reported {}",
+                barrier.name()
+            )));
+        }
+    }
+    Ok((candidate, recording))
 }
 
 /// At most `max_states` of `states`, evenly spaced (all of them when `max_states` is 0).

@@ -11,7 +11,9 @@
 //! - an entry whose parent directory is absent is lost.
 //!
 //! Crash points: every operation boundary. Subsets of pending operations: all when there
-//! are at most 10, else every prefix, every omit-one and seeded samples.
+//! are at most `EnumerationLimits::all_subsets_up_to` (10 for most scenarios, 4 for the
+//! concurrent install, `matrix::CONCURRENT_LIMITS`, whose renames all stay pending until
+//! its one directory-fsync step), else every prefix, every omit-one and seeded samples.
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};

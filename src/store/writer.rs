@@ -62,6 +62,20 @@ pub struct WriterFaults {
 }
 
 impl WriterFaults {
+    /// Whether a writer with these faults may install objects concurrently (RFC 0001 §4,
+    /// "Concurrent objects") when no hook observes it: with no fault, or only the two
+    /// object fsync faults, which the concurrent install honours too (so the power-loss
+    /// model can show it catches a concurrent writer that skips them). Any other fault
+    /// keeps the writer sequential.
+    pub fn allow_concurrent_install(&self) -> bool {
+        let other_faults = WriterFaults {
+            skip_object_file_fsync: false,
+            skip_object_directory_fsync: false,
+            ..*self
+        };
+        other_faults == WriterFaults::NONE
+    }
+
     /// The correct writer (no fault), usable in constants.
     pub const NONE: WriterFaults = WriterFaults {
         skip_commit_directory_fsync: false,
@@ -332,17 +346,12 @@ impl<'a> Writer<'a> {
     }
 
     /// The file system to install objects from several threads through, when this run
-    /// may (RFC 0001 §4): no hook observes its barriers, no fault is injected, and the
-    /// file system is one threads may share (the real one). `None` keeps it sequential.
-    /// The two object faults are honoured there too, so the power-loss model can show it
-    /// catches a concurrent writer that skips them.
+    /// may (RFC 0001 §4): no hook observes its barriers, its faults allow it
+    /// ([`WriterFaults::allow_concurrent_install`]), and the file system is one threads
+    /// may share (the real one, or a recorder that allows threads). `None` keeps it
+    /// sequential.
     fn concurrent_fs(&self) -> Option<&'a (dyn FileSystem + Sync)> {
-        let other_faults = WriterFaults {
-            skip_object_file_fsync: false,
-            skip_object_directory_fsync: false,
-            ..self.faults
-        };
-        if other_faults == WriterFaults::NONE && !self.hooks.observes() {
+        if self.faults.allow_concurrent_install() && !self.hooks.observes() {
             self.fs.shared()
         } else {
             None
