@@ -44,6 +44,17 @@ fn plant_leftovers(root: &Path, generation: u64, count: u32) -> Vec<(String, Vec
         .collect()
 }
 
+/// Every planted leftover is still there, byte for byte.
+fn assert_leftovers_kept(root: &Path, leftovers: &[(String, Vec<u8>)]) {
+    for (name, bytes) in leftovers {
+        assert_eq!(
+            &std::fs::read(root.join(name)).expect("kept"),
+            bytes,
+            "{name}"
+        );
+    }
+}
+
 /// Every file under `root` with its bytes.
 fn files(root: &Path) -> Vec<(String, Vec<u8>)> {
     list_files(root)
@@ -64,13 +75,7 @@ fn a_writer_steps_past_temp_names_a_killed_writer_left() {
     let leftovers = plant_leftovers(&root, 1, 3);
     let summary = publish_step(&root, 2).expect("publish past the leftovers");
     assert_eq!(summary.generation, 1);
-    for (name, bytes) in &leftovers {
-        assert_eq!(
-            &std::fs::read(root.join(name)).expect("kept"),
-            bytes,
-            "{name}"
-        );
-    }
+    assert_leftovers_kept(&root, &leftovers);
     let report = store::recover(&root).expect("recover");
     assert_eq!(report.selected.map(|s| s.generation), Some(1));
 }
@@ -115,13 +120,7 @@ fn a_concurrent_publish_steps_past_leftover_names_and_keeps_them() {
             );
         }
     }
-    for (name, bytes) in &leftovers {
-        assert_eq!(
-            &std::fs::read(root.join(name)).expect("kept"),
-            bytes,
-            "{name}"
-        );
-    }
+    assert_leftovers_kept(&root, &leftovers);
     let report = store::recover(&root).expect("recover");
     assert_eq!(report.selected.map(|s| s.generation), Some(1));
     assert_eq!(report.latest.status, store::LatestStatus::Consistent);
