@@ -55,6 +55,24 @@ fn assert_leftovers_kept(root: &Path, leftovers: &[(String, Vec<u8>)]) {
     }
 }
 
+/// A publish that found every temp name taken: the typed error naming `staging/`, no
+/// file written, replaced or removed (a fan-out directory may have been made), and
+/// recovery still selecting generation 0.
+fn assert_gave_up_and_changed_no_file(
+    root: &Path,
+    before: &[(String, Vec<u8>)],
+    error: &StoreError,
+) {
+    assert!(
+        matches!(error, StoreError::Io { path, .. } if path.ends_with("staging")),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("no free temp name"), "{error}");
+    assert_eq!(files(root), before);
+    let report = store::recover(root).expect("recover");
+    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+}
+
 /// Every file under `root` with its bytes.
 fn files(root: &Path) -> Vec<(String, Vec<u8>)> {
     list_files(root)
@@ -88,15 +106,7 @@ fn a_writer_gives_up_after_the_bounded_number_of_taken_names_and_changes_no_file
     plant_leftovers(&root, 1, MAX_TEMP_NAME_ATTEMPTS);
     let before = files(&root);
     let error = publish_step(&root, 2).expect_err("every name is taken");
-    assert!(
-        matches!(&error, StoreError::Io { path, .. } if path.ends_with("staging")),
-        "{error:?}"
-    );
-    assert!(error.to_string().contains("no free temp name"), "{error}");
-    // No file was written, replaced or removed (a fan-out directory may have been made).
-    assert_eq!(files(&root), before);
-    let report = store::recover(&root).expect("recover");
-    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+    assert_gave_up_and_changed_no_file(&root, &before, &error);
 }
 
 #[test]
@@ -138,13 +148,5 @@ fn a_concurrent_publish_that_finds_every_name_taken_gives_up_and_changes_no_file
     plant_leftovers(&root, 1, threads * MAX_TEMP_NAME_ATTEMPTS);
     let before = files(&root);
     let error = publish_step_with(&root, 2, &mut NoHooks).expect_err("every name is taken");
-    assert!(
-        matches!(&error, StoreError::Io { path, .. } if path.ends_with("staging")),
-        "{error:?}"
-    );
-    assert!(error.to_string().contains("no free temp name"), "{error}");
-    // No file was written, replaced or removed (a fan-out directory may have been made).
-    assert_eq!(files(&root), before);
-    let report = store::recover(&root).expect("recover");
-    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+    assert_gave_up_and_changed_no_file(&root, &before, &error);
 }
