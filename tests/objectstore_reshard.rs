@@ -4,6 +4,7 @@
 mod objectstore_support;
 
 use objectstore_support::{fresh_url, open, shardlift_json};
+use shardlift::core::progress::{NoProgress, RecordedProgress};
 use shardlift::core::topology::Topology;
 use shardlift::objstore::client::Fetched;
 use shardlift::objstore::keys::object_key;
@@ -42,6 +43,14 @@ fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
     let objects_before = store.client().list("objects").expect("LIST objects");
     let (ok, resharded, stderr) = reshard_generation_0_to_w3(&url);
     assert!(ok, "reshard failed: {stderr}");
+    // Progress on stderr: the source verified, then the commit.
+    let line = |prefix: &str| {
+        stderr
+            .lines()
+            .position(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' line in {stderr}"))
+    };
+    assert!(line("verifying generation 0: done in") < line("committing the reshard: done in"));
     assert_eq!(resharded["generation"], 1, "{resharded}");
     assert_eq!(resharded["kind"], "reshard", "{resharded}");
     assert_eq!(resharded["workers"], 3, "{resharded}");
@@ -82,8 +91,14 @@ fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
     // The library reports the same, and its barriers are those of RFC 0001 §7: no object
     // barrier, then manifest, commit and LATEST.
     let mut hooks = RecordingHooks::default();
+    let mut progress = RecordedProgress::default();
     let again = store
-        .reshard(1, Topology::new(2).expect("topology"), &mut hooks)
+        .reshard(
+            1,
+            Topology::new(2).expect("topology"),
+            &mut hooks,
+            &mut progress,
+        )
         .expect("reshard W3 to W2");
     assert_eq!(again.generation, 2);
     assert_eq!(again.kind, CommitKind::Reshard);
@@ -95,6 +110,12 @@ fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
     )));
     assert_eq!(hooks.events[0].barrier, Barrier::ManifestAfterWrite);
     assert_eq!(hooks.events[11].barrier, Barrier::LatestAfterDirectoryFsync);
+    // Progress: every payload object fetched and checked, in order, then the commit.
+    let objects = state.chunks().len() as u64 * 3;
+    let mut expected = vec!["phase verifying generation 1 ?".to_owned()];
+    expected.extend((1..=objects).map(|done| format!("advance {done}")));
+    expected.extend(["finish", "phase committing the reshard ?", "finish"].map(String::from));
+    assert_eq!(progress.events, expected);
 }
 
 #[test]
@@ -108,7 +129,12 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
         .expect("publish generation 0");
     // Control: the intact source reshards (generation 1).
     store
-        .reshard(0, Topology::new(3).expect("topology"), &mut NoHooks)
+        .reshard(
+            0,
+            Topology::new(3).expect("topology"),
+            &mut NoHooks,
+            &mut NoProgress,
+        )
         .expect("reshard the intact source");
 
     // Corrupt one chunk object through the S3 API (re-PUT with one bit flipped).
@@ -135,9 +161,28 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
         Fetched::Missing => panic!("no LATEST"),
     };
     let latest_before = latest(&store);
+    let mut progress = RecordedProgress::default();
     let error = store
-        .reshard(0, Topology::new(3).expect("topology"), &mut NoHooks)
+        .reshard(
+            0,
+            Topology::new(3).expect("topology"),
+            &mut NoHooks,
+            &mut progress,
+        )
         .expect_err("a source that does not verify must not reshard");
+    // The verifying phase is left unfinished and the commit phase never starts.
+    assert_eq!(
+        progress.events.first().map(String::as_str),
+        Some("phase verifying generation 0 ?")
+    );
+    assert!(
+        progress
+            .events
+            .iter()
+            .all(|e| e != "finish" && !e.contains("committing")),
+        "{:?}",
+        progress.events
+    );
     match &error {
         ObjStoreError::DigestMismatch { key, .. } => {
             assert!(key.ends_with(&rel), "{key} should name {rel}")

@@ -10,7 +10,10 @@ use shardlift::core::topology::Topology;
 use shardlift::lab::matrix::{
     power_loss_scenario, Action, CheckPlan, ModelFaults, ScenarioOutcome, CONCURRENT_LIMITS,
 };
-use shardlift::lab::powerloss::{tree_digest, MarkingHooks, Op, Recording, RecordingFs};
+use shardlift::lab::powerloss::{
+    tree_digest, KilledWriterFiles, MarkingHooks, Op, Recording, RecordingFs,
+};
+use shardlift::store::codec::commit_rel_path;
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::recovery::RecoveryFaults;
 use shardlift::store::writer::{publish_with, SyntheticSpec};
@@ -235,6 +238,197 @@ fn every_crash_point_of_a_concurrent_republish_of_the_same_state_recovers() {
     .expect("scenario");
     assert!(outcome.states_checked >= 2, "{outcome:?}");
     assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
+}
+
+/// The power-loss model over a concurrent publish of `synthetic_state(5, 2, …)` into a
+/// store where a killed writer had installed all of that state's objects, none of their
+/// names durable (nor, with `NothingSynced`, their data): every object takes the
+/// found-and-verified path.
+fn over_killed_objects_scenario(
+    files: KilledWriterFiles,
+    writer: WriterFaults,
+    plan: CheckPlan,
+) -> ScenarioOutcome {
+    let (_dir, base) = base_store();
+    power_loss_scenario(
+        Some(&base),
+        &Action::PublishConcurrentOverKilledObjects(
+            Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
+            four(),
+            files,
+        ),
+        ModelFaults {
+            writer,
+            recovery: RecoveryFaults::NONE,
+        },
+        CONCURRENT_LIMITS,
+        plan,
+    )
+    .expect("scenario")
+}
+
+fn assert_recovers_everywhere(outcome: &ScenarioOutcome) {
+    // The killed writer's 12 objects are pending creates before the run: crash points
+    // among them, and images that drop each, are checked too.
+    assert!(outcome.states_checked >= 500, "{outcome:?}");
+    assert_eq!(outcome.states_checked, outcome.distinct_states);
+    assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
+}
+
+fn assert_loses_generation_1(outcome: &ScenarioOutcome) {
+    assert!(
+        outcome
+            .violations
+            .iter()
+            .any(|v| v.contains("generation 1")),
+        "{:#?}",
+        outcome.violations
+    );
+}
+
+#[test]
+fn every_crash_point_of_a_publish_over_a_killed_writers_renamed_objects_recovers() {
+    let outcome = over_killed_objects_scenario(
+        KilledWriterFiles::DataSynced,
+        WriterFaults::NONE,
+        CheckPlan::exhaustive(2),
+    );
+    assert_recovers_everywhere(&outcome);
+}
+
+#[test]
+fn every_crash_point_of_a_publish_over_a_killed_writers_unsynced_objects_recovers() {
+    let outcome = over_killed_objects_scenario(
+        KilledWriterFiles::NothingSynced,
+        WriterFaults::NONE,
+        CheckPlan::exhaustive(2),
+    );
+    assert_recovers_everywhere(&outcome);
+}
+
+#[test]
+fn a_publish_that_trusts_a_found_objects_name_is_caught() {
+    // A killed RFC writer's objects: data synced, renames pending until its step 4.
+    let outcome = over_killed_objects_scenario(
+        KilledWriterFiles::DataSynced,
+        WriterFaults {
+            skip_found_object_directory_fsync: true,
+            ..WriterFaults::NONE
+        },
+        hunting_plan(),
+    );
+    assert_loses_generation_1(&outcome);
+}
+
+#[test]
+fn a_publish_that_trusts_a_found_objects_data_is_caught() {
+    // Objects a writer left without any fsync: only the found-object fsync saves them.
+    let outcome = over_killed_objects_scenario(
+        KilledWriterFiles::NothingSynced,
+        WriterFaults {
+            skip_found_object_fsync: true,
+            ..WriterFaults::NONE
+        },
+        hunting_plan(),
+    );
+    assert_loses_generation_1(&outcome);
+}
+
+#[test]
+fn the_killed_writers_objects_are_pending_creates_the_publish_makes_durable() {
+    // The recorder's side of the scenario: the killed writer's files are not in the
+    // durable initial image but pending creates, and the publish fsyncs each of them
+    // and each of their directories after it found them.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("store");
+    let state = synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS);
+    store::publish(&root, &state, four(), &mut NoHooks).expect("killed writer's objects");
+    std::fs::remove_file(root.join(commit_rel_path(0))).expect("commit");
+    let objects: Vec<String> = walk_files(&root.join("objects"), &root);
+    let pending: Vec<&str> = objects.iter().map(String::as_str).collect();
+    let recorder = RecordingFs::with_non_durable_entries(
+        &root,
+        &[],
+        &pending,
+        KilledWriterFiles::NothingSynced,
+    )
+    .expect("recorder")
+    .allowing_threads();
+    let report = publish_with(
+        &recorder,
+        &root,
+        &state,
+        four(),
+        &mut MarkingHooks(&recorder),
+        WriterFaults::NONE,
+    )
+    .expect("publish");
+    assert_eq!(report.generation, 0);
+    let recording = recorder.finish();
+    for object in &objects {
+        assert!(
+            !recording.initial.contains_key(object),
+            "{object} is durable"
+        );
+    }
+    let mut created = BTreeSet::new();
+    let mut synced = BTreeSet::new();
+    let mut synced_dirs = BTreeSet::new();
+    for op in &recording.ops[..objects.len()] {
+        match op {
+            Op::Create { path, inode } => {
+                created.insert(path.clone());
+                assert_eq!(
+                    recording.inodes[*inode],
+                    std::fs::read(root.join(path)).expect("object bytes")
+                );
+            }
+            other => panic!("the run's first ops are the killed writer's creates: {other:?}"),
+        }
+    }
+    for op in &recording.ops[objects.len()..] {
+        match op {
+            Op::FsyncFile { inode } => {
+                synced.insert(*inode);
+            }
+            Op::FsyncDir { path } => {
+                synced_dirs.insert(path.clone());
+            }
+            Op::Rename { to, .. } => assert!(!to.starts_with("objects/"), "renamed {to}"),
+            _ => {}
+        }
+    }
+    assert_eq!(created, objects.iter().cloned().collect::<BTreeSet<_>>());
+    for (at, object) in objects.iter().enumerate() {
+        let Op::Create { inode, .. } = &recording.ops[at] else {
+            unreachable!("checked above");
+        };
+        assert!(synced.contains(inode), "{object} never fsynced");
+        let fan = object
+            .rsplit_once('/')
+            .map(|(dir, _)| dir)
+            .expect("fan-out");
+        assert!(synced_dirs.contains(fan), "{fan} never fsynced");
+    }
+}
+
+/// Every file under `dir`, relative to `root`, sorted.
+fn walk_files(dir: &Path, root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(next) = stack.pop() {
+        for entry in std::fs::read_dir(&next).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(root).expect("under root");
+                files.push(rel.to_str().expect("utf-8").to_owned());
+            }
+        }
+    }
+    files.sort();
+    files
 }
 
 #[test]

@@ -89,8 +89,9 @@ pub fn publish(
 pub fn reshard(url: &str, generation: u64, workers: u32, json: bool) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
     let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
+    let mut progress = super::progress::StderrProgress::new();
     let summary = store
-        .reshard(generation, topology, &mut NoHooks)
+        .reshard(generation, topology, &mut NoHooks, &mut progress)
         .map_err(|e| fail(e, json))?;
     print_report(json, &summary, || {
         format!(

@@ -74,8 +74,9 @@ where
 }
 
 /// Runs `work(i)` for `i in 0..count` on up to `threads` threads, taking indices in
-/// order from a shared counter, and calls `on_progress` with how many finished at least
-/// every 100 ms meanwhile (and once at the end). Returns as soon as every thread ended:
+/// order from a shared counter, and calls `on_progress` with how many succeeded (a failed
+/// index is not progress) at least every 100 ms meanwhile (and once at the end). A panic
+/// in `on_progress` stops the threads as a failure would, then reaches the caller. Returns as soon as every thread ended:
 /// each says so on a channel, nobody sleeps a fixed time. Every index is taken by exactly
 /// one thread, in increasing order, and every index taken runs to its end; after a
 /// failure or a panic each thread takes at most one more index (it checks the stop flag,
@@ -105,8 +106,18 @@ pub fn run_indexed<T: Send, E: Send>(
             let _ = self.ended.send(());
         }
     }
+    /// Stops the threads taking work when the calling thread unwinds (`on_progress`
+    /// panicked), so the scope's join does not wait for the whole run.
+    struct StopOnUnwind<'a>(&'a AtomicBool);
+    impl Drop for StopOnUnwind<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+    }
     let next_index = AtomicUsize::new(0);
-    let finished = AtomicU64::new(0);
+    let succeeded = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let threads = threads.clamp(1, count.max(1));
     let (ended_tx, ended_rx) = std::sync::mpsc::channel();
@@ -121,9 +132,10 @@ pub fn run_indexed<T: Send, E: Send>(
             let result = work(index);
             if result.is_err() {
                 stop.store(true, Ordering::SeqCst);
+            } else {
+                succeeded.fetch_add(1, Ordering::SeqCst);
             }
             results.push((index, result));
-            finished.fetch_add(1, Ordering::SeqCst);
         }
         results
     };
@@ -137,6 +149,7 @@ pub fn run_indexed<T: Send, E: Send>(
                 scope.spawn(move || run_thread(ended))
             })
             .collect();
+        let _stop_on_unwind = StopOnUnwind(&stop);
         let mut running = threads;
         while running > 0 {
             match ended_rx.recv_timeout(PROGRESS_POLL) {
@@ -145,7 +158,7 @@ pub fn run_indexed<T: Send, E: Send>(
                 // Never: this function holds a sender until the loop ends.
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            on_progress(finished.load(Ordering::SeqCst));
+            on_progress(succeeded.load(Ordering::SeqCst));
         }
         handles
             .into_iter()
@@ -277,6 +290,42 @@ mod tests {
         assert!(
             taken.load(std::sync::atomic::Ordering::SeqCst) < 100_000,
             "the other thread stopped taking work"
+        );
+    }
+
+    #[test]
+    fn run_indexed_reports_only_succeeded_indices_as_progress() {
+        let mut reported = Vec::new();
+        let results = run_indexed(
+            10,
+            1,
+            &|i| if i == 5 { Err(i) } else { Ok(i) },
+            &mut |done| reported.push(done),
+        );
+        assert_eq!(results.len(), 6, "indices 0..=5 ran");
+        assert_eq!(reported.last(), Some(&5), "{reported:?}");
+        assert!(reported.iter().all(|&done| done <= 5), "{reported:?}");
+    }
+
+    #[test]
+    fn run_indexed_stops_its_threads_when_the_progress_callback_panics() {
+        let taken = std::sync::atomic::AtomicUsize::new(0);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_indexed(
+                100_000,
+                2,
+                &|_| {
+                    taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                    Ok::<(), ()>(())
+                },
+                &mut |_| panic!("progress display failed"),
+            )
+        }));
+        assert!(outcome.is_err(), "the panic reaches the caller");
+        assert!(
+            taken.load(std::sync::atomic::Ordering::SeqCst) < 100_000,
+            "the threads stopped taking work"
         );
     }
 }

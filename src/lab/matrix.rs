@@ -1,6 +1,6 @@
 //! The crash matrix: process kills at every barrier, power-loss states and corruption
 //! cases on a synthetic multi-chunk state, with the recovery invariants of RFC 0001 §5 checked.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
@@ -17,9 +17,10 @@ use crate::lab::corruption::{copy_tree, list_files, Damage, FileOffset};
 use crate::lab::error::LabError;
 use crate::lab::harness::{kill_publisher_at_occurrence, recover_in_child, KillReport};
 use crate::lab::powerloss::{
-    tree_digest, CrashState, EnumerationLimits, MarkingHooks, Recording, RecordingFs,
+    tree_digest, CrashState, EnumerationLimits, ImageEntry, KilledWriterFiles, MarkingHooks,
+    Recording, RecordingFs,
 };
-use crate::store::barrier::{Barrier, NoHooks};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, NoHooks};
 use crate::store::codec::{commit_rel_path, object_rel_path};
 use crate::store::layout::synthetic_state;
 use crate::store::recovery::{
@@ -125,6 +126,12 @@ pub enum Action {
     /// so the writer installs objects from several threads (RFC 0001 §4); the recording
     /// is the interleaving that happened.
     PublishConcurrent(Box<LogicalState>, Topology),
+    /// As [`Action::PublishConcurrent`], into a store where a killed writer already
+    /// installed every object of this state (it stopped at its commit record) and none of
+    /// those objects' names is durable (nor, with [`KilledWriterFiles::NothingSynced`],
+    /// their data): each is found at its address, so the publish's found-object fsync
+    /// (RFC 0001 §4 step 3) and its step 4 alone make them durable.
+    PublishConcurrentOverKilledObjects(Box<LogicalState>, Topology, KilledWriterFiles),
 }
 
 /// Subset enumeration for a concurrent publish: its renames all stay pending until the
@@ -242,9 +249,16 @@ fn check_recovery_common(
 /// a crash image may show such a name only with its complete bytes: an object whose bytes
 /// are its address, a commit record that decodes. A writer that renames before the data is
 /// durable, or writes in place, exposes torn bytes here even when recovery rejects them.
+/// A file a killed writer left with its data unsynced ([`KilledWriterFiles::NothingSynced`])
+/// is that writer's until this run fsyncs it, and is not counted against this run.
 fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) -> Vec<String> {
     let mut violations = Vec::new();
-    for path in state.image.keys() {
+    for (path, entry) in &state.image {
+        if let ImageEntry::File { inode, .. } = entry {
+            if recording.torn_by_earlier_writer(*inode, state.crash_point) {
+                continue;
+            }
+        }
         let Some(bytes) = recording.file_bytes(&state.image, path) else {
             continue;
         };
@@ -468,6 +482,63 @@ fn seed_from_base(
     Ok((previous, roots))
 }
 
+/// Stops a writer at its first commit barrier, as a kill there would.
+struct StopAtCommit;
+
+impl BarrierHook for StopAtCommit {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+        if event.barrier == Barrier::CommitAfterWrite {
+            return Err("the killed writer's last step".into());
+        }
+        Ok(())
+    }
+}
+
+/// Publishes `state` on `root` (not recorded) up to its commit record's write and returns
+/// the files that run added under `objects/`: a killed writer's installed objects. At
+/// least one must be new, or the scenario would find nothing to check.
+fn install_as_killed_writer(
+    root: &Path,
+    state: &LogicalState,
+    topology: Topology,
+) -> Result<Vec<String>, LabError> {
+    let before = object_files(root)?;
+    match publish_with(
+        &RealFs,
+        root,
+        state,
+        topology,
+        &mut StopAtCommit,
+        WriterFaults::NONE,
+    ) {
+        Err(StoreError::Stopped { .. }) => {}
+        Err(error) => return Err(error.into()),
+        Ok(_) => {
+            return Err(LabError::Model(
+                "the killed writer's publish was not stopped at its commit".into(),
+            ))
+        }
+    }
+    let added: Vec<String> = object_files(root)?
+        .into_iter()
+        .filter(|file| !before.contains(file))
+        .collect();
+    if added.is_empty() {
+        return Err(LabError::Model(
+            "the killed writer installed no object the store did not already hold".into(),
+        ));
+    }
+    Ok(added)
+}
+
+/// The files under `objects/`, relative to `root`.
+fn object_files(root: &Path) -> Result<BTreeSet<String>, LabError> {
+    Ok(list_files(root)?
+        .into_iter()
+        .filter(|file| file.starts_with("objects/"))
+        .collect())
+}
+
 /// Runs `action` on `root` through the recording file system: the generation it
 /// committed and the recorded operations.
 fn record_action(
@@ -487,6 +558,11 @@ fn record_action(
             RecordingFs::new(root)?
         }
         Action::PublishConcurrent(..) => RecordingFs::new(root)?.allowing_threads(),
+        Action::PublishConcurrentOverKilledObjects(state, topology, files) => {
+            let objects = install_as_killed_writer(root, state, *topology)?;
+            let objects: Vec<&str> = objects.iter().map(String::as_str).collect();
+            RecordingFs::with_non_durable_entries(root, &[], &objects, *files)?.allowing_threads()
+        }
         _ => RecordingFs::new(root)?,
     };
     let generation = {
@@ -494,7 +570,8 @@ fn record_action(
         match action {
             Action::Publish(state, topology)
             | Action::PublishOverKilledLayout(state, topology)
-            | Action::PublishConcurrent(state, topology) => {
+            | Action::PublishConcurrent(state, topology)
+            | Action::PublishConcurrentOverKilledObjects(state, topology, _) => {
                 publish_with(&fs, root, state, *topology, &mut hooks, faults)?.generation
             }
             Action::Reshard(generation, topology) => {
@@ -528,7 +605,11 @@ fn record_action(
     let recording = fs.finish();
     // The concurrent scenario must check a concurrent run: a writer that went sequential
     // (a hook that observes, a file system threads may not share) reports object barriers.
-    if matches!(action, Action::PublishConcurrent(..)) && faults.allow_concurrent_install() {
+    let concurrent = matches!(
+        action,
+        Action::PublishConcurrent(..) | Action::PublishConcurrentOverKilledObjects(..)
+    );
+    if concurrent && faults.allow_concurrent_install() {
         if let Some((barrier, _)) = recording
             .marks
             .iter()

@@ -116,6 +116,21 @@ pub struct Recording {
     pub inodes: Vec<Vec<u8>>,
     /// Each barrier event and how many operations had been issued when it was reached.
     pub marks: Vec<(Barrier, usize)>,
+    /// How many of `ops` an earlier, killed writer issued before the run (its non-durable
+    /// directories and files; see [`RecordingFs::with_non_durable_entries`]).
+    pub pre_run_ops: usize,
+}
+
+/// How much of its files a killed writer had made durable (see
+/// [`RecordingFs::with_non_durable_entries`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KilledWriterFiles {
+    /// Each file's data was fsynced, its name not: RFC 0001 §4's writer killed between
+    /// an object's rename (step 3) and its directory's fsync (step 4).
+    DataSynced,
+    /// Nothing was fsynced: a writer that skipped its fsyncs, or a copy of a store, whose
+    /// files' data and names a power cut may both lose.
+    NothingSynced,
 }
 
 /// A file-system implementation that performs every operation on a real directory and
@@ -129,6 +144,8 @@ pub struct RecordingFs {
     /// Whether threads may share it ([`FileSystem::shared`]): the store's writer then
     /// installs objects concurrently when no hook needs their barriers.
     threads_allowed: bool,
+    /// Operations at the start of the log that an earlier, killed writer issued.
+    pre_run_ops: usize,
 }
 
 /// One entry of a crash image: a directory, or a file holding the first `len` bytes of
@@ -185,6 +202,7 @@ impl RecordingFs {
             log: std::sync::Mutex::new(log),
             initial,
             threads_allowed: false,
+            pre_run_ops: 0,
         })
     }
 
@@ -194,35 +212,78 @@ impl RecordingFs {
     /// image but pending `mkdir`s issued before the run, so a power cut may undo them
     /// unless this run makes them durable.
     pub fn with_non_durable_dirs(root: &Path, non_durable_dirs: &[&str]) -> std::io::Result<Self> {
+        RecordingFs::with_non_durable_entries(
+            root,
+            non_durable_dirs,
+            &[],
+            KilledWriterFiles::DataSynced,
+        )
+    }
+
+    /// Starts recording on an existing directory where an earlier writer, killed before it
+    /// fsynced their parents, left `non_durable_dirs` (as in
+    /// [`Self::with_non_durable_dirs`], empty but for listed files) and `non_durable_files`
+    /// (relative, `/`-separated, each an existing file). Each such file is a pending create
+    /// issued before the run: a power cut may drop its name until this run fsyncs its
+    /// directory, and with [`KilledWriterFiles::NothingSynced`] its data may be lost or
+    /// torn until this run fsyncs the file itself.
+    pub fn with_non_durable_entries(
+        root: &Path,
+        non_durable_dirs: &[&str],
+        non_durable_files: &[&str],
+        synced: KilledWriterFiles,
+    ) -> std::io::Result<Self> {
         let mut recorder = RecordingFs::new(root)?;
-        let mut pending: Vec<&str> = non_durable_dirs.to_vec();
-        pending.sort_unstable();
+        let mut dirs: Vec<&str> = non_durable_dirs.to_vec();
+        dirs.sort_unstable();
+        let mut files: Vec<&str> = non_durable_files.to_vec();
+        files.sort_unstable();
         let mut initial = std::mem::take(&mut recorder.initial);
-        {
-            let mut log = recorder.lock_log();
-            for dir in pending {
-                if initial.remove(dir) != Some(ImageEntry::Dir) {
-                    return Err(std::io::Error::other(format!(
-                        "{dir} is not a directory of the initial image"
-                    )));
+        let mut pending_ops = Vec::with_capacity(dirs.len() + files.len());
+        for file in files {
+            match initial.remove(file) {
+                Some(ImageEntry::File { inode, .. }) => {
+                    // Synced data came first: the writer fsynced a temp file, then renamed
+                    // it here (the temp name in `staging/` is not modelled).
+                    if synced == KilledWriterFiles::DataSynced {
+                        pending_ops.push(Op::FsyncFile { inode });
+                    }
+                    pending_ops.push(Op::Create {
+                        path: file.to_owned(),
+                        inode,
+                    });
                 }
-                let prefix = format!("{dir}/");
-                if initial.keys().any(|k| k.starts_with(&prefix)) {
+                _ => {
                     return Err(std::io::Error::other(format!(
-                        "{dir} is not empty; only empty non-durable directories are modelled"
-                    )));
+                        "{file} is not a file of the initial image"
+                    )))
                 }
-                log.ops.push(Op::Mkdir {
-                    path: dir.to_owned(),
-                });
             }
         }
-        Ok(RecordingFs {
-            root: recorder.root,
-            log: recorder.log,
-            initial,
-            threads_allowed: recorder.threads_allowed,
-        })
+        let mut dir_ops = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            if initial.remove(dir) != Some(ImageEntry::Dir) {
+                return Err(std::io::Error::other(format!(
+                    "{dir} is not a directory of the initial image"
+                )));
+            }
+            let prefix = format!("{dir}/");
+            if initial.keys().any(|k| k.starts_with(&prefix)) {
+                return Err(std::io::Error::other(format!(
+                    "{dir} holds durable entries; only directories holding nothing but \
+                     non-durable files are modelled"
+                )));
+            }
+            dir_ops.push(Op::Mkdir {
+                path: dir.to_owned(),
+            });
+        }
+        // Program order: each directory before the files created in it.
+        dir_ops.append(&mut pending_ops);
+        recorder.pre_run_ops = dir_ops.len();
+        recorder.lock_log().ops = dir_ops;
+        recorder.initial = initial;
+        Ok(recorder)
     }
 
     fn rel(&self, path: &Path) -> std::io::Result<String> {
@@ -266,6 +327,7 @@ impl RecordingFs {
             ops: log.ops,
             inodes: log.inodes,
             marks: log.marks,
+            pre_run_ops: self.pre_run_ops,
         }
     }
 }
@@ -407,6 +469,20 @@ pub struct CrashState {
 }
 
 impl Recording {
+    /// Whether the file `inode` is one an earlier, killed writer left before the run
+    /// (a pre-run create) whose data no operation of `ops[..crash_point]` fsynced: its
+    /// torn bytes are that writer's, not the run's.
+    pub fn torn_by_earlier_writer(&self, inode: usize, crash_point: usize) -> bool {
+        let pre_run = &self.ops[..self.pre_run_ops.min(self.ops.len())];
+        let created_before = pre_run
+            .iter()
+            .any(|op| matches!(op, Op::Create { inode: i, .. } if *i == inode));
+        let synced = self.ops[..crash_point.min(self.ops.len())]
+            .iter()
+            .any(|op| matches!(op, Op::FsyncFile { inode: i } if *i == inode));
+        created_before && !synced
+    }
+
     /// Every distinct crash image over all crash points, pending subsets and data variants.
     pub fn crash_states(&self, limits: EnumerationLimits) -> Vec<CrashState> {
         let mut seen: HashSet<Image> = HashSet::new();
@@ -732,4 +808,100 @@ pub fn tree_digest(dir: &Path) -> std::io::Result<Digest> {
         }
     }
     Ok(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// A store root holding `objects/ab/` and one 5 000-byte file in it.
+    fn one_object() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("store");
+        std::fs::create_dir_all(root.join("objects/ab")).expect("dirs");
+        std::fs::write(root.join("objects/ab/cd"), vec![7u8; 5000]).expect("file");
+        (dir, root)
+    }
+
+    /// The lengths `objects/ab/cd` has over every crash image of a run that did nothing
+    /// (`None`: the name is absent).
+    fn lengths_seen(recorder: RecordingFs) -> BTreeSet<Option<usize>> {
+        let recording = recorder.finish();
+        recording
+            .crash_states(EnumerationLimits::default())
+            .iter()
+            .map(|state| match state.image.get("objects/ab/cd") {
+                Some(ImageEntry::File {
+                    len, zeroed_from, ..
+                }) => Some(if zeroed_from.is_some() {
+                    usize::MAX
+                } else {
+                    *len
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_killed_writers_renamed_file_may_vanish_but_never_tears() {
+        let (_dir, root) = one_object();
+        let recorder = RecordingFs::with_non_durable_entries(
+            &root,
+            &[],
+            &["objects/ab/cd"],
+            KilledWriterFiles::DataSynced,
+        )
+        .expect("recorder");
+        assert_eq!(
+            lengths_seen(recorder),
+            BTreeSet::from([None, Some(5000)]),
+            "absent or whole"
+        );
+    }
+
+    #[test]
+    fn a_killed_writers_unsynced_file_may_vanish_or_tear() {
+        let (_dir, root) = one_object();
+        let recorder = RecordingFs::with_non_durable_entries(
+            &root,
+            &[],
+            &["objects/ab/cd"],
+            KilledWriterFiles::NothingSynced,
+        )
+        .expect("recorder");
+        let seen = lengths_seen(recorder);
+        for expected in [None, Some(5000), Some(0), Some(4096), Some(usize::MAX)] {
+            assert!(seen.contains(&expected), "{expected:?} not in {seen:?}");
+        }
+    }
+
+    #[test]
+    fn a_listed_entry_that_is_not_in_the_image_is_refused() {
+        let (_dir, root) = one_object();
+        for (dirs, files) in [
+            (&[][..], &["objects/ab/missing"][..]),
+            (&[][..], &["objects/ab"][..]),
+            (&["objects/ab/cd"][..], &[][..]),
+            // A directory still holding a durable file.
+            (&["objects/ab"][..], &[][..]),
+        ] {
+            let refused = RecordingFs::with_non_durable_entries(
+                &root,
+                dirs,
+                files,
+                KilledWriterFiles::NothingSynced,
+            );
+            assert!(refused.is_err(), "{dirs:?} {files:?} accepted");
+        }
+        // Listing the file too makes the directory one the model handles.
+        RecordingFs::with_non_durable_entries(
+            &root,
+            &["objects/ab"],
+            &["objects/ab/cd"],
+            KilledWriterFiles::NothingSynced,
+        )
+        .expect("an empty-but-for-listed-files directory");
+    }
 }

@@ -21,6 +21,7 @@
 //! runs the requests); every request has a timeout and bounded retries, every read a cap.
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
+use crate::core::progress::Progress;
 use crate::core::topology::Topology;
 use crate::store::barrier::BarrierHook;
 
@@ -97,6 +98,7 @@ impl ObjStore {
         generation: u64,
         topology: Topology,
         hooks: &mut dyn BarrierHook,
+        progress: &mut dyn Progress,
     ) -> Result<ObjCommitSummary, ObjStoreError> {
         writer::reshard(
             &self.client,
@@ -104,6 +106,7 @@ impl ObjStore {
             generation,
             topology,
             hooks,
+            progress,
         )
     }
 

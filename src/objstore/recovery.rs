@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::canonical::CanonicalRecord;
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
+use crate::core::progress::{NoProgress, Progress};
 use crate::core::topology::Topology;
 use crate::objstore::client::{ConditionalCreate, Fetched, ObjClient};
 use crate::objstore::error::ObjStoreError;
@@ -103,6 +104,7 @@ fn verify_record(
     generation: u64,
     record_digest: Digest,
     decode_state: bool,
+    on_object: &mut dyn FnMut(),
 ) -> Result<Verified, ObjStoreError> {
     let location = client.location();
     let record_url = location.key_url(rel);
@@ -160,14 +162,19 @@ fn verify_record(
     // error (naming the payload's key) is kept aside and returned in its place.
     let mut failure: Option<ObjStoreError> = None;
     let mut fetch_payload = |digest: Digest, expected: u64| {
-        fetch_object(client, digest, expected.min(MAX_CHUNK_OBJECT_BYTES)).map_err(|error| {
-            let message = error.to_string();
-            failure = Some(error);
-            StoreError::Io {
-                path: location.key_url(&object_key(&digest)).into(),
-                source: std::io::Error::other(message),
-            }
-        })
+        let fetched =
+            fetch_object(client, digest, expected.min(MAX_CHUNK_OBJECT_BYTES)).map_err(|error| {
+                let message = error.to_string();
+                failure = Some(error);
+                StoreError::Io {
+                    path: location.key_url(&object_key(&digest)).into(),
+                    source: std::io::Error::other(message),
+                }
+            });
+        if fetched.is_ok() {
+            on_object();
+        }
+        fetched
     };
     let checked = if decode_state {
         assemble_state(manifest_path, &manifest, &mut fetch_payload).map(Some)
@@ -183,7 +190,7 @@ fn verify_record(
         }
     };
     if let Some(synthetic) = &manifest.synthetic {
-        verify_synthetic(client, &manifest_url, synthetic)?;
+        verify_synthetic(client, &manifest_url, synthetic, on_object)?;
     }
     Ok(Verified {
         generation,
@@ -202,6 +209,7 @@ fn verify_synthetic(
     client: &ObjClient,
     manifest_url: &str,
     synthetic: &SyntheticPayloads,
+    on_object: &mut dyn FnMut(),
 ) -> Result<(), ObjStoreError> {
     let invalid = |source| ObjStoreError::Invalid {
         key: manifest_url.to_owned(),
@@ -224,6 +232,7 @@ fn verify_synthetic(
                 found: bytes.len() as u64,
             }));
         }
+        on_object();
     }
     Ok(())
 }
@@ -279,7 +288,7 @@ pub fn recover(
     let mut valid: BTreeMap<u64, Vec<Verified>> = BTreeMap::new();
     let mut rejected = Vec::new();
     for (generation, digest, key) in records {
-        match verify_record(client, &key, generation, digest, false) {
+        match verify_record(client, &key, generation, digest, false, &mut || {}) {
             Ok(v) => valid.entry(generation).or_default().push(v),
             // A request that failed says nothing about the record: fail the scan.
             Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
@@ -365,6 +374,23 @@ pub(crate) fn verify_generation(
     generation: u64,
     decode_state: bool,
 ) -> Result<Verified, ObjStoreError> {
+    verify_generation_reporting(client, generation, decode_state, &mut NoProgress)
+}
+
+/// As [`verify_generation`], advancing `progress` (a running count over every record
+/// tried) as each payload object arrives with the digest its key names; the phase is the
+/// caller's.
+pub(crate) fn verify_generation_reporting(
+    client: &ObjClient,
+    generation: u64,
+    decode_state: bool,
+    progress: &mut dyn Progress,
+) -> Result<Verified, ObjStoreError> {
+    let mut objects_fetched = 0u64;
+    let mut on_object = || {
+        objects_fetched += 1;
+        progress.advance(objects_fetched);
+    };
     let prefix = commit_prefix(generation);
     let mut found = Vec::new();
     let mut first_error = None;
@@ -375,7 +401,14 @@ pub(crate) fn verify_generation(
         if named != generation {
             continue;
         }
-        match verify_record(client, &key, generation, digest, decode_state) {
+        match verify_record(
+            client,
+            &key,
+            generation,
+            digest,
+            decode_state,
+            &mut on_object,
+        ) {
             Ok(v) => found.push(v),
             Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
                 return Err(error)

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
+use crate::core::progress::Progress;
 use crate::core::topology::Topology;
 use crate::objstore::client::{ConditionalCreate, Fetched, ObjClient};
 use crate::objstore::error::ObjStoreError;
@@ -305,17 +306,25 @@ fn publish_with(
 /// re-hashed), then commits a manifest equal to its manifest but for `workers` and
 /// `ownership` as the next generation, kind `reshard`. No chunk object is PUT: they are
 /// content-addressed and the source's are already there. A source that does not verify
-/// fails with its error and nothing is PUT.
+/// fails with its error and nothing is PUT. `progress` gets the file-system reshard's two
+/// phases: `verifying generation G` (advancing as each payload object arrives and verifies)
+/// and `committing the reshard`; a phase that fails is left unfinished.
 pub fn reshard(
     client: &ObjClient,
     conditional_create: ConditionalCreate,
     generation: u64,
     topology: Topology,
     hooks: &mut dyn BarrierHook,
+    progress: &mut dyn Progress,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
     let started = Instant::now();
     let conditional_create = probed(client, conditional_create)?;
-    let source = crate::objstore::recovery::verify_generation(client, generation, false)?;
+    progress.phase(&format!("verifying generation {generation}"), None);
+    let source = crate::objstore::recovery::verify_generation_reporting(
+        client, generation, false, progress,
+    )?;
+    progress.finish();
+    progress.phase("committing the reshard", None);
     let mut manifest = source.manifest;
     manifest.workers = topology.workers();
     manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
@@ -328,6 +337,7 @@ pub fn reshard(
         Some(generation),
         conditional_create,
     )?;
+    progress.finish();
     Ok(committed.summary(conditional_create, 0, started))
 }
 

@@ -59,18 +59,26 @@ pub struct WriterFaults {
     pub commit_written_in_place: bool,
     /// Fsync chunk objects (file and fan-out directory) only after the commit is durable.
     pub objects_durable_after_commit: bool,
+    /// Keep an object found at its address without fsyncing it: trust a killed writer's
+    /// object (whose data may never have reached the disk) to be durable.
+    pub skip_found_object_fsync: bool,
+    /// Leave the fan-out directory of an object found at its address out of the directory
+    /// fsyncs: trust a killed writer's rename into it to be durable.
+    pub skip_found_object_directory_fsync: bool,
 }
 
 impl WriterFaults {
     /// Whether a writer with these faults may install objects concurrently (RFC 0001 §4,
-    /// "Concurrent objects") when no hook observes it: with no fault, or only the two
-    /// object fsync faults, which the concurrent install honours too (so the power-loss
-    /// model can show it catches a concurrent writer that skips them). Any other fault
-    /// keeps the writer sequential.
+    /// "Concurrent objects") when no hook observes it: with no fault, or only the object
+    /// fsync faults (of a written or a found object), which the concurrent install honours
+    /// too (so the power-loss model can show it catches a concurrent writer that skips
+    /// them). Any other fault keeps the writer sequential.
     pub fn allow_concurrent_install(&self) -> bool {
         let other_faults = WriterFaults {
             skip_object_file_fsync: false,
             skip_object_directory_fsync: false,
+            skip_found_object_fsync: false,
+            skip_found_object_directory_fsync: false,
             ..*self
         };
         other_faults == WriterFaults::NONE
@@ -92,6 +100,8 @@ impl WriterFaults {
         commit_rename_before_fsync: false,
         commit_written_in_place: false,
         objects_durable_after_commit: false,
+        skip_found_object_fsync: false,
+        skip_found_object_directory_fsync: false,
     };
 }
 
@@ -411,7 +421,16 @@ impl<'a> Writer<'a> {
             self.fsync_file(&temp)?;
         }
         self.emit(after_fsync, &rel)?;
-        let placed = place_object(self.fs, &temp, &target, digest, self.generation)?;
+        let placed = place_object(
+            self.fs,
+            &temp,
+            &target,
+            digest,
+            self.generation,
+            self.faults,
+        )?;
+        let skip_directory_fsync = skip_directory_fsync
+            || (placed == Placed::Reused && self.faults.skip_found_object_directory_fsync);
         if !manifest {
             match placed {
                 Placed::Written => self.objects_written += 1,
@@ -691,13 +710,15 @@ enum Placed {
 /// Step 3: renames the fsynced temp file `temp` to the object's address `target` without
 /// replacing. When the name exists, the existing file is kept if its bytes verify (the
 /// temp file is removed and the object fsynced, as a killed writer may not have), and
-/// otherwise replaced by the verified bytes.
+/// otherwise replaced by the verified bytes. `faults` may skip the found object's fsync
+/// (a crash-lab mutant).
 fn place_object(
     fs: &dyn FileSystem,
     temp: &Path,
     target: &Path,
     digest: Digest,
     generation: u64,
+    faults: WriterFaults,
 ) -> Result<Placed, StoreError> {
     match fs.rename_noreplace(temp, target) {
         Ok(()) => Ok(Placed::Written),
@@ -705,8 +726,10 @@ fn place_object(
             let existing = fs.read_file(target, MAX_MANIFEST_BYTES);
             if matches!(&existing, Ok(b) if Digest::of(b) == digest) {
                 fs.remove_file(temp).map_err(|e| StoreError::io(temp, e))?;
-                fs.fsync_file(target)
-                    .map_err(|source| fsync_failed(target, generation, source))?;
+                if !faults.skip_found_object_fsync {
+                    fs.fsync_file(target)
+                        .map_err(|source| fsync_failed(target, generation, source))?;
+                }
                 Ok(Placed::Reused)
             } else {
                 fs.rename_replace(temp, target)
@@ -784,8 +807,17 @@ impl ConcurrentInstall<'_> {
             TempError::Store(error) => error,
             TempError::Fsync(path, source) => fsync_failed(&path, self.generation, source),
         })?;
-        let placed = place_object(self.fs, &temp, &target, digest, self.generation)?;
-        lock(&self.renamed_into).insert(fan_dir);
+        let placed = place_object(
+            self.fs,
+            &temp,
+            &target,
+            digest,
+            self.generation,
+            self.faults,
+        )?;
+        if placed == Placed::Written || !self.faults.skip_found_object_directory_fsync {
+            lock(&self.renamed_into).insert(fan_dir);
+        }
         Ok((digest, placed))
     }
 }

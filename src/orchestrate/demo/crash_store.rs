@@ -120,7 +120,12 @@ impl CrashStore {
                 store::reshard(directory, generation, topology).map_err(store_error("resharding"))
             }
             CrashStore::Object { store, .. } => store
-                .reshard(generation, topology, &mut store::NoHooks)
+                .reshard(
+                    generation,
+                    topology,
+                    &mut store::NoHooks,
+                    &mut crate::core::progress::NoProgress,
+                )
                 .map(|summary| summary.commit_summary())
                 .map_err(object_error("resharding")),
         }
