@@ -235,3 +235,38 @@ fn flags_of_the_other_backend_are_refused_and_nothing_is_written() {
     ]);
     assert!(stderr.contains("--sequential"), "{stderr}");
 }
+
+#[test]
+fn a_bench_that_would_not_fit_is_refused_before_it_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1 PiB: six copies exceed any free space here.
+    let output = Command::new(env!("CARGO_BIN_EXE_shardlift"))
+        .args(["store", "bench", "--skip-small", "--state-bytes"])
+        .arg((1u64 << 50).to_string())
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .expect("run shardlift");
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("bytes free, the bench needs"), "{stderr}");
+    assert!(
+        stderr.contains(&(6u64 << 50).to_string()),
+        "names the bytes needed: {stderr}"
+    );
+    assert!(output.stdout.is_empty(), "no report on a refusal");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read_dir").collect();
+    assert!(left.is_empty(), "the refused bench wrote {left:?}");
+    // The library's error is typed.
+    let error = shardlift::lab::bench::run_large(
+        &shardlift::lab::bench::LargeBenchOptions {
+            state_bytes: 1 << 50,
+            chunk_elements: 8192,
+            dir: Some(dir.path().to_owned()),
+            drop_caches: false,
+        },
+        &mut RecordedProgress::default(),
+    )
+    .expect_err("refused");
+    assert_eq!(error.kind(), "insufficient-space", "{error}");
+}

@@ -463,10 +463,9 @@ pub fn run_large(
     options: &LargeBenchOptions,
     progress: &mut dyn Progress,
 ) -> Result<LargeBenchReport, LabError> {
-    let work = match &options.dir {
-        Some(dir) => tempfile::tempdir_in(dir)?,
-        None => tempfile::tempdir()?,
-    };
+    let parent = options.dir.clone().unwrap_or_else(std::env::temp_dir);
+    check_free_space(&parent, options.state_bytes)?;
+    let work = tempfile::tempdir_in(&parent)?;
     let store = work.path().join("store");
     let plain = work.path().join("plain");
     std::fs::create_dir(&plain)?;
@@ -771,8 +770,29 @@ fn time_object_reads(store: &Path, threads: usize) -> Result<f64, LabError> {
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// Copies of the plain files, warm then cold (six copies of the state on disk at most:
-/// the two stores, the two plain directories and the two copies).
+/// Copies of the state [`run_large`] keeps on disk until it ends: the two stores, the two
+/// plain directories and the two copies.
+pub const LARGE_BENCH_STATE_COPIES: u64 = 6;
+
+/// Refuses a run whose copies of a `state_bytes` state would not fit in `dir`'s free
+/// space, before anything is written (a full disk mid-run would fail late and measure a
+/// struggling file system).
+fn check_free_space(dir: &Path, state_bytes: u64) -> Result<(), LabError> {
+    let stats = rustix::fs::statvfs(dir).map_err(std::io::Error::from)?;
+    let available_bytes = stats.f_bavail.saturating_mul(stats.f_frsize);
+    let needed_bytes = state_bytes.saturating_mul(LARGE_BENCH_STATE_COPIES);
+    if available_bytes < needed_bytes {
+        return Err(LabError::InsufficientSpace {
+            dir: dir.to_owned(),
+            needed_bytes,
+            available_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Copies of the plain files, warm then cold (the last two of the
+/// [`LARGE_BENCH_STATE_COPIES`] copies of the state on disk).
 fn time_copies(
     work: &Path,
     plain: &Path,

@@ -52,6 +52,21 @@ pub enum LabError {
     /// killed, or a bench store did not verify).
     #[error("the model cannot run: {0}")]
     Model(String),
+    /// The bench's directory lacks the free space its run needs (checked before anything
+    /// is written).
+    #[error(
+        "{}: {available_bytes} bytes free, the bench needs {needed_bytes} (every copy of the \
+         state it keeps until the end); choose a smaller --state-bytes or another --dir",
+        dir.display()
+    )]
+    InsufficientSpace {
+        /// The directory the bench would write under.
+        dir: std::path::PathBuf,
+        /// Bytes the run would write and keep.
+        needed_bytes: u64,
+        /// Bytes free for an unprivileged writer there.
+        available_bytes: u64,
+    },
 }
 
 impl LabError {
@@ -67,6 +82,7 @@ impl LabError {
             LabError::During { source, .. } => source.kind(),
             LabError::StoreObservation { .. } => "store-observation",
             LabError::Model(_) => "model",
+            LabError::InsufficientSpace { .. } => "insufficient-space",
         }
     }
 
