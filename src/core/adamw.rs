@@ -4,6 +4,8 @@
 //! not depend on where the chunk lives. Each call touches exactly one chunk with plain
 //! IEEE-754 FP32 operations in a fixed order (no fused multiply-add, no reductions), so
 //! the result is the same whichever worker runs it and whatever its neighbours are.
+use wide::f32x8;
+
 use crate::core::logical::{ChunkSlotsMut, Hyperparameters};
 
 /// Why an update was refused.
@@ -53,6 +55,52 @@ impl Constants {
     }
 }
 
+/// [`Constants`] in every lane.
+struct VectorConstants {
+    beta1: f32x8,
+    beta2: f32x8,
+    one_minus_beta1: f32x8,
+    one_minus_beta2: f32x8,
+    bias_correction2_sqrt: f32x8,
+    epsilon: f32x8,
+    step_size: f32x8,
+    decay: f32x8,
+}
+
+impl VectorConstants {
+    fn of(c: &Constants) -> Self {
+        VectorConstants {
+            beta1: f32x8::splat(c.beta1),
+            beta2: f32x8::splat(c.beta2),
+            one_minus_beta1: f32x8::splat(c.one_minus_beta1),
+            one_minus_beta2: f32x8::splat(c.one_minus_beta2),
+            bias_correction2_sqrt: f32x8::splat(c.bias_correction2_sqrt),
+            epsilon: f32x8::splat(c.epsilon),
+            step_size: f32x8::splat(c.step_size),
+            decay: f32x8::splat(c.decay),
+        }
+    }
+
+    /// [`Constants::element`] on eight lanes: the same operations in the same order.
+    #[inline(always)]
+    fn block(
+        &self,
+        parameter: &mut [f32; LANES],
+        exp_avg: &mut [f32; LANES],
+        exp_avg_sq: &mut [f32; LANES],
+        g: &[f32; LANES],
+    ) {
+        let g = f32x8::new(*g);
+        let m = self.beta1 * f32x8::new(*exp_avg) + self.one_minus_beta1 * g;
+        let v = self.beta2 * f32x8::new(*exp_avg_sq) + self.one_minus_beta2 * (g * g);
+        let denominator = v.sqrt() / self.bias_correction2_sqrt + self.epsilon;
+        let p = f32x8::new(*parameter) * self.decay;
+        *parameter = (p - self.step_size * (m / denominator)).to_array();
+        *exp_avg = m.to_array();
+        *exp_avg_sq = v.to_array();
+    }
+}
+
 /// Applies one AdamW step (`step` is the 1-based step count after this update) to a chunk.
 pub fn update_chunk(
     hyperparameters: &Hyperparameters,
@@ -87,26 +135,24 @@ pub fn update_chunk(
         step_size: h.learning_rate / bias_correction1,
         decay: 1.0f32 - h.learning_rate * h.weight_decay,
     };
-    // The body in fixed-width blocks of contiguous values (at opt-level 3, the release
-    // profile, LLVM turns each block into SIMD `sqrtps`/`divps`/`mulps`/`addps`; the dev
-    // profile's opt-level 1 leaves it scalar), then the scalar tail. Every element goes through the same
-    // IEEE-754 operations in the same order either way (add, mul, div and sqrt are
-    // correctly rounded per lane; Rust never contracts them into FMA), so vector lanes
-    // and the tail give the bits the plain scalar loop gives.
-    let body = expected - expected % LANES;
-    let (parameters, parameters_tail) = chunk.parameters.split_at_mut(body);
-    let (exp_avg, exp_avg_tail) = chunk.exp_avg.split_at_mut(body);
-    let (exp_avg_sq, exp_avg_sq_tail) = chunk.exp_avg_sq.split_at_mut(body);
-    let (gradient, gradient_tail) = gradient.split_at(body);
+    // The body in blocks of eight contiguous values as `wide::f32x8` (SSE or AVX
+    // `addps`/`mulps`/`divps`/`sqrtps` in every profile, the dev one included), then the
+    // scalar tail. Every element goes through the same IEEE-754 operations in the same
+    // order either way (add, mul, div and sqrt are correctly rounded per lane, and
+    // neither Rust nor `wide`'s operators contract them into FMA), so vector lanes and the
+    // tail give the bits the plain scalar loop gives (`tests::blocked_update_has_the_bits_of_the_scalar_loop`, special values included).
+    let (parameters, parameters_tail) = chunk.parameters.as_chunks_mut::<LANES>();
+    let (exp_avg, exp_avg_tail) = chunk.exp_avg.as_chunks_mut::<LANES>();
+    let (exp_avg_sq, exp_avg_sq_tail) = chunk.exp_avg_sq.as_chunks_mut::<LANES>();
+    let (gradient, gradient_tail) = gradient.as_chunks::<LANES>();
+    let vector = VectorConstants::of(&constants);
     let blocks = parameters
-        .chunks_exact_mut(LANES)
-        .zip(exp_avg.chunks_exact_mut(LANES))
-        .zip(exp_avg_sq.chunks_exact_mut(LANES))
-        .zip(gradient.chunks_exact(LANES));
+        .iter_mut()
+        .zip(exp_avg.iter_mut())
+        .zip(exp_avg_sq.iter_mut())
+        .zip(gradient);
     for (((p, m), v), g) in blocks {
-        for lane in 0..LANES {
-            constants.element(&mut p[lane], &mut m[lane], &mut v[lane], g[lane]);
-        }
+        vector.block(p, m, v, g);
     }
     let tail = parameters_tail
         .iter_mut()
@@ -227,6 +273,45 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn blocked_update_has_the_bits_of_the_scalar_loop_on_special_values() {
+        // Zeros of both signs, subnormals, the extremes, infinities and NaNs, in every
+        // lane position of the vector body and in the tail.
+        let specials = [
+            0.0f32,
+            -0.0,
+            f32::from_bits(1),
+            -f32::from_bits(0x007f_ffff),
+            f32::MIN_POSITIVE,
+            f32::MAX,
+            -f32::MAX,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::from_bits(0xffc0_0001),
+            1e-30,
+            3e19,
+        ];
+        let h = Hyperparameters::with_seed(5);
+        let length = specials.len() * 3 + 5;
+        let pick = |i: usize, salt: usize| specials[(i * 7 + salt) % specials.len()];
+        let mut blocked = ChunkState::new(
+            0,
+            (0..length).map(|i| pick(i, 0)).collect(),
+            (0..length).map(|i| pick(i, 3)).collect(),
+            (0..length).map(|i| pick(i, 5).abs()).collect(),
+        )
+        .expect("even slots");
+        let mut scalar = blocked.clone();
+        let gradient: Vec<f32> = (0..length).map(|i| pick(i, 11)).collect();
+        update_chunk(&h, 2, blocked.slots_mut(), &gradient).expect("update");
+        reference_update(&h, 2, scalar.slots_mut(), &gradient);
+        let bits = |values: &[f32]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(blocked.parameters()), bits(scalar.parameters()));
+        assert_eq!(bits(blocked.exp_avg()), bits(scalar.exp_avg()));
+        assert_eq!(bits(blocked.exp_avg_sq()), bits(scalar.exp_avg_sq()));
     }
 
     #[test]

@@ -515,7 +515,7 @@ pub struct F32LengthError(pub usize);
 
 /// Parses little-endian FP32 values.
 pub fn f32_from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, F32LengthError> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(F32LengthError(bytes.len()));
     }
     Ok(bytes

@@ -7,6 +7,8 @@
 //! sum them in logical order m = 0..L-1 in plain FP32; apply AdamW chunk by chunk; advance
 //! step, cursor and ledger. Only *who* computes a micro-batch or updates a chunk depends
 //! on the topology, never *how*, so the bytes are the same for every W.
+use wide::f32x8;
+
 use crate::core::adamw;
 use crate::core::ledger::extend_ledger;
 use crate::core::logical::{LogicalState, INPUT_FEATURES, PARAMETER_COUNT};
@@ -207,7 +209,15 @@ impl LogicalSum {
     /// Adds the next micro-batch; refuses one out of order or of the wrong length.
     pub fn add(&mut self, index: u32, loss: f32, gradient: &[f32]) -> Result<(), StepError> {
         self.check_next(index, gradient.len())?;
-        for (sum, value) in self.total.iter_mut().zip(gradient) {
+        // Eight sums at a time (`wide::f32x8`, vector adds in every profile): each
+        // element's sum is still its own chain of FP32 adds in logical order, so the bits
+        // are the plain loop's.
+        let (sums, sums_tail) = self.total.as_chunks_mut::<SUM_LANES>();
+        let (values, values_tail) = gradient.as_chunks::<SUM_LANES>();
+        for (sum, block) in sums.iter_mut().zip(values) {
+            *sum = (f32x8::new(*sum) + f32x8::new(*block)).to_array();
+        }
+        for (sum, value) in sums_tail.iter_mut().zip(values_tail) {
             *sum += *value;
         }
         self.loss += loss;
@@ -224,13 +234,18 @@ impl LogicalSum {
         gradient: &[u8],
     ) -> Result<(), StepError> {
         let values = gradient.len() / 4;
-        let length = if gradient.len() % 4 == 0 {
+        let length = if gradient.len().is_multiple_of(4) {
             values
         } else {
             usize::MAX
         };
         self.check_next(index, length)?;
-        for (sum, bytes) in self.total.iter_mut().zip(gradient.chunks_exact(4)) {
+        let (sums, sums_tail) = self.total.as_chunks_mut::<SUM_LANES>();
+        let (blocks, bytes_tail) = gradient.as_chunks::<{ SUM_LANES * 4 }>();
+        for (sum, block) in sums.iter_mut().zip(blocks) {
+            *sum = (f32x8::new(*sum) + f32x8::new(le_block(block))).to_array();
+        }
+        for (sum, bytes) in sums_tail.iter_mut().zip(bytes_tail.chunks_exact(4)) {
             *sum += f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         }
         self.loss += loss;
@@ -263,6 +278,25 @@ impl LogicalSum {
             });
         }
         Ok((self.loss, self.total))
+    }
+}
+
+/// Values per vector add of [`LogicalSum`].
+const SUM_LANES: usize = 8;
+
+/// Eight little-endian FP32 values (an IPC frame's bytes, at any alignment).
+#[inline(always)]
+fn le_block(bytes: &[u8; SUM_LANES * 4]) -> [f32; SUM_LANES] {
+    #[cfg(target_endian = "little")]
+    {
+        bytemuck::pod_read_unaligned(bytes)
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        std::array::from_fn(|lane| {
+            let at = lane * 4;
+            f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        })
     }
 }
 
@@ -343,4 +377,58 @@ pub fn in_process_step(
         step: state.step(),
         loss,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gradient values of every magnitude and sign, with zeros, subnormals, infinities
+    /// and NaNs mixed in.
+    fn gradient(micro_batch: u32) -> Vec<f32> {
+        (0..PARAMETER_COUNT as u32)
+            .map(|i| {
+                let x = i
+                    .wrapping_mul(2_654_435_761)
+                    .wrapping_add(micro_batch.wrapping_mul(40_503));
+                match x % 97 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => f32::from_bits(x % 0x007f_ffff),
+                    3 => f32::INFINITY,
+                    4 => f32::NAN,
+                    _ => {
+                        f32::from_bits(0x2000_0000 + (x % 0x3000_0000))
+                            * if x & 2 == 0 { 1.0 } else { -1.0 }
+                    }
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_vector_sum_has_the_bits_of_the_plain_loop_from_values_and_from_bytes() {
+        let micro_batches = 12u32;
+        let mut plain = vec![0f32; PARAMETER_COUNT];
+        let mut from_values = LogicalSum::new(micro_batches);
+        let mut from_bytes = LogicalSum::new(micro_batches);
+        for m in 0..micro_batches {
+            let g = gradient(m);
+            for (sum, value) in plain.iter_mut().zip(&g) {
+                *sum += *value;
+            }
+            from_values.add(m, 0.5, &g).expect("in order");
+            // A frame's gradient starts at any byte offset: misalign it on purpose.
+            let mut frame = vec![0u8; 1];
+            frame.extend(g.iter().flat_map(|v| v.to_le_bytes()));
+            from_bytes
+                .add_le_bytes(m, 0.5, &frame[1..])
+                .expect("in order");
+        }
+        let bits = |values: &[f32]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let (_, values_total) = from_values.finish().expect("complete");
+        let (_, bytes_total) = from_bytes.finish().expect("complete");
+        assert_eq!(bits(&values_total), bits(&plain));
+        assert_eq!(bits(&bytes_total), bits(&plain));
+    }
 }

@@ -89,7 +89,7 @@ pub fn validate(name: &str, kind: IdxKind, bytes: &[u8]) -> Result<usize, Datase
 /// `pixels.len()` must be a multiple of [`IMAGE_BYTES`]; returns `None` otherwise or when
 /// the count does not fit the format's cap.
 pub fn encode_images(pixels: &[u8]) -> Option<Vec<u8>> {
-    if pixels.len() % IMAGE_BYTES != 0 {
+    if !pixels.len().is_multiple_of(IMAGE_BYTES) {
         return None;
     }
     let count = u32::try_from(pixels.len() / IMAGE_BYTES)
