@@ -240,23 +240,25 @@ fn every_crash_point_of_a_concurrent_republish_of_the_same_state_recovers() {
     assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
 }
 
-/// The power-loss model over a concurrent publish of `synthetic_state(5, 2, …)` into a
-/// store where a killed writer had installed all of that state's objects, none of their
-/// names durable (nor, with `NothingSynced`, their data): every object takes the
-/// found-and-verified path.
+/// The power-loss model over a publish of `synthetic_state(5, 2, …)` (from several threads
+/// when `concurrent`) into a store where a killed writer had installed all of that state's
+/// objects, none of their names durable (nor, with `NothingSynced`, their data or the
+/// fan-out directories it made): every object takes the found-and-verified path.
 fn over_killed_objects_scenario(
     files: KilledWriterFiles,
+    concurrent: bool,
     writer: WriterFaults,
     plan: CheckPlan,
 ) -> ScenarioOutcome {
     let (_dir, base) = base_store();
     power_loss_scenario(
         Some(&base),
-        &Action::PublishConcurrentOverKilledObjects(
-            Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
-            four(),
+        &Action::PublishOverKilledObjects {
+            state: Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
+            topology: four(),
             files,
-        ),
+            concurrent,
+        },
         ModelFaults {
             writer,
             recovery: RecoveryFaults::NONE,
@@ -280,7 +282,7 @@ fn assert_loses_generation_1(outcome: &ScenarioOutcome) {
         outcome
             .violations
             .iter()
-            .any(|v| v.contains("generation 1")),
+            .any(|v| v.contains("generation 1 was lost after its commits/ fsync")),
         "{:#?}",
         outcome.violations
     );
@@ -290,6 +292,7 @@ fn assert_loses_generation_1(outcome: &ScenarioOutcome) {
 fn every_crash_point_of_a_publish_over_a_killed_writers_renamed_objects_recovers() {
     let outcome = over_killed_objects_scenario(
         KilledWriterFiles::DataSynced,
+        true,
         WriterFaults::NONE,
         CheckPlan::exhaustive(2),
     );
@@ -298,40 +301,49 @@ fn every_crash_point_of_a_publish_over_a_killed_writers_renamed_objects_recovers
 
 #[test]
 fn every_crash_point_of_a_publish_over_a_killed_writers_unsynced_objects_recovers() {
-    let outcome = over_killed_objects_scenario(
-        KilledWriterFiles::NothingSynced,
-        WriterFaults::NONE,
-        CheckPlan::exhaustive(2),
-    );
-    assert_recovers_everywhere(&outcome);
+    for concurrent in [true, false] {
+        let outcome = over_killed_objects_scenario(
+            KilledWriterFiles::NothingSynced,
+            concurrent,
+            WriterFaults::NONE,
+            CheckPlan::exhaustive(2),
+        );
+        assert_recovers_everywhere(&outcome);
+    }
 }
 
 #[test]
 fn a_publish_that_trusts_a_found_objects_name_is_caught() {
     // A killed RFC writer's objects: data synced, renames pending until its step 4.
-    let outcome = over_killed_objects_scenario(
-        KilledWriterFiles::DataSynced,
-        WriterFaults {
-            skip_found_object_directory_fsync: true,
-            ..WriterFaults::NONE
-        },
-        hunting_plan(),
-    );
-    assert_loses_generation_1(&outcome);
+    for concurrent in [true, false] {
+        let outcome = over_killed_objects_scenario(
+            KilledWriterFiles::DataSynced,
+            concurrent,
+            WriterFaults {
+                skip_found_object_directory_fsync: true,
+                ..WriterFaults::NONE
+            },
+            hunting_plan(),
+        );
+        assert_loses_generation_1(&outcome);
+    }
 }
 
 #[test]
 fn a_publish_that_trusts_a_found_objects_data_is_caught() {
     // Objects a writer left without any fsync: only the found-object fsync saves them.
-    let outcome = over_killed_objects_scenario(
-        KilledWriterFiles::NothingSynced,
-        WriterFaults {
-            skip_found_object_fsync: true,
-            ..WriterFaults::NONE
-        },
-        hunting_plan(),
-    );
-    assert_loses_generation_1(&outcome);
+    for concurrent in [true, false] {
+        let outcome = over_killed_objects_scenario(
+            KilledWriterFiles::NothingSynced,
+            concurrent,
+            WriterFaults {
+                skip_found_object_fsync: true,
+                ..WriterFaults::NONE
+            },
+            hunting_plan(),
+        );
+        assert_loses_generation_1(&outcome);
+    }
 }
 
 #[test]

@@ -76,8 +76,9 @@ where
 /// Runs `work(i)` for `i in 0..count` on up to `threads` threads, taking indices in
 /// order from a shared counter, and calls `on_progress` with how many succeeded (a failed
 /// index is not progress) at least every 100 ms meanwhile (and once at the end). A panic
-/// in `on_progress` stops the threads as a failure would, then reaches the caller. Returns as soon as every thread ended:
-/// each says so on a channel, nobody sleeps a fixed time. Every index is taken by exactly
+/// in `on_progress` stops the threads as a failure would, then reaches the caller.
+/// Returns as soon as every thread ended: each says so on a channel, nobody sleeps a
+/// fixed time. Every index is taken by exactly
 /// one thread, in increasing order, and every index taken runs to its end; after a
 /// failure or a panic each thread takes at most one more index (it checks the stop flag,
 /// then takes one), so the indices that ran are `0..=k` for some `k` and the

@@ -463,8 +463,10 @@ pub fn run_large(
     options: &LargeBenchOptions,
     progress: &mut dyn Progress,
 ) -> Result<LargeBenchReport, LabError> {
+    let state = synthetic_state(1, 0, options.chunk_elements);
+    let objects = BenchObjects::new(&state, options.state_bytes);
     let parent = options.dir.clone().unwrap_or_else(std::env::temp_dir);
-    check_free_space(&parent, options.state_bytes)?;
+    check_free_space(&parent, objects.total_bytes())?;
     let work = tempfile::tempdir_in(&parent)?;
     let store = work.path().join("store");
     let plain = work.path().join("plain");
@@ -472,8 +474,6 @@ pub fn run_large(
     // Settle the file system first: an earlier run's freed gigabytes are discarded at
     // journal commits (`discard` mounts), which would slow the first phase measured.
     rustix::fs::syncfs(std::fs::File::open(work.path())?).map_err(std::io::Error::from)?;
-    let state = synthetic_state(1, 0, options.chunk_elements);
-    let objects = BenchObjects::new(&state, options.state_bytes);
     let plain_s = time_plain_writes(&plain, &objects, progress)?;
     let plain_concurrent_s = time_plain_writes_concurrent(
         &work.path().join("plain-concurrent"),
@@ -774,13 +774,19 @@ fn time_object_reads(store: &Path, threads: usize) -> Result<f64, LabError> {
 /// plain directories and the two copies.
 pub const LARGE_BENCH_STATE_COPIES: u64 = 6;
 
-/// Refuses a run whose copies of a `state_bytes` state would not fit in `dir`'s free
-/// space, before anything is written (a full disk mid-run would fail late and measure a
-/// struggling file system).
+/// Headroom beyond the copies of the state: records, the fsync probe, file-system
+/// metadata of some 200 000 small files (64 MiB).
+const LARGE_BENCH_HEADROOM_BYTES: u64 = 64 << 20;
+
+/// Refuses a run whose copies of a `state_bytes` state (all its payload bytes) would not
+/// fit in `dir`'s free space, before anything is written (a full disk mid-run would fail
+/// late and measure a struggling file system).
 fn check_free_space(dir: &Path, state_bytes: u64) -> Result<(), LabError> {
     let stats = rustix::fs::statvfs(dir).map_err(std::io::Error::from)?;
     let available_bytes = stats.f_bavail.saturating_mul(stats.f_frsize);
-    let needed_bytes = state_bytes.saturating_mul(LARGE_BENCH_STATE_COPIES);
+    let needed_bytes = state_bytes
+        .saturating_mul(LARGE_BENCH_STATE_COPIES)
+        .saturating_add(LARGE_BENCH_HEADROOM_BYTES);
     if available_bytes < needed_bytes {
         return Err(LabError::InsufficientSpace {
             dir: dir.to_owned(),

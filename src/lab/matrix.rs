@@ -126,12 +126,23 @@ pub enum Action {
     /// so the writer installs objects from several threads (RFC 0001 §4); the recording
     /// is the interleaving that happened.
     PublishConcurrent(Box<LogicalState>, Topology),
-    /// As [`Action::PublishConcurrent`], into a store where a killed writer already
-    /// installed every object of this state (it stopped at its commit record) and none of
-    /// those objects' names is durable (nor, with [`KilledWriterFiles::NothingSynced`],
-    /// their data): each is found at its address, so the publish's found-object fsync
-    /// (RFC 0001 §4 step 3) and its step 4 alone make them durable.
-    PublishConcurrentOverKilledObjects(Box<LogicalState>, Topology, KilledWriterFiles),
+    /// Publish this state at this topology into a store where a killed writer already
+    /// installed every object of it (it stopped at its commit record) and none of those
+    /// objects' names is durable (nor, with [`KilledWriterFiles::NothingSynced`], their
+    /// data or the fan-out directories it created): each is found at its address, so the
+    /// publish's found-object fsync (RFC 0001 §4 step 3) and its step 4 alone make them
+    /// durable. With `concurrent`, nothing observes the object barriers, so the writer
+    /// installs from several threads (as [`Action::PublishConcurrent`]); without, in order.
+    PublishOverKilledObjects {
+        /// The state both writers publish.
+        state: Box<LogicalState>,
+        /// Its topology.
+        topology: Topology,
+        /// What the killed writer had made durable of its files.
+        files: KilledWriterFiles,
+        /// Whether the publish may install its objects concurrently.
+        concurrent: bool,
+    },
 }
 
 /// Subset enumeration for a concurrent publish: its renames all stay pending until the
@@ -250,12 +261,18 @@ fn check_recovery_common(
 /// are its address, a commit record that decodes. A writer that renames before the data is
 /// durable, or writes in place, exposes torn bytes here even when recovery rejects them.
 /// A file a killed writer left with its data unsynced ([`KilledWriterFiles::NothingSynced`])
-/// is that writer's until this run fsyncs it, and is not counted against this run.
+/// is that writer's until this run fsyncs it or renames its commit record into place, and
+/// is not counted against this run before then.
 fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) -> Vec<String> {
     let mut violations = Vec::new();
+    // Once the run's commit record is renamed into place, a torn file next to it is the
+    // run's: it committed without making that file durable.
+    let committed = recording
+        .mark_of(Barrier::CommitAfterRename)
+        .is_some_and(|at| state.crash_point >= at);
     for (path, entry) in &state.image {
         if let ImageEntry::File { inode, .. } = entry {
-            if recording.torn_by_earlier_writer(*inode, state.crash_point) {
+            if !committed && recording.torn_by_earlier_writer(*inode, state.crash_point) {
                 continue;
             }
         }
@@ -495,13 +512,15 @@ impl BarrierHook for StopAtCommit {
 }
 
 /// Publishes `state` on `root` (not recorded) up to its commit record's write and returns
-/// the files that run added under `objects/`: a killed writer's installed objects. At
-/// least one must be new, or the scenario would find nothing to check.
+/// what that run added under `objects/`: the fan-out directories it created and its
+/// installed objects, a killed writer's. At least one object must be new, or the scenario
+/// would find nothing to check.
 fn install_as_killed_writer(
     root: &Path,
     state: &LogicalState,
     topology: Topology,
-) -> Result<Vec<String>, LabError> {
+) -> Result<(Vec<String>, Vec<String>), LabError> {
+    let dirs_before = fan_out_dirs(root)?;
     let before = object_files(root)?;
     match publish_with(
         &RealFs,
@@ -528,7 +547,11 @@ fn install_as_killed_writer(
             "the killed writer installed no object the store did not already hold".into(),
         ));
     }
-    Ok(added)
+    let dirs: Vec<String> = fan_out_dirs(root)?
+        .into_iter()
+        .filter(|dir| !dirs_before.contains(dir))
+        .collect();
+    Ok((dirs, added))
 }
 
 /// The files under `objects/`, relative to `root`.
@@ -537,6 +560,26 @@ fn object_files(root: &Path) -> Result<BTreeSet<String>, LabError> {
         .into_iter()
         .filter(|file| file.starts_with("objects/"))
         .collect())
+}
+
+/// The fan-out directories `objects/xx`, relative to `root`.
+fn fan_out_dirs(root: &Path) -> Result<BTreeSet<String>, LabError> {
+    let mut dirs = BTreeSet::new();
+    let objects = root.join("objects");
+    if !objects.is_dir() {
+        return Ok(dirs);
+    }
+    for entry in std::fs::read_dir(&objects)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            let name = entry.file_name();
+            let name = name
+                .to_str()
+                .ok_or_else(|| LabError::Model("a fan-out directory name is not UTF-8".into()))?;
+            dirs.insert(format!("objects/{name}"));
+        }
+    }
+    Ok(dirs)
 }
 
 /// Runs `action` on `root` through the recording file system: the generation it
@@ -558,10 +601,26 @@ fn record_action(
             RecordingFs::new(root)?
         }
         Action::PublishConcurrent(..) => RecordingFs::new(root)?.allowing_threads(),
-        Action::PublishConcurrentOverKilledObjects(state, topology, files) => {
-            let objects = install_as_killed_writer(root, state, *topology)?;
+        Action::PublishOverKilledObjects {
+            state,
+            topology,
+            files,
+            concurrent,
+        } => {
+            let (dirs, objects) = install_as_killed_writer(root, state, *topology)?;
+            // A killed RFC writer fsynced `objects/` for each fan-out directory before
+            // renaming into it; one that synced nothing may have left them non-durable.
+            let dirs: Vec<&str> = match files {
+                KilledWriterFiles::DataSynced => Vec::new(),
+                KilledWriterFiles::NothingSynced => dirs.iter().map(String::as_str).collect(),
+            };
             let objects: Vec<&str> = objects.iter().map(String::as_str).collect();
-            RecordingFs::with_non_durable_entries(root, &[], &objects, *files)?.allowing_threads()
+            let recorder = RecordingFs::with_non_durable_entries(root, &dirs, &objects, *files)?;
+            if *concurrent {
+                recorder.allowing_threads()
+            } else {
+                recorder
+            }
         }
         _ => RecordingFs::new(root)?,
     };
@@ -571,9 +630,9 @@ fn record_action(
             Action::Publish(state, topology)
             | Action::PublishOverKilledLayout(state, topology)
             | Action::PublishConcurrent(state, topology)
-            | Action::PublishConcurrentOverKilledObjects(state, topology, _) => {
-                publish_with(&fs, root, state, *topology, &mut hooks, faults)?.generation
-            }
+            | Action::PublishOverKilledObjects {
+                state, topology, ..
+            } => publish_with(&fs, root, state, *topology, &mut hooks, faults)?.generation,
             Action::Reshard(generation, topology) => {
                 reshard_with(
                     &fs,
@@ -607,7 +666,11 @@ fn record_action(
     // (a hook that observes, a file system threads may not share) reports object barriers.
     let concurrent = matches!(
         action,
-        Action::PublishConcurrent(..) | Action::PublishConcurrentOverKilledObjects(..)
+        Action::PublishConcurrent(..)
+            | Action::PublishOverKilledObjects {
+                concurrent: true,
+                ..
+            }
     );
     if concurrent && faults.allow_concurrent_install() {
         if let Some((barrier, _)) = recording

@@ -6,9 +6,10 @@
 //! record written in place, an order swapped, a non-durable directory trusted) and runs
 //! the power-loss model on the scenarios that exercise its step — a genesis publish, a
 //! publish over a committed generation, and (for the directory-reuse mutant) a publish
-//! into a layout a killed writer left non-durable. Each recovery mutant breaks one rule of
-//! §5 (trusting LATEST, skipping object digests) and runs those scenarios and the
-//! corruption cases. A mutant is killed by at least one violation.
+//! into a layout a killed writer left non-durable, or (for the found-object mutants) a
+//! publish over a killed writer's non-durable objects of the same state. Each recovery
+//! mutant breaks one rule of §5 (trusting LATEST, skipping object digests) and runs those
+//! scenarios and the corruption cases. A mutant is killed by at least one violation.
 use serde::Serialize;
 
 use crate::lab::error::LabError;
@@ -16,7 +17,7 @@ use crate::lab::matrix::{
     corruption_phase, matrix_states, power_loss_scenario, Action, CheckPlan, MatrixConfig,
     ModelFaults,
 };
-use crate::lab::powerloss::EnumerationLimits;
+use crate::lab::powerloss::{EnumerationLimits, KilledWriterFiles};
 use crate::store::recovery::RecoveryFaults;
 use crate::store::writer::WriterFaults;
 
@@ -34,6 +35,9 @@ pub struct Mutant {
     pub faults: ModelFaults,
     /// Whether it needs a starting image with non-durable directories.
     pub needs_killed_layout: bool,
+    /// Whether it needs a store holding a killed writer's non-durable objects of the state
+    /// it publishes, and what that writer had synced of them.
+    pub needs_killed_objects: Option<KilledWriterFiles>,
 }
 
 const fn mutant(name: &'static str, breaks: &'static str, writer: WriterFaults) -> Mutant {
@@ -45,6 +49,20 @@ const fn mutant(name: &'static str, breaks: &'static str, writer: WriterFaults) 
             recovery: RecoveryFaults::NONE,
         },
         needs_killed_layout: false,
+        needs_killed_objects: None,
+    }
+}
+
+/// A writer mutant run over a killed writer's objects (see [`Mutant::needs_killed_objects`]).
+const fn killed_objects_mutant(
+    name: &'static str,
+    breaks: &'static str,
+    writer: WriterFaults,
+    files: KilledWriterFiles,
+) -> Mutant {
+    Mutant {
+        needs_killed_objects: Some(files),
+        ..mutant(name, breaks, writer)
     }
 }
 
@@ -61,13 +79,14 @@ const fn recovery_mutant(
             recovery,
         },
         needs_killed_layout: false,
+        needs_killed_objects: None,
     }
 }
 
 const N: WriterFaults = WriterFaults::NONE;
 
 /// The registry, in protocol order: writer mutants, then recovery mutants.
-pub const MUTANTS: [Mutant; 16] = [
+pub const MUTANTS: [Mutant; 18] = [
     mutant(
         "skip-layout-fsync",
         "the store root and its parent are fsynced after the layout is created",
@@ -87,7 +106,26 @@ pub const MUTANTS: [Mutant; 16] = [
             recovery: RecoveryFaults::NONE,
         },
         needs_killed_layout: true,
+        needs_killed_objects: None,
     },
+    killed_objects_mutant(
+        "skip-found-object-fsync",
+        "an object found at its address is fsynced before the commit relies on it",
+        WriterFaults {
+            skip_found_object_fsync: true,
+            ..N
+        },
+        KilledWriterFiles::NothingSynced,
+    ),
+    killed_objects_mutant(
+        "skip-found-object-directory-fsync",
+        "the fan-out directory of an object found at its address is fsynced (step 4)",
+        WriterFaults {
+            skip_found_object_directory_fsync: true,
+            ..N
+        },
+        KilledWriterFiles::DataSynced,
+    ),
     mutant(
         "skip-objects-directory-fsync",
         "objects/ is fsynced before an object is renamed into a new fan-out directory",
@@ -240,9 +278,20 @@ pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcom
         (None, Action::Publish(Box::new(a.clone()), four)),
         (
             Some(base_root.as_path()),
-            Action::Publish(Box::new(b), four),
+            Action::Publish(Box::new(b.clone()), four),
         ),
     ];
+    if let Some(files) = mutant.needs_killed_objects {
+        scenarios.push((
+            Some(base_root.as_path()),
+            Action::PublishOverKilledObjects {
+                state: Box::new(b.clone()),
+                topology: four,
+                files,
+                concurrent: false,
+            },
+        ));
+    }
     if mutant.needs_killed_layout {
         scenarios.push((None, Action::PublishOverKilledLayout(Box::new(a), four)));
     }

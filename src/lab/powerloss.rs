@@ -477,10 +477,12 @@ impl Recording {
         let created_before = pre_run
             .iter()
             .any(|op| matches!(op, Op::Create { inode: i, .. } if *i == inode));
-        let synced = self.ops[..crash_point.min(self.ops.len())]
+        if !created_before {
+            return false;
+        }
+        !self.ops[..crash_point.min(self.ops.len())]
             .iter()
-            .any(|op| matches!(op, Op::FsyncFile { inode: i } if *i == inode));
-        created_before && !synced
+            .any(|op| matches!(op, Op::FsyncFile { inode: i } if *i == inode))
     }
 
     /// Every distinct crash image over all crash points, pending subsets and data variants.
