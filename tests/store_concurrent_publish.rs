@@ -240,110 +240,104 @@ fn every_crash_point_of_a_concurrent_republish_of_the_same_state_recovers() {
     assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
 }
 
-/// The power-loss model over a publish of `synthetic_state(5, 2, …)` (from several threads
-/// when `concurrent`) into a store where a killed writer had installed all of that state's
+/// The power-loss model over a publish of `synthetic_state(5, 2, …)`, from several threads
+/// and then in order, into a store where a killed writer had installed all of that state's
 /// objects, none of their names durable (nor, with `NothingSynced`, their data or the
-/// fan-out directories it made): every object takes the found-and-verified path.
-fn over_killed_objects_scenario(
-    files: KilledWriterFiles,
-    concurrent: bool,
-    writer: WriterFaults,
-    plan: CheckPlan,
-) -> ScenarioOutcome {
-    let (_dir, base) = base_store();
-    power_loss_scenario(
-        Some(&base),
-        &Action::PublishOverKilledObjects {
-            state: Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
-            topology: four(),
-            files,
-            concurrent,
-        },
-        ModelFaults {
-            writer,
-            recovery: RecoveryFaults::NONE,
-        },
-        CONCURRENT_LIMITS,
-        plan,
-    )
-    .expect("scenario")
+/// fan-out directories it made): every object takes the found-and-verified path. The
+/// correct writer's every state is checked; a mutant's until one violation is found.
+fn over_killed_objects(files: KilledWriterFiles, writer: WriterFaults) -> Vec<ScenarioOutcome> {
+    let plan = if writer == WriterFaults::NONE {
+        CheckPlan::exhaustive(2)
+    } else {
+        hunting_plan()
+    };
+    [true, false]
+        .into_iter()
+        .map(|concurrent| {
+            let (_dir, base) = base_store();
+            power_loss_scenario(
+                Some(&base),
+                &Action::PublishOverKilledObjects {
+                    state: Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
+                    topology: four(),
+                    files,
+                    concurrent,
+                },
+                ModelFaults {
+                    writer,
+                    recovery: RecoveryFaults::NONE,
+                },
+                CONCURRENT_LIMITS,
+                plan,
+            )
+            .expect("scenario")
+        })
+        .collect()
 }
 
-fn assert_recovers_everywhere(outcome: &ScenarioOutcome) {
-    // The killed writer's 12 objects are pending creates before the run: crash points
-    // among them, and images that drop each, are checked too.
-    assert!(outcome.states_checked >= 500, "{outcome:?}");
-    assert_eq!(outcome.states_checked, outcome.distinct_states);
-    assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
+fn assert_recovers_everywhere(outcomes: &[ScenarioOutcome]) {
+    for outcome in outcomes {
+        // The killed writer's 12 objects are pending creates before the run: crash
+        // points among them, and images that drop each, are checked too.
+        assert!(outcome.states_checked >= 500, "{outcome:?}");
+        assert_eq!(outcome.states_checked, outcome.distinct_states);
+        assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
+    }
 }
 
-fn assert_loses_generation_1(outcome: &ScenarioOutcome) {
-    assert!(
-        outcome
-            .violations
-            .iter()
-            .any(|v| v.contains("generation 1 was lost after its commits/ fsync")),
-        "{:#?}",
-        outcome.violations
-    );
+fn assert_loses_generation_1(outcomes: &[ScenarioOutcome]) {
+    for outcome in outcomes {
+        assert!(
+            outcome
+                .violations
+                .iter()
+                .any(|v| v.contains("generation 1 was lost after its commits/ fsync")),
+            "{:#?}",
+            outcome.violations
+        );
+    }
 }
 
 #[test]
 fn every_crash_point_of_a_publish_over_a_killed_writers_renamed_objects_recovers() {
-    let outcome = over_killed_objects_scenario(
+    assert_recovers_everywhere(&over_killed_objects(
         KilledWriterFiles::DataSynced,
-        true,
         WriterFaults::NONE,
-        CheckPlan::exhaustive(2),
-    );
-    assert_recovers_everywhere(&outcome);
+    ));
 }
 
 #[test]
 fn every_crash_point_of_a_publish_over_a_killed_writers_unsynced_objects_recovers() {
-    for concurrent in [true, false] {
-        let outcome = over_killed_objects_scenario(
-            KilledWriterFiles::NothingSynced,
-            concurrent,
-            WriterFaults::NONE,
-            CheckPlan::exhaustive(2),
-        );
-        assert_recovers_everywhere(&outcome);
-    }
+    assert_recovers_everywhere(&over_killed_objects(
+        KilledWriterFiles::NothingSynced,
+        WriterFaults::NONE,
+    ));
 }
 
 #[test]
 fn a_publish_that_trusts_a_found_objects_name_is_caught() {
     // A killed RFC writer's objects: data synced, renames pending until its step 4.
-    for concurrent in [true, false] {
-        let outcome = over_killed_objects_scenario(
-            KilledWriterFiles::DataSynced,
-            concurrent,
-            WriterFaults {
-                skip_found_object_directory_fsync: true,
-                ..WriterFaults::NONE
-            },
-            hunting_plan(),
-        );
-        assert_loses_generation_1(&outcome);
-    }
+    let skips_directory = WriterFaults {
+        skip_found_object_directory_fsync: true,
+        ..WriterFaults::NONE
+    };
+    assert_loses_generation_1(&over_killed_objects(
+        KilledWriterFiles::DataSynced,
+        skips_directory,
+    ));
 }
 
 #[test]
 fn a_publish_that_trusts_a_found_objects_data_is_caught() {
     // Objects a writer left without any fsync: only the found-object fsync saves them.
-    for concurrent in [true, false] {
-        let outcome = over_killed_objects_scenario(
-            KilledWriterFiles::NothingSynced,
-            concurrent,
-            WriterFaults {
-                skip_found_object_fsync: true,
-                ..WriterFaults::NONE
-            },
-            hunting_plan(),
-        );
-        assert_loses_generation_1(&outcome);
-    }
+    let skips_file = WriterFaults {
+        skip_found_object_fsync: true,
+        ..WriterFaults::NONE
+    };
+    assert_loses_generation_1(&over_killed_objects(
+        KilledWriterFiles::NothingSynced,
+        skips_file,
+    ));
 }
 
 #[test]
