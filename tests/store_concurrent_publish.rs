@@ -43,23 +43,30 @@ fn base_store() -> (tempfile::TempDir, PathBuf) {
     (dir, root)
 }
 
-/// The power-loss model over one concurrent publish on `base`; `plan` says how many of
-/// its states are checked.
+/// The power-loss model over `action` on a copy of `base`, with the concurrent
+/// enumeration limits; `plan` says how many of its states are checked.
+fn scenario_on(
+    base: &Path,
+    action: &Action,
+    writer: WriterFaults,
+    plan: CheckPlan,
+) -> ScenarioOutcome {
+    let faults = ModelFaults {
+        writer,
+        recovery: RecoveryFaults::NONE,
+    };
+    power_loss_scenario(Some(base), action, faults, CONCURRENT_LIMITS, plan).expect("scenario")
+}
+
+/// The power-loss model over one concurrent publish on `base`.
 fn concurrent_scenario(base: &Path, writer: WriterFaults, plan: CheckPlan) -> ScenarioOutcome {
-    power_loss_scenario(
-        Some(base),
-        &Action::PublishConcurrent(
-            Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
-            four(),
-        ),
-        ModelFaults {
-            writer,
-            recovery: RecoveryFaults::NONE,
-        },
-        CONCURRENT_LIMITS,
+    let state = Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS));
+    scenario_on(
+        base,
+        &Action::PublishConcurrent(state, four()),
+        writer,
         plan,
     )
-    .expect("scenario")
 }
 
 /// Records one genesis publish; `threads` lets the writer install concurrently.
@@ -223,19 +230,15 @@ fn every_crash_point_of_a_concurrent_publish_recovers() {
 #[test]
 fn every_crash_point_of_a_concurrent_republish_of_the_same_state_recovers() {
     // Every object is already there: each thread takes the found-and-verified path (the
-    // temp file removed, the object fsynced), and step 4 fsyncs their directories.
+    // temp file removed, the object fsynced), and step 4 fsyncs their directories. The
+    // base is durable, so this cannot catch a writer that skips those fsyncs: the
+    // killed-objects tests below can.
     let (_dir, base) = base_store();
-    let outcome = power_loss_scenario(
-        Some(&base),
-        &Action::PublishConcurrent(
-            Box::new(synthetic_state(5, 1, MODEL_CHUNK_ELEMENTS)),
-            Topology::new(2).expect("topology"),
-        ),
-        ModelFaults::NONE,
-        CONCURRENT_LIMITS,
-        CheckPlan::exhaustive(2),
-    )
-    .expect("scenario");
+    let action = Action::PublishConcurrent(
+        Box::new(synthetic_state(5, 1, MODEL_CHUNK_ELEMENTS)),
+        Topology::new(2).expect("topology"),
+    );
+    let outcome = scenario_on(&base, &action, WriterFaults::NONE, CheckPlan::exhaustive(2));
     assert!(outcome.states_checked >= 2, "{outcome:?}");
     assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
 }
@@ -255,22 +258,13 @@ fn over_killed_objects(files: KilledWriterFiles, writer: WriterFaults) -> Vec<Sc
         .into_iter()
         .map(|concurrent| {
             let (_dir, base) = base_store();
-            power_loss_scenario(
-                Some(&base),
-                &Action::PublishOverKilledObjects {
-                    state: Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
-                    topology: four(),
-                    files,
-                    concurrent,
-                },
-                ModelFaults {
-                    writer,
-                    recovery: RecoveryFaults::NONE,
-                },
-                CONCURRENT_LIMITS,
-                plan,
-            )
-            .expect("scenario")
+            let action = Action::PublishOverKilledObjects {
+                state: Box::new(synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS)),
+                topology: four(),
+                files,
+                concurrent,
+            };
+            scenario_on(&base, &action, writer, plan)
         })
         .collect()
 }
