@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use shardlift::core::progress::NoProgress;
 use shardlift::core::topology::Topology;
+use shardlift::lab::corruption::list_files;
 use shardlift::lab::matrix::{
     power_loss_scenario, Action, CheckPlan, ModelFaults, ScenarioOutcome, CONCURRENT_LIMITS,
 };
@@ -80,17 +81,26 @@ fn record_publish(threads: bool) -> Recording {
     } else {
         recorder
     };
-    let state = synthetic_state(5, 1, CHUNK_ELEMENTS);
+    publish_recorded(&recorder, &root, &synthetic_state(5, 1, CHUNK_ELEMENTS));
+    recorder.finish()
+}
+
+/// Publishes `state` at W4 on `root` through `recorder`, the correct writer, marking its
+/// barriers; concurrent when the recorder allows threads.
+fn publish_recorded(
+    recorder: &RecordingFs,
+    root: &Path,
+    state: &shardlift::core::logical::LogicalState,
+) -> store::CommitSummary {
     publish_with(
-        &recorder,
-        &root,
-        &state,
+        recorder,
+        root,
+        state,
         four(),
-        &mut MarkingHooks(&recorder),
+        &mut MarkingHooks(recorder),
         WriterFaults::NONE,
     )
-    .expect("publish");
-    recorder.finish()
+    .expect("publish")
 }
 
 /// Positions of the renames into `objects/` (chunk objects and the manifest) and of the
@@ -344,7 +354,11 @@ fn the_killed_writers_objects_are_pending_creates_the_publish_makes_durable() {
     let state = synthetic_state(5, 2, MODEL_CHUNK_ELEMENTS);
     store::publish(&root, &state, four(), &mut NoHooks).expect("killed writer's objects");
     std::fs::remove_file(root.join(commit_rel_path(0))).expect("commit");
-    let objects: Vec<String> = walk_files(&root.join("objects"), &root);
+    let objects: Vec<String> = list_files(&root)
+        .expect("list the store")
+        .into_iter()
+        .filter(|file| file.starts_with("objects/"))
+        .collect();
     let pending: Vec<&str> = objects.iter().map(String::as_str).collect();
     let recorder = RecordingFs::with_non_durable_entries(
         &root,
@@ -354,15 +368,7 @@ fn the_killed_writers_objects_are_pending_creates_the_publish_makes_durable() {
     )
     .expect("recorder")
     .allowing_threads();
-    let report = publish_with(
-        &recorder,
-        &root,
-        &state,
-        four(),
-        &mut MarkingHooks(&recorder),
-        WriterFaults::NONE,
-    )
-    .expect("publish");
+    let report = publish_recorded(&recorder, &root, &state);
     assert_eq!(report.generation, 0);
     let recording = recorder.finish();
     for object in &objects {
@@ -410,25 +416,6 @@ fn the_killed_writers_objects_are_pending_creates_the_publish_makes_durable() {
             .expect("fan-out");
         assert!(synced_dirs.contains(fan), "{fan} never fsynced");
     }
-}
-
-/// Every file under `dir`, relative to `root`, sorted.
-fn walk_files(dir: &Path, root: &Path) -> Vec<String> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(next) = stack.pop() {
-        for entry in std::fs::read_dir(&next).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path.strip_prefix(root).expect("under root");
-                files.push(rel.to_str().expect("utf-8").to_owned());
-            }
-        }
-    }
-    files.sort();
-    files
 }
 
 #[test]
