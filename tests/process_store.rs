@@ -221,7 +221,7 @@ fn crash_matrix_passes() {
     assert!(count("distinct_states") > 0);
     assert!(count("distinct_states") <= count("crash_images"));
     let scenarios = summary["power_loss_scenarios"].as_array().expect("a");
-    assert_eq!(scenarios.len(), 8);
+    assert_eq!(scenarios.len(), 9);
     for scenario in scenarios {
         // Exhaustive: every distinct state was checked.
         assert_eq!(scenario["states_checked"], scenario["distinct_states"]);

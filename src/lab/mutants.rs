@@ -17,7 +17,7 @@ use crate::lab::matrix::{
     corruption_phase, matrix_states, power_loss_scenario, Action, CheckPlan, MatrixConfig,
     ModelFaults,
 };
-use crate::lab::powerloss::{EnumerationLimits, KilledWriterFiles};
+use crate::lab::powerloss::KilledWriterFiles;
 use crate::store::recovery::RecoveryFaults;
 use crate::store::writer::WriterFaults;
 
@@ -266,10 +266,6 @@ pub struct MutantOutcome {
 /// states per scenario, evenly sampled, as the matrix samples them).
 pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcome, LabError> {
     let (a, b) = matrix_states(config.seed);
-    let limits = EnumerationLimits {
-        seed: config.seed,
-        ..EnumerationLimits::default()
-    };
     let four = crate::core::topology::Topology::new(4)?;
     let base = crate::lab::matrix::scratch_dir()?;
     let base_root = base.path().join("store");
@@ -284,12 +280,7 @@ pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcom
     if let Some(files) = mutant.needs_killed_objects {
         scenarios.push((
             Some(base_root.as_path()),
-            Action::PublishOverKilledObjects {
-                state: Box::new(b.clone()),
-                topology: four,
-                files,
-                concurrent: false,
-            },
+            crate::lab::matrix::over_killed_objects(config.seed, files)?,
         ));
     }
     if mutant.needs_killed_layout {
@@ -308,7 +299,7 @@ pub fn run_mutant(mutant: &Mutant, config: &MatrixConfig) -> Result<MutantOutcom
             *from,
             action,
             mutant.faults,
-            limits,
+            crate::lab::matrix::limits_for(action, config.seed),
             CheckPlan {
                 max_states: config.max_states_per_scenario,
                 threads: config.threads,
