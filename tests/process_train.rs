@@ -45,45 +45,11 @@ fn digests(report: &Value) -> (String, String, String, u64, u64) {
     )
 }
 
-/// A CPU kernel path: what libtorch 2.13.0 dispatches its FP32 kernels by (MKL's GEMM
-/// and ATen's vectorised loops pick their code by instruction set), read from
-/// `/proc/cpuinfo` as the vendor and the dispatch-relevant flags this CPU has.
-fn kernel_path() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |name: &str| {
-        cpuinfo
-            .lines()
-            .find_map(|line| {
-                let (key, value) = line.split_once(':')?;
-                (key.trim() == name).then(|| value.trim().to_owned())
-            })
-            .unwrap_or_default()
-    };
-    let flags = field("flags");
-    let flags: Vec<&str> = flags.split_whitespace().collect();
-    let mut path = vec![field("vendor_id")];
-    for flag in [
-        "avx2",
-        "fma",
-        "avx512f",
-        "avx512bw",
-        "avx512vl",
-        "avx512_vnni",
-        "avx512_bf16",
-        "avx512_fp16",
-        "amx_tile",
-    ] {
-        if flags.contains(&flag) {
-            path.push(flag.to_owned());
-        }
-    }
-    path.join(" ")
-}
-
 /// A recorded logical-state root of W4, 3 steps, seed 0, and where it was recorded.
 struct RecordedRoot {
     root: &'static str,
-    /// The [`kernel_path`] it was recorded on; `None` where nobody recorded it.
+    /// The kernel path (`shardlift::evidence::kernel_path`) it was recorded on; `None`
+    /// where nobody recorded it.
     kernel_path: Option<&'static str>,
     machines: &'static str,
 }
@@ -109,6 +75,14 @@ const RECORDED_ROOTS: &[RecordedRoot] = &[
         ),
         machines: "an Intel Xeon with AVX-512 FP16 and AMX (KVM, 2 vCPUs); 0187730's \
                    trainer gives it there, 2026-12-02",
+    },
+    RecordedRoot {
+        root: "f9d8733c34a9e066f1ef93788c24736c70890247d35e0fbaf03680edf4e68d55",
+        kernel_path: Some(
+            "AuthenticAMD avx2 fma avx512f avx512bw avx512vl avx512_vnni avx512_bf16",
+        ),
+        machines: "an AMD EPYC, family 25 model 17 (Zen 4, AVX-512 without FP16 or AMX; \
+                   KVM, 2 vCPUs); 88c5666's trainer gives it there, 2026-12-02",
     },
 ];
 
@@ -141,11 +115,14 @@ fn check_golden_root(root: &str, path: &str) -> Result<(), String> {
 
 #[test]
 fn the_golden_root_check_refuses_a_root_recorded_for_another_kernel_path() {
-    let [wave1, xeon] = [&RECORDED_ROOTS[0], &RECORDED_ROOTS[1]];
+    let [wave1, xeon, epyc] = [&RECORDED_ROOTS[0], &RECORDED_ROOTS[1], &RECORDED_ROOTS[2]];
     let xeon_path = xeon.kernel_path.expect("recorded path");
+    let epyc_path = epyc.kernel_path.expect("recorded path");
     assert_eq!(check_golden_root(xeon.root, xeon_path), Ok(()));
+    assert_eq!(check_golden_root(epyc.root, epyc_path), Ok(()));
     // On a recorded path only that path's root passes, not another path's.
     assert!(check_golden_root(wave1.root, xeon_path).is_err());
+    assert!(check_golden_root(xeon.root, epyc_path).is_err());
     // On an unrecorded path any recorded root passes, and nothing else.
     assert_eq!(
         check_golden_root(wave1.root, "AuthenticAMD avx2 fma"),
@@ -163,7 +140,7 @@ fn the_golden_root_check_refuses_a_root_recorded_for_another_kernel_path() {
 #[test]
 fn one_three_four_six_workers_and_in_process_agree_bitwise_with_the_golden_root() {
     let in_process = digests(&train(&["--in-process", "--steps", "3"]));
-    let path = kernel_path();
+    let path = shardlift::evidence::kernel_path::this_machine();
     eprintln!("kernel path: {path}");
     if let Err(message) = check_golden_root(&in_process.0, &path) {
         panic!("{message}");

@@ -500,3 +500,57 @@ fn a_recorded_byte_changed_is_not_reproduced_and_the_file_is_named() {
     assert_eq!(record["file"], name, "{record}");
     assert!(String::from_utf8_lossy(&output.stderr).contains(name));
 }
+
+#[test]
+fn evidence_recorded_on_another_cpu_kernel_path_is_refused_before_any_rerun() {
+    let f = fixture();
+    let here = shardlift::evidence::kernel_path::this_machine();
+    let statement_path = f.out.join("release-evidence.json");
+    let statement: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&statement_path).expect("read")).expect("JSON");
+    let identity =
+        &statement["predicate"]["buildDefinition"]["internalParameters"]["buildIdentity"];
+    // Recorded from what this machine's /proc/cpuinfo says, not a constant.
+    assert_eq!(identity["cpuKernelPath"], here.as_str(), "{identity}");
+
+    // A forger moves the evidence to another (well-formed) path and reseals it: it still
+    // verifies, says where it was recorded, and is not rerun here.
+    let other = if here == "unknown-vendor" {
+        "GenuineIntel avx2 fma"
+    } else {
+        "unknown-vendor"
+    };
+    let dir = copy_of_evidence("other-kernel-path");
+    let path = dir.join("release-evidence.json");
+    let mut forged = statement.clone();
+    forged["predicate"]["buildDefinition"]["internalParameters"]["buildIdentity"]
+        ["cpuKernelPath"] = serde_json::Value::String(other.into());
+    std::fs::write(
+        &path,
+        serde_json_canonicalizer::to_vec(&forged).expect("canonicalize"),
+    )
+    .expect("write");
+    reseal(&dir);
+    let verified = verify(&dir, None);
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    let record: serde_json::Value = serde_json::from_slice(&verified.stdout).expect("JSON");
+    assert_eq!(record["cpu_kernel_path"], other, "{record}");
+    assert_eq!(record["cpu_kernel_path_here"], here.as_str(), "{record}");
+
+    let output = reproduce(&dir, &f.repo);
+    assert_eq!(output.status.code(), Some(1));
+    let record: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(record["error_kind"], "other-kernel-path", "{record}");
+    assert_eq!(record["file"], "release-evidence.json", "{record}");
+    let error = record["error"].as_str().unwrap_or_default();
+    assert!(error.contains(other) && error.contains(&here), "{record}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("running killer-demo"),
+        "a rerun started: {stderr}"
+    );
+}

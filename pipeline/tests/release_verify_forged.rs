@@ -481,3 +481,39 @@ fn binaries_are_compared_with_the_recorded_digests() {
     let record = assert_verified(&verify(&copy.dir, &["--shardlift", shardlift_arg]));
     assert_eq!(record["binaries_checked"], serde_json::json!(["shardlift"]));
 }
+
+/// The Statement's build identity, for editing.
+fn identity(statement: &mut Value) -> &mut Value {
+    &mut statement["predicate"]["buildDefinition"]["internalParameters"]["buildIdentity"]
+}
+
+#[test]
+fn a_malformed_cpu_kernel_path_is_refused_and_a_well_formed_one_is_reported() {
+    // Flags out of their order: no /proc/cpuinfo gives this path.
+    let malformed = copy();
+    edit_statement(&malformed.dir, |statement| {
+        identity(statement)["cpuKernelPath"] = Value::String("GenuineIntel fma avx2".into());
+    });
+    rebind_and_reseal(&malformed.dir);
+    assert_refused(
+        &verify(&malformed.dir, &[]),
+        "inconsistent",
+        "release-evidence.json",
+        &["CPU kernel path \"GenuineIntel fma avx2\""],
+    );
+
+    let reported = copy();
+    edit_statement(&reported.dir, |statement| {
+        identity(statement)["cpuKernelPath"] = Value::String("GenuineIntel avx2 fma".into());
+    });
+    rebind_and_reseal(&reported.dir);
+    let record = assert_verified(&verify(&reported.dir, &[]));
+    assert_eq!(
+        record["cpu_kernel_path"], "GenuineIntel avx2 fma",
+        "{record}"
+    );
+    assert_eq!(
+        record["cpu_kernel_path_here"],
+        shardlift::evidence::kernel_path::this_machine().as_str()
+    );
+}

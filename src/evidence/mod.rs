@@ -1,3 +1,5 @@
-//! Evidence: bundle records, their installation and verification, and the source binding.
+//! Evidence: bundle records, their installation and verification, the source binding and
+//! the CPU kernel path evidence is reproducible on.
 pub mod bundle;
+pub mod kernel_path;
 pub mod source;

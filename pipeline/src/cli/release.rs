@@ -186,7 +186,9 @@ pub fn run_verify_release(args: VerifyReleaseArgs) -> anyhow::Result<()> {
 }
 
 /// Rerun what release evidence records and compare: verify the evidence against the
-/// repository (as verify-release --repository does), refuse a checkout whose HEAD has
+/// repository (as verify-release --repository does), refuse a machine whose CPU kernel
+/// path is not the recorded one (error kind other-kernel-path: libtorch computes other
+/// bits there, so nothing is rerun), refuse a checkout whose HEAD has
 /// other runtime sources than the recorded ones (naming them; the shardlift binary run is
 /// built from it), rerun both killer-demo barriers exactly as release-evidence does, bound
 /// to a fresh clone of the repository at the recorded commit in a scratch directory (your

@@ -258,6 +258,15 @@ pub enum ReleaseError {
     },
 
     // ---- reproducing ----
+    /// The evidence was recorded on another CPU kernel path than this machine's, where
+    /// libtorch computes other bits, so a rerun here cannot reproduce its bundles.
+    #[error("evidence recorded on CPU kernel path '{recorded}' cannot be reproduced on this machine's '{here}': libtorch picks other FP32 kernels here")]
+    OtherKernelPath {
+        /// The kernel path the evidence records.
+        recorded: String,
+        /// This machine's.
+        here: String,
+    },
     /// HEAD's runtime sources differ from those the evidence records, so a rerun cannot
     /// reproduce it.
     #[error("cannot reproduce evidence of {recorded} from HEAD {head}: its runtime sources differ: {}", differing.join(", "))]
@@ -319,6 +328,7 @@ impl ReleaseError {
             ReleaseError::TreeMismatch { .. } => "tree-mismatch",
             ReleaseError::SourceMismatch { .. } => "source-mismatch",
             ReleaseError::BinaryMismatch { .. } => "binary-mismatch",
+            ReleaseError::OtherKernelPath { .. } => "other-kernel-path",
             ReleaseError::NotReproducible { .. } => "not-reproducible",
             ReleaseError::NotReproduced { .. } => "not-reproduced",
         }
@@ -339,7 +349,8 @@ impl ReleaseError {
             ReleaseError::CommitNotInRepository { .. }
             | ReleaseError::TreeMismatch { .. }
             | ReleaseError::SourceMismatch { .. }
-            | ReleaseError::BinaryMismatch { .. } => Some(super::pins::STATEMENT.to_owned()),
+            | ReleaseError::BinaryMismatch { .. }
+            | ReleaseError::OtherKernelPath { .. } => Some(super::pins::STATEMENT.to_owned()),
             ReleaseError::Unlisted { name }
             | ReleaseError::Missing { name }
             | ReleaseError::NotRegular { name }

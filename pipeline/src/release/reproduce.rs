@@ -1,6 +1,7 @@
 //! `reproduce`: the strongest check of release evidence is a rerun. Verify the evidence
-//! against the repository, refuse a checkout whose HEAD has other runtime sources than the
-//! recorded ones (the binary being run is built from it), rerun both barriers exactly as
+//! against the repository, refuse a machine on another CPU kernel path than the recorded
+//! one (libtorch computes other bits there), refuse a checkout whose HEAD has other runtime
+//! sources than the recorded ones (the binary being run is built from it), rerun both barriers exactly as
 //! `release-evidence` does — bound to a fresh clone of the repository at the recorded
 //! commit in a scratch directory, so the runs bind the same commit and the caller's
 //! checkout is never touched — and compare every file the runs produce (both bundles and
@@ -60,6 +61,16 @@ pub fn reproduce(options: &ReproduceOptions) -> Result<Reproduced, ReleaseError>
             pipeline: None,
         },
     )?;
+    // Another kernel path computes other bits: refused before anything is rerun. Evidence
+    // recorded before kernel paths were recorded is rerun (and compared) anywhere.
+    if let Some(recorded) = &verified.cpu_kernel_path {
+        if *recorded != verified.cpu_kernel_path_here {
+            return Err(ReleaseError::OtherKernelPath {
+                recorded: recorded.clone(),
+                here: verified.cpu_kernel_path_here.clone(),
+            });
+        }
+    }
     let staleness = verify::staleness(&verified, &options.repository)?;
     if staleness.stale {
         let mut differing: Vec<String> = staleness.changed.clone();

@@ -89,6 +89,11 @@ pub struct BuildIdentity {
     /// Each libtorch library mapped by a running killer-demo process, named relative to
     /// the wheel prefix (e.g. `torch/lib/libtorch_cpu.so`), with its SHA-256.
     pub loaded_libraries: Vec<LoadedLibrary>,
+    /// The CPU kernel path the runs took (`shardlift::evidence::kernel_path`): the bundles
+    /// are reproduced byte for byte only on this path. Absent from evidence recorded
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_kernel_path: Option<String>,
 }
 
 /// One libtorch library a killer-demo process mapped.

@@ -4,6 +4,7 @@
 use serde_json::json;
 use shardlift::core::digest::Digest;
 use shardlift::dataset::FASHION_MNIST;
+use shardlift::evidence::kernel_path;
 
 use super::{Emitted, SourceFacts, SEED};
 use crate::intoto::{ResourceDescriptor, STATEMENT_TYPE};
@@ -48,6 +49,7 @@ pub(super) fn build_statement(
                         tch_version: pins::TCH_VERSION.into(),
                         libtorch_version: pins::LIBTORCH_VERSION.into(),
                         loaded_libraries: binaries.loaded_libraries,
+                        cpu_kernel_path: Some(kernel_path::this_machine()),
                     },
                     nonclaims: pins::NONCLAIMS.iter().map(|s| s.to_string()).collect(),
                 },

@@ -112,6 +112,11 @@ pub struct Verified {
     pub source: SourceCheck,
     /// The binaries whose SHA-256 was compared with the recorded one.
     pub binaries_checked: Vec<&'static str>,
+    /// The CPU kernel path the evidence was recorded on (`None` before it was recorded).
+    pub cpu_kernel_path: Option<String>,
+    /// This machine's CPU kernel path: where it differs from the recorded one, a rerun
+    /// here cannot reproduce the bundles (`pipeline reproduce` refuses).
+    pub cpu_kernel_path_here: String,
     /// The runtime-source rule the evidence recorded.
     #[serde(skip)]
     pub rule: Vec<String>,
@@ -233,6 +238,8 @@ pub fn verify(dir: &Path, options: &VerifyOptions<'_>) -> Result<Verified, Relea
         receipt,
         source,
         binaries_checked,
+        cpu_kernel_path: recorded.cpu_kernel_path,
+        cpu_kernel_path_here: shardlift::evidence::kernel_path::this_machine(),
         rule: recorded.rule,
         runtime_sources: recorded.runtime_sources,
     })
@@ -512,6 +519,7 @@ struct Recorded {
     sources: Vec<ResourceDescriptor>,
     shardlift_sha256: String,
     pipeline_sha256: String,
+    cpu_kernel_path: Option<String>,
 }
 
 impl Recorded {
@@ -543,6 +551,7 @@ impl Recorded {
             sources,
             shardlift_sha256: identity.shardlift_sha256.clone(),
             pipeline_sha256: identity.pipeline_sha256.clone(),
+            cpu_kernel_path: identity.cpu_kernel_path.clone(),
         }
     }
 }

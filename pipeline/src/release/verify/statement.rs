@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use shardlift::core::digest::Digest;
 use shardlift::dataset::FASHION_MNIST;
 use shardlift::evidence::bundle::{AuditRecord, BundleSummary};
+use shardlift::evidence::kernel_path;
 
 use super::{inconsistent, is_hex, require};
 use crate::intoto::{ResourceDescriptor, STATEMENT_TYPE};
@@ -256,6 +257,13 @@ fn check_build_identity(definition: &BuildDefinition) -> Result<(), ReleaseError
         name,
         || "the build identity is malformed or names other versions".into(),
     )?;
+    if let Some(path) = &identity.cpu_kernel_path {
+        require(kernel_path::is_well_formed(path), name, || {
+            format!(
+                "its CPU kernel path {path:?} is not a vendor followed by kernel flags in order"
+            )
+        })?;
+    }
     for required in ["torch/lib/libtorch_cpu.so", "torch/lib/libc10.so"] {
         require(
             identity
