@@ -503,31 +503,29 @@ fn a_recorded_byte_changed_is_not_reproduced_and_the_file_is_named() {
 
 #[test]
 fn evidence_recorded_on_another_cpu_kernel_path_is_refused_before_any_rerun() {
+    use shardlift::evidence::kernel_path::{this_machine, UNKNOWN_VENDOR};
     let f = fixture();
-    let here = shardlift::evidence::kernel_path::this_machine();
-    let statement_path = f.out.join("release-evidence.json");
-    let statement: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&statement_path).expect("read")).expect("JSON");
-    let identity =
-        &statement["predicate"]["buildDefinition"]["internalParameters"]["buildIdentity"];
+    let here = this_machine();
+    let mut statement: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.out.join("release-evidence.json")).expect("read"))
+            .expect("JSON");
+    let recorded = &mut statement["predicate"]["buildDefinition"]["internalParameters"]
+        ["buildIdentity"]["cpuKernelPath"];
     // Recorded from what this machine's /proc/cpuinfo says, not a constant.
-    assert_eq!(identity["cpuKernelPath"], here.as_str(), "{identity}");
+    assert_eq!(*recorded, here.as_str());
 
     // A forger moves the evidence to another (well-formed) path and reseals it: it still
     // verifies, says where it was recorded, and is not rerun here.
-    let other = if here == "unknown-vendor" {
+    let other = if here == UNKNOWN_VENDOR {
         "GenuineIntel avx2 fma"
     } else {
-        "unknown-vendor"
+        UNKNOWN_VENDOR
     };
+    *recorded = serde_json::Value::String(other.into());
     let dir = copy_of_evidence("other-kernel-path");
-    let path = dir.join("release-evidence.json");
-    let mut forged = statement.clone();
-    forged["predicate"]["buildDefinition"]["internalParameters"]["buildIdentity"]
-        ["cpuKernelPath"] = serde_json::Value::String(other.into());
     std::fs::write(
-        &path,
-        serde_json_canonicalizer::to_vec(&forged).expect("canonicalize"),
+        dir.join("release-evidence.json"),
+        serde_json_canonicalizer::to_vec(&statement).expect("canonicalize"),
     )
     .expect("write");
     reseal(&dir);
