@@ -100,6 +100,41 @@ pub trait GradientEngine {
         request: GradientRequest<'_>,
         sink: &mut GradientSink<'_>,
     ) -> Result<(), StepError>;
+
+    /// The summed loss and gradient of `request.batches`, which must be the micro-batches
+    /// 0..`logical_micro_batches` in logical order: exactly what [`LogicalSum`] makes of
+    /// [`Self::micro_batch_gradients`], bit for bit (the default does just that). An engine
+    /// may sum inside its own tensors instead, with the same FP32 adds in the same order,
+    /// and hand out only the total.
+    fn summed_gradients(
+        &self,
+        request: GradientRequest<'_>,
+        logical_micro_batches: u32,
+    ) -> Result<(f32, Vec<f32>), StepError> {
+        let mut sum = LogicalSum::new(logical_micro_batches);
+        self.micro_batch_gradients(request, &mut |index, loss, gradient| {
+            sum.add(index, loss, gradient)
+        })?;
+        sum.finish()
+    }
+}
+
+/// Refuses micro-batches that are not exactly 0..`logical_micro_batches` in logical order
+/// (the error variant [`LogicalSum`] gives): what an engine checks before summing in its own
+/// way.
+pub fn check_logical_order(
+    batches: &[MicroBatch],
+    logical_micro_batches: u32,
+) -> Result<(), StepError> {
+    let in_order = batches.len() == logical_micro_batches as usize
+        && batches.iter().zip(0..).all(|(batch, m)| batch.index == m);
+    if in_order {
+        return Ok(());
+    }
+    Err(StepError::MicroBatchCoverage {
+        expected: logical_micro_batches,
+        got: batches.iter().map(|b| b.index).collect(),
+    })
 }
 
 /// Images and labels of one split, borrowed (row-major 28×28 u8 images).
@@ -358,19 +393,15 @@ pub fn in_process_step(
 ) -> Result<StepOutcome, StepError> {
     let batches = plan_step(state, stream, train)?;
     let flat = state.flat_parameters();
-    let global = state.hyperparameters().global_batch_size();
-    // The micro-batches are planned in logical order, so each gradient is added to the
-    // sum as it comes: one gradient buffer in flight instead of L.
-    let mut sum = LogicalSum::new(state.hyperparameters().logical_micro_batches);
     let request = GradientRequest {
         flat_parameters: &flat,
         batches: &batches,
-        global_batch_size: global,
+        global_batch_size: state.hyperparameters().global_batch_size(),
     };
-    engine.micro_batch_gradients(request, &mut |index, loss, gradient| {
-        sum.add(index, loss, gradient)
-    })?;
-    let (loss, gradient) = sum.finish()?;
+    // The micro-batches are planned in logical order, so the engine may add each gradient
+    // to the sum as it comes (inside its own tensors, for the tch engine).
+    let (loss, gradient) =
+        engine.summed_gradients(request, state.hyperparameters().logical_micro_batches)?;
     apply_update(state, &gradient)?;
     advance_counters(state, &batches);
     Ok(StepOutcome {

@@ -9,9 +9,7 @@ use tch::{Kind, Reduction, Tensor};
 use crate::core::logical::{Hyperparameters, LogicalState, CLASSES, HIDDEN_UNITS, INPUT_FEATURES};
 use crate::core::progress::Progress;
 use crate::core::sampling::SampleStream;
-use crate::core::step::{
-    self, GradientEngine, GradientRequest, LogicalSum, MicroBatch, SplitView, StepError,
-};
+use crate::core::step::{self, GradientEngine, GradientRequest, MicroBatch, SplitView, StepError};
 use crate::dataset::FashionMnist;
 use crate::engine;
 use crate::orchestrate::demo::{self, DemoError};
@@ -112,14 +110,15 @@ fn timed(steps: Vec<Duration>, phases: serde_json::Map<String, serde_json::Value
 }
 
 /// In-process steps with the tch engine, timed one by one and split into planning, the
-/// engine's forward and backward passes, the logical-order reduction and AdamW (the
-/// arithmetic of `core::step::in_process_step`, in the same order).
+/// engine's forward and backward passes with the logical-order sum (the engine sums inside
+/// torch as it goes, so the two are one phase) and AdamW: the arithmetic of
+/// `core::step::in_process_step`, in the same order.
 fn time_in_process(data: &FashionMnist, options: TrainBenchOptions) -> Result<Timed, BenchError> {
     engine::pin_single_thread();
     let train = SplitView::from(&data.train);
     let mut state = LogicalState::genesis(Hyperparameters::with_seed(0));
     let mut stream = SampleStream::new(0, train.count as u32);
-    let names = ["plan", "forward_backward", "reduction", "adamw"];
+    let names = ["plan", "forward_backward_and_sum", "adamw"];
     let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     let mut steps = Vec::new();
     for index in 0..options.warmup_steps + options.timed_steps {
@@ -128,21 +127,14 @@ fn time_in_process(data: &FashionMnist, options: TrainBenchOptions) -> Result<Ti
         let plan = started.elapsed();
         let engine_started = Instant::now();
         let flat = state.flat_parameters();
-        let mut sum = LogicalSum::new(state.hyperparameters().logical_micro_batches);
-        let mut reduction = Duration::ZERO;
         let request = GradientRequest {
             flat_parameters: &flat,
             batches: &batches,
             global_batch_size: state.hyperparameters().global_batch_size(),
         };
-        engine::TchEngine.micro_batch_gradients(request, &mut |micro_batch, loss, gradient| {
-            let add_started = Instant::now();
-            let added = sum.add(micro_batch, loss, gradient);
-            reduction += add_started.elapsed();
-            added
-        })?;
-        let (_, gradient) = sum.finish()?;
-        let engine_time = engine_started.elapsed().saturating_sub(reduction);
+        let (_, gradient) = engine::TchEngine
+            .summed_gradients(request, state.hyperparameters().logical_micro_batches)?;
+        let engine_time = engine_started.elapsed();
         let update_started = Instant::now();
         step::apply_update(&mut state, &gradient)?;
         step::advance_counters(&mut state, &batches);
@@ -150,7 +142,7 @@ fn time_in_process(data: &FashionMnist, options: TrainBenchOptions) -> Result<Ti
         let total = started.elapsed();
         if index >= options.warmup_steps {
             steps.push(total);
-            for (samples, value) in phases.iter_mut().zip([plan, engine_time, reduction, adamw]) {
+            for (samples, value) in phases.iter_mut().zip([plan, engine_time, adamw]) {
                 samples.push(value);
             }
         }
