@@ -23,7 +23,7 @@ use crate::supervise::process::{
 
 use crate::core::step::{self, MicroBatch, SplitView, StepError, StepOutcome};
 use crate::trainer::engines::EngineKind;
-use crate::trainer::protocol::{self, GradientsView, Message, ProtocolError};
+use crate::trainer::protocol::{self, GradientBytes, GradientsView, Message, ProtocolError};
 
 /// Options of one session.
 #[derive(Clone, Debug)]
@@ -281,13 +281,15 @@ pub struct StepTimings {
     pub total_ns: u64,
     /// Planning the micro-batches (gathering their bytes from the split).
     pub plan_ns: u64,
-    /// From encoding the first `Compute` to the last `Gradients` decoded.
+    /// From encoding the first `Compute` to the last micro-batch gradient added to the
+    /// logical-order sum (the sum runs as the gradients arrive, inside this phase).
     pub compute_round_trip_ns: u64,
     /// The slowest worker's forward and backward passes (its engine time alone).
     pub compute_max_ns: u64,
     /// All workers' forward and backward time, added up.
     pub compute_sum_ns: u64,
-    /// Summing the micro-batch gradients in logical order.
+    /// Summing the micro-batch gradients in logical order (the adds alone, made during
+    /// the compute round trip as each gradient arrives).
     pub reduction_ns: u64,
     /// From encoding the first `Update` to the last `Chunks` applied.
     pub update_round_trip_ns: u64,
@@ -298,11 +300,12 @@ pub struct StepTimings {
 }
 
 impl StepTimings {
-    /// The round trips less the slowest worker's own work: encoding, the socket writes
-    /// and reads, decoding and waiting to be scheduled.
+    /// The round trips less the slowest worker's own work and the coordinator's adds:
+    /// encoding, the socket writes and reads, decoding and waiting to be scheduled.
     pub fn ipc_ns(&self) -> u64 {
         self.compute_round_trip_ns
             .saturating_sub(self.compute_max_ns)
+            .saturating_sub(self.reduction_ns)
             + self.update_round_trip_ns.saturating_sub(self.adamw_max_ns)
     }
 }
@@ -490,11 +493,8 @@ impl CoordinatorSession {
         let next_step = self.state.step() + 1;
         let phase = Instant::now();
         self.send_compute(next_step, &batches)?;
-        self.gather_gradients(next_step, &mut timings)?;
+        let (loss, gradient) = self.gather_and_reduce(next_step, &mut timings)?;
         timings.compute_round_trip_ns = elapsed_ns(phase);
-        let phase = Instant::now();
-        let (loss, gradient) = self.reduce_gathered()?;
-        timings.reduction_ns = elapsed_ns(phase);
         let phase = Instant::now();
         self.send_updates(next_step, &gradient)?;
         self.gather_chunks(next_step, &mut timings)?;
@@ -525,14 +525,23 @@ impl CoordinatorSession {
         Ok(())
     }
 
-    /// Receives every worker's `Gradients` for `next_step` into its connection's buffer
-    /// and checks it in place: the step, and only micro-batches the worker owns.
-    fn gather_gradients(
+    /// Receives the micro-batch gradients of `next_step` in logical order m = 0..L-1, each
+    /// from its owner (`m mod W`), which sends one `Gradients` frame per micro-batch as
+    /// soon as it is computed, and adds each to the logical-order sum straight from its
+    /// frame (its bytes are read once, never decoded into a copy). So the sum advances
+    /// while later micro-batches are still being computed. A frame must hold exactly the
+    /// micro-batch expected next from that worker, for this step.
+    fn gather_and_reduce(
         &mut self,
         next_step: u64,
         timings: &mut StepTimings,
-    ) -> Result<(), SessionError> {
-        for rank in 0..self.topology.workers() {
+    ) -> Result<(f32, Vec<f32>), SessionError> {
+        let micro_batches = self.state.hyperparameters().logical_micro_batches;
+        let mut sum = step::LogicalSum::new(micro_batches);
+        let mut compute_ns_by_rank = vec![0u64; self.topology.workers() as usize];
+        let mut reduction = Duration::ZERO;
+        for index in 0..micro_batches {
+            let rank = self.topology.micro_batch_owner(index);
             if let Err(source) = self.connections[rank as usize].receive_frame() {
                 return Err(self.fail(SessionError::Ipc {
                     rank,
@@ -542,28 +551,26 @@ impl CoordinatorSession {
             }
             let frame = self.connections[rank as usize].last_frame();
             let checked = match GradientsView::decode(frame) {
-                Ok(Some(view)) if view.step != next_step => Err(GradientsRefusal::Bad(format!(
-                    "gradients for step {}, expected {next_step}",
-                    view.step
-                ))),
-                Ok(Some(view)) => match view
-                    .results
-                    .iter()
-                    .find(|r| self.topology.micro_batch_owner(r.index) != rank)
-                {
-                    Some(bad) => Err(GradientsRefusal::Bad(format!(
-                        "returned micro-batch {} it does not own",
-                        bad.index
-                    ))),
-                    None => Ok(view.compute_ns),
-                },
+                Ok(Some(view)) => {
+                    match check_gradients_frame(&view, next_step, index, rank, self.topology) {
+                        Ok(result) => {
+                            let adding = Instant::now();
+                            let added = sum.add_le_bytes(index, result.loss, result.gradient);
+                            reduction += adding.elapsed();
+                            added
+                                .map(|()| view.compute_ns)
+                                .map_err(|error| GradientsRefusal::Bad(error.to_string()))
+                        }
+                        Err(reason) => Err(GradientsRefusal::Bad(reason)),
+                    }
+                }
                 Ok(None) => Err(GradientsRefusal::Other(Message::decode(frame))),
                 Err(source) => Err(GradientsRefusal::Other(Err(source))),
             };
             match checked {
                 Ok(compute_ns) => {
-                    timings.compute_max_ns = timings.compute_max_ns.max(compute_ns);
-                    timings.compute_sum_ns = timings.compute_sum_ns.saturating_add(compute_ns);
+                    let total = &mut compute_ns_by_rank[rank as usize];
+                    *total = total.saturating_add(compute_ns);
                 }
                 Err(GradientsRefusal::Bad(reason)) => return Err(self.bad_reply(rank, reason)),
                 Err(GradientsRefusal::Other(Ok(Message::Failure { message }))) => {
@@ -577,18 +584,12 @@ impl CoordinatorSession {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Sums the gathered gradients in logical order m = 0..L-1 straight from the frames
-    /// (each gradient's bytes are read once, never decoded into a copy).
-    fn reduce_gathered(&mut self) -> Result<(f32, Vec<f32>), SessionError> {
-        let reduced = reduce_frames(
-            &self.connections,
-            self.topology,
-            self.state.hyperparameters().logical_micro_batches,
-        );
-        reduced.map_err(|error| self.fail(error.into()))
+        timings.compute_max_ns = compute_ns_by_rank.iter().copied().max().unwrap_or(0);
+        timings.compute_sum_ns = compute_ns_by_rank
+            .iter()
+            .fold(0u64, |total, &ns| total.saturating_add(ns));
+        timings.reduction_ns = duration_ns(reduction);
+        sum.finish().map_err(|error| self.fail(error.into()))
     }
 
     /// Sends each worker the reduced gradient slices of the chunks it owns (`c mod W`),
@@ -689,48 +690,34 @@ enum GradientsRefusal {
     Other(Result<Message, ProtocolError>),
 }
 
-/// The logical-order sum over the `Gradients` frames each connection last received
-/// (already checked by `gather_gradients`): micro-batch m is taken from rank `m mod W`.
-/// The results must cover 0..L-1 exactly once.
-fn reduce_frames(
-    connections: &[FramedStream],
+/// Checks one streamed `Gradients` frame from `rank`: it must be for `step` and hold
+/// exactly one result, micro-batch `expected` (the next in logical order, which `rank`
+/// owns). Returns that result.
+fn check_gradients_frame<'a>(
+    view: &GradientsView<'a>,
+    step: u64,
+    expected: u32,
+    rank: u32,
     topology: Topology,
-    logical_micro_batches: u32,
-) -> Result<(f32, Vec<f32>), StepError> {
-    let mut views = Vec::with_capacity(connections.len());
-    for connection in connections {
-        match GradientsView::decode(connection.last_frame()) {
-            Ok(Some(view)) => views.push(view),
-            _ => {
-                return Err(StepError::Engine(
-                    "a gathered frame is not gradients".into(),
-                ))
-            }
-        }
+) -> Result<GradientBytes<'a>, String> {
+    if view.step != step {
+        return Err(format!("gradients for step {}, expected {step}", view.step));
     }
-    let mut indices: Vec<u32> = views
-        .iter()
-        .flat_map(|view| view.results.iter().map(|r| r.index))
-        .collect();
-    indices.sort_unstable();
-    if indices != (0..logical_micro_batches).collect::<Vec<_>>() {
-        return Err(StepError::MicroBatchCoverage {
-            expected: logical_micro_batches,
-            got: indices,
-        });
+    match view.results.as_slice() {
+        [result] if result.index == expected => Ok(*result),
+        [result] if topology.micro_batch_owner(result.index) != rank => Err(format!(
+            "returned micro-batch {} it does not own",
+            result.index
+        )),
+        [result] => Err(format!(
+            "returned micro-batch {}, expected micro-batch {expected} next",
+            result.index
+        )),
+        results => Err(format!(
+            "a gradients frame holds {} micro-batches, not one",
+            results.len()
+        )),
     }
-    let mut sum = step::LogicalSum::new(logical_micro_batches);
-    for index in 0..logical_micro_batches {
-        let result = views
-            .get(topology.micro_batch_owner(index) as usize)
-            .and_then(|view| view.results.iter().find(|r| r.index == index))
-            .ok_or(StepError::MicroBatchCoverage {
-                expected: logical_micro_batches,
-                got: vec![index],
-            })?;
-        sum.add_le_bytes(index, result.loss, result.gradient)?;
-    }
-    sum.finish()
 }
 
 /// Checks a `Chunks` reply against the chunk ids the worker owns (`owned`, ascending):
@@ -775,6 +762,33 @@ mod tests {
             .filter(|c| topology.chunk_owner(c.id()) == rank)
             .cloned()
             .collect()
+    }
+
+    #[test]
+    fn a_streamed_gradients_frame_must_hold_the_next_micro_batch_of_its_sender_for_this_step() {
+        let topology = Topology::new(4).expect("topology");
+        const GRADIENT: &[u8] = &[0u8; 8];
+        let result = |index| GradientBytes {
+            index,
+            loss: 0.5,
+            gradient: GRADIENT,
+        };
+        let view = |step, results: Vec<GradientBytes<'static>>| GradientsView {
+            step,
+            compute_ns: 1,
+            results,
+        };
+        // Rank 1 owns micro-batches 1, 5, 9; micro-batch 5 expected next at step 7.
+        let ok = check_gradients_frame(&view(7, vec![result(5)]), 7, 5, 1, topology);
+        assert_eq!(ok.map(|r| r.index), Ok(5));
+        let refused = |frame: GradientsView<'static>| {
+            check_gradients_frame(&frame, 7, 5, 1, topology).expect_err("refused")
+        };
+        assert!(refused(view(6, vec![result(5)])).contains("step 6, expected 7"));
+        assert!(refused(view(7, vec![result(2)])).contains("micro-batch 2 it does not own"));
+        assert!(refused(view(7, vec![result(9)])).contains("expected micro-batch 5 next"));
+        assert!(refused(view(7, vec![])).contains("holds 0 micro-batches"));
+        assert!(refused(view(7, vec![result(5), result(9)])).contains("holds 2 micro-batches"));
     }
 
     #[test]

@@ -47,14 +47,17 @@ pub enum Message {
         /// The micro-batches this worker owns this step (`m mod W`).
         batches: Vec<MicroBatch>,
     },
-    /// Worker → coordinator: the gradients of its micro-batches, and the nanoseconds the
-    /// worker spent computing them (forward and backward; for `bench train`'s split).
+    /// Worker → coordinator: a micro-batch's gradient, sent the moment it is computed
+    /// (one message per micro-batch of a `Compute`, in the order sent, so the coordinator
+    /// sums while the rest are computed), and the nanoseconds the worker spent computing
+    /// it (forward and backward; for `bench train`'s split). The coordinator accepts
+    /// exactly one result per message.
     Gradients {
         /// The step, echoed from `Compute`.
         step: u64,
-        /// Nanoseconds of forward and backward.
+        /// Nanoseconds of forward and backward since the previous message.
         compute_ns: u64,
-        /// One gradient per micro-batch it was sent.
+        /// The micro-batch's result (exactly one).
         results: Vec<MicroBatchGradient>,
     },
     /// Coordinator → worker: apply AdamW step `step` with these reduced gradient slices.

@@ -140,27 +140,36 @@ impl Worker<'_> {
                 batches,
             } => {
                 let h = self.hyperparameters.ok_or(WorkerError::ComputeBeforeInit)?;
-                let mut e = connection.encoder(protocol::TAG_GRADIENTS);
-                let timing = e.position() + 8;
-                protocol::encode_gradients_head(&mut e, step, 0, batches.len());
-                // Time the engine alone: what encoding the results costs is IPC.
-                let started = Instant::now();
-                let mut encoding = std::time::Duration::ZERO;
                 let request = GradientRequest {
                     flat_parameters: &parameters,
                     batches: &batches,
                     global_batch_size: h.global_batch_size(),
                 };
-                self.engine
-                    .micro_batch_gradients(request, &mut |index, loss, gradient| {
-                        let encode_started = Instant::now();
-                        protocol::encode_gradient(&mut e, index, loss, gradient);
-                        encoding += encode_started.elapsed();
-                        Ok(())
-                    })?;
-                let compute = started.elapsed().saturating_sub(encoding);
-                e.patch_u64(timing, duration_ns(compute));
-                connection.send_encoder(e)?;
+                // One `Gradients` frame per micro-batch, sent the moment it is computed,
+                // so the coordinator adds it to the logical-order sum while the rest are
+                // still being computed. Each frame reports the engine time since the last
+                // one was sent (encoding and sending are IPC, not compute).
+                let mut computing_since = Instant::now();
+                let mut send_failure = None;
+                let computed =
+                    self.engine
+                        .micro_batch_gradients(request, &mut |index, loss, gradient| {
+                            let compute_ns = duration_ns(computing_since.elapsed());
+                            let mut e = connection.encoder(protocol::TAG_GRADIENTS);
+                            protocol::encode_gradients_head(&mut e, step, compute_ns, 1);
+                            protocol::encode_gradient(&mut e, index, loss, gradient);
+                            let sent = connection.send_encoder(e);
+                            computing_since = Instant::now();
+                            sent.map_err(|error| {
+                                let message = error.to_string();
+                                send_failure = Some(error);
+                                StepError::Engine(format!("sending micro-batch {index}: {message}"))
+                            })
+                        });
+                if let Some(error) = send_failure {
+                    return Err(error.into());
+                }
+                computed?;
             }
             Message::Update { step, gradients } => {
                 let h = self.hyperparameters.ok_or(WorkerError::UpdateBeforeInit)?;
@@ -293,6 +302,63 @@ mod tests {
             matches!(error, WorkerError::ChunkNotOwned { id: 1 }),
             "{error}"
         );
+    }
+
+    #[test]
+    fn compute_streams_one_gradients_frame_per_micro_batch_in_order() {
+        let (mut coordinator, worker) = start_worker();
+        let state = LogicalState::genesis(Hyperparameters::with_seed(1));
+        let init = Message::Init {
+            workers: 4,
+            hyperparameters: *state.hyperparameters(),
+            chunks: Vec::new(),
+        };
+        coordinator.send(&init.encode()).expect("send init");
+        let batch = |index: u32| crate::core::step::MicroBatch {
+            index,
+            sample_ids: vec![index],
+            pixels: vec![index as u8; crate::core::step::IMAGE_BYTES],
+            labels: vec![index as u8],
+        };
+        let batches = vec![batch(2), batch(6), batch(10)];
+        let compute = Message::Compute {
+            step: 5,
+            parameters: state.flat_parameters(),
+            batches: batches.clone(),
+        };
+        coordinator.send(&compute.encode()).expect("send compute");
+        let mut expected = Vec::new();
+        let request = GradientRequest {
+            flat_parameters: &state.flat_parameters(),
+            batches: &batches,
+            global_batch_size: state.hyperparameters().global_batch_size(),
+        };
+        FakeEngine
+            .micro_batch_gradients(request, &mut |index, loss, gradient| {
+                expected.push((index, loss, gradient.to_vec()));
+                Ok(())
+            })
+            .expect("fake gradients");
+        for (index, loss, gradient) in expected {
+            match Message::decode(&coordinator.receive().expect("gradients")).expect("decode") {
+                Message::Gradients { step, results, .. } => {
+                    assert_eq!(step, 5);
+                    assert_eq!(results.len(), 1, "one micro-batch per frame");
+                    assert_eq!(results[0].index, index);
+                    assert_eq!(results[0].loss.to_bits(), loss.to_bits());
+                    assert_eq!(results[0].gradient, gradient);
+                }
+                other => panic!("expected gradients, got {}", other.kind()),
+            }
+        }
+        coordinator
+            .send(&Message::Shutdown.encode())
+            .expect("send shutdown");
+        assert_eq!(
+            Message::decode(&coordinator.receive().expect("bye")).expect("decode"),
+            Message::Bye
+        );
+        worker.join().expect("worker thread").expect("clean exit");
     }
 
     #[test]
