@@ -1,6 +1,8 @@
 //! Offline reshard on an object store (RFC 0001 §9.9) against a real three-node Garage
-//! cluster (lane `objectstore`): it changes placement, not state, PUTs no chunk object, and
-//! refuses a source that does not verify without committing anything.
+//! cluster (lane `objectstore`): it changes placement, not state, PUTs no chunk object,
+//! checks the source's objects by their listed lengths by default (fetching none), and
+//! refuses a source that does not check — a truncated object by default, a same-length
+//! corruption with `--verify-objects` — without committing anything.
 mod objectstore_support;
 
 use objectstore_support::{fresh_url, open, shardlift_json};
@@ -12,12 +14,14 @@ use shardlift::objstore::ObjStoreError;
 use shardlift::store::barrier::{Barrier, NoHooks, RecordingHooks};
 use shardlift::store::codec::CommitKind;
 use shardlift::store::layout::{chunk_entries, synthetic_state};
+use shardlift::store::ObjectCheck;
 
 const CHUNK_ELEMENTS: u32 = 8192;
 
-/// `shardlift store reshard --store URL --generation 0 --workers 3 --json`, a fresh process.
-fn reshard_generation_0_to_w3(url: &str) -> (bool, serde_json::Value, String) {
-    shardlift_json(&[
+/// `shardlift store reshard --store URL --generation 0 --workers 3 --json` (plus `extra`),
+/// a fresh process.
+fn reshard_generation_0_to_w3(url: &str, extra: &[&str]) -> (bool, serde_json::Value, String) {
+    let mut args = vec![
         "store",
         "reshard",
         "--store",
@@ -27,7 +31,9 @@ fn reshard_generation_0_to_w3(url: &str) -> (bool, serde_json::Value, String) {
         "--workers",
         "3",
         "--json",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    shardlift_json(&args)
 }
 
 #[test]
@@ -41,16 +47,17 @@ fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
 
     // The CLI, in a fresh process; it adds exactly one object, its manifest.
     let objects_before = store.client().list("objects").expect("LIST objects");
-    let (ok, resharded, stderr) = reshard_generation_0_to_w3(&url);
+    let (ok, resharded, stderr) = reshard_generation_0_to_w3(&url, &[]);
     assert!(ok, "reshard failed: {stderr}");
-    // Progress on stderr: the source verified, then the commit.
+    // Progress on stderr: the source checked, then the commit.
     let line = |prefix: &str| {
         stderr
             .lines()
             .position(|line| line.starts_with(prefix))
             .unwrap_or_else(|| panic!("no '{prefix}' line in {stderr}"))
     };
-    assert!(line("verifying generation 0: done in") < line("committing the reshard: done in"));
+    assert!(line("checking generation 0: done in") < line("committing the reshard: done in"));
+    assert_eq!(resharded["source_objects"], "lengths", "{resharded}");
     assert_eq!(resharded["generation"], 1, "{resharded}");
     assert_eq!(resharded["kind"], "reshard", "{resharded}");
     assert_eq!(resharded["workers"], 3, "{resharded}");
@@ -96,6 +103,7 @@ fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
         .reshard(
             1,
             Topology::new(2).expect("topology"),
+            ObjectCheck::Lengths,
             &mut hooks,
             &mut progress,
         )
@@ -110,9 +118,9 @@ fn reshard_w4_to_w3_changes_placement_not_state_and_puts_no_chunk() {
     )));
     assert_eq!(hooks.events[0].barrier, Barrier::ManifestAfterWrite);
     assert_eq!(hooks.events[11].barrier, Barrier::LatestAfterDirectoryFsync);
-    // Progress: every payload object fetched and checked, in order, then the commit.
+    // Progress: every payload object's listed length checked, in order, then the commit.
     let objects = state.chunks().len() as u64 * 3;
-    let mut expected = vec!["phase verifying generation 1 ?".to_owned()];
+    let mut expected = vec!["phase checking generation 1 ?".to_owned()];
     expected.extend((1..=objects).map(|done| format!("advance {done}")));
     expected.extend(["finish", "phase committing the reshard ?", "finish"].map(String::from));
     assert_eq!(progress.events, expected);
@@ -127,11 +135,12 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
     store
         .publish(&state, topology, &mut NoHooks)
         .expect("publish generation 0");
-    // Control: the intact source reshards (generation 1).
+    // Control: the intact source reshards (generation 1), its objects re-hashed.
     store
         .reshard(
             0,
             Topology::new(3).expect("topology"),
+            ObjectCheck::Hashed,
             &mut NoHooks,
             &mut NoProgress,
         )
@@ -166,6 +175,7 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
         .reshard(
             0,
             Topology::new(3).expect("topology"),
+            ObjectCheck::Hashed,
             &mut NoHooks,
             &mut progress,
         )
@@ -205,8 +215,66 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
         "a refused reshard must not move LATEST"
     );
 
-    // The CLI exits non-zero with the typed error as JSON.
-    let (ok, printed, _) = reshard_generation_0_to_w3(&url);
+    // The CLI with --verify-objects exits non-zero with the typed error as JSON.
+    let (ok, printed, _) = reshard_generation_0_to_w3(&url, &["--verify-objects"]);
     assert!(!ok, "the CLI reshard must fail: {printed}");
     assert_eq!(printed["error"]["kind"], "digest-mismatch", "{printed}");
+    assert_eq!(
+        store.client().list("commits").expect("LIST commits"),
+        commits_before
+    );
+
+    // By default the same-length corruption passes the length check and the reshard
+    // commits; recovery then selects none of the three generations (the object is shared),
+    // each rejected for that object's digest: no bad byte is ever loaded.
+    let (ok, printed, stderr) = reshard_generation_0_to_w3(&url, &[]);
+    assert!(ok, "the default reshard checks lengths only: {stderr}");
+    assert_eq!(printed["source_objects"], "lengths", "{printed}");
+    let report = store.recover().expect("recover");
+    assert!(report.scan.selected.is_none(), "{:?}", report.scan);
+    assert_eq!(report.scan.rejected.len(), 3, "{:?}", report.scan.rejected);
+    assert!(report
+        .scan
+        .rejected
+        .iter()
+        .all(|r| r.kind == "digest-mismatch" && r.reason.contains(&rel)));
+}
+
+#[test]
+fn the_default_reshard_refuses_a_truncated_or_missing_object_by_its_listed_length() {
+    let url = fresh_url("reshard-truncated");
+    let store = open(&url, true);
+    let state = synthetic_state(8, 1, CHUNK_ELEMENTS);
+    store
+        .publish(&state, Topology::new(4).expect("topology"), &mut NoHooks)
+        .expect("publish generation 0");
+    let digest = chunk_entries(&state)[1].parameters;
+    let rel = object_key(&digest);
+    let bytes = match store.client().get_capped(&rel, 1 << 20).expect("GET") {
+        Fetched::Bytes(bytes) => bytes,
+        Fetched::Missing => panic!("{rel} is missing"),
+    };
+    store
+        .client()
+        .put(&rel, bytes[..bytes.len() - 4].to_vec())
+        .expect("PUT the truncated bytes");
+    let commits_before = store.client().list("commits").expect("LIST commits");
+    let (ok, printed, _) = reshard_generation_0_to_w3(&url, &[]);
+    assert!(!ok, "a truncated object must refuse the reshard: {printed}");
+    assert_eq!(printed["error"]["kind"], "chunk-size", "{printed}");
+    store.client().delete(&rel).expect("DELETE the object");
+    let (ok, printed, _) = reshard_generation_0_to_w3(&url, &[]);
+    assert!(!ok, "a missing object must refuse the reshard: {printed}");
+    assert_eq!(printed["error"]["kind"], "missing-object", "{printed}");
+    assert!(
+        printed["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&rel)),
+        "{printed}"
+    );
+    assert_eq!(
+        store.client().list("commits").expect("LIST commits"),
+        commits_before,
+        "a refused reshard must commit nothing"
+    );
 }

@@ -136,22 +136,49 @@ fn cli_recover_and_reshard_json() {
     );
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(summary["generation"], 1);
-    // Progress on stderr (phase lines: stderr is no terminal), verification first.
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().collect();
-    let position = |prefix: &str| {
-        lines
-            .iter()
-            .position(|line| line.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no '{prefix}' line in {stderr}"))
+    assert_eq!(summary["source_objects"], "lengths");
+    // Progress on stderr (phase lines: stderr is no terminal), the source check first.
+    let phases_in_order = |stderr: &str, verb: &str| {
+        let lines: Vec<&str> = stderr.lines().collect();
+        let position = |prefix: &str| {
+            lines
+                .iter()
+                .position(|line| line.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no '{prefix}' line in {stderr}"))
+        };
+        let source = format!("{verb} generation 0");
+        let source_done = format!("{source}: done in");
+        assert!(position(&source) < position(&source_done));
+        assert!(position(&source_done) < position("committing the reshard"));
+        assert!(position("committing the reshard") < position("committing the reshard: done in"));
     };
-    assert!(position("verifying generation 0") < position("verifying generation 0: done in"));
-    assert!(position("verifying generation 0: done in") < position("committing the reshard"));
-    assert!(position("committing the reshard") < position("committing the reshard: done in"));
+    phases_in_order(&String::from_utf8_lossy(&out.stderr), "checking");
+    // --verify-objects re-hashes the source first.
+    let out = run(&[
+        "store",
+        "reshard",
+        "--store",
+        store,
+        "--generation",
+        "0",
+        "--workers",
+        "2",
+        "--verify-objects",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(summary["generation"], 2);
+    assert_eq!(summary["source_objects"], "hashed");
+    phases_in_order(&String::from_utf8_lossy(&out.stderr), "verifying");
     let out = run(&["store", "recover", "--store", store, "--json"]);
     assert!(out.status.success());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(report["report"]["selected"]["generation"], 1);
+    assert_eq!(report["report"]["selected"]["generation"], 2);
     assert_eq!(report["report"]["latest"]["status"], "consistent");
 }
 

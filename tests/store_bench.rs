@@ -95,6 +95,7 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
         "sha256_single_core",
         "sha256_parallel_in_memory",
         "reshard_w3",
+        "reshard_w3_hashed",
         "reshard_w2",
         "reshard_w8",
         "copy",
@@ -137,6 +138,11 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
         "reshard_over_copy",
         figure("reshard_w3").0 / figure("copy").0,
     );
+    close(
+        "reshard_hashed_over_copy",
+        figure("reshard_w3_hashed").0 / figure("copy").0,
+    );
+    assert_eq!(large["reshard_source_check"], "lengths", "{large}");
     close(
         "recovery_over_parallel_sha256",
         figure("recovery_verify").1 / (figure("sha256_single_core").1 * cores_used as f64),

@@ -12,7 +12,7 @@ use shardlift::store::codec::{
 };
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::writer::{publish_with, WriterFaults};
-use shardlift::store::{self, FnHook, NoHooks, StoreError};
+use shardlift::store::{self, FnHook, NoHooks, ObjectCheck, StoreError};
 
 fn state() -> LogicalState {
     synthetic_state(11, 2, 30_000)
@@ -103,7 +103,12 @@ fn no_store() {
         Err(StoreError::NoStore { .. })
     ));
     assert!(matches!(
-        store::reshard(&missing, 0, Topology::new(3).expect("t")),
+        store::reshard(
+            &missing,
+            0,
+            Topology::new(3).expect("t"),
+            ObjectCheck::Lengths
+        ),
         Err(StoreError::NoStore { .. })
     ));
     assert!(!missing.exists());
@@ -383,7 +388,8 @@ fn generation_not_found() {
         StoreError::GenerationNotFound { generation: 9, .. }
     ));
     let error = unchanged(&root, || {
-        store::reshard(&root, 9, Topology::new(3).expect("t")).expect_err("no source")
+        store::reshard(&root, 9, Topology::new(3).expect("t"), ObjectCheck::Lengths)
+            .expect_err("no source")
     });
     assert!(matches!(error, StoreError::GenerationNotFound { .. }));
 }

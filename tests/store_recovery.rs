@@ -11,7 +11,7 @@ use shardlift::lab::powerloss::{tree_digest, EnumerationLimits};
 use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::recovery::RecoveryFaults;
-use shardlift::store::{self, LatestStatus, NoHooks, RecordingHooks, WriterFaults};
+use shardlift::store::{self, LatestStatus, NoHooks, ObjectCheck, RecordingHooks, WriterFaults};
 
 fn two_generations() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -119,7 +119,8 @@ fn reshard_w4_to_w3_keeps_the_root_and_writes_no_chunk_object() {
     let (_d, root) = two_generations();
     let (source, _) = store::load_generation(&root, 1).expect("load");
     let objects_before = chunk_object_count(&root);
-    let summary = store::reshard(&root, 1, Topology::new(3).expect("t")).expect("reshard");
+    let summary = store::reshard(&root, 1, Topology::new(3).expect("t"), ObjectCheck::Lengths)
+        .expect("reshard");
     assert_eq!(summary.generation, 2);
     assert_eq!(summary.objects_written, 0);
     // Exactly one new object: the manifest.
@@ -148,9 +149,17 @@ fn reshard_of_an_invalid_source_fails_and_writes_nothing() {
     std::fs::set_permissions(&path, perms).expect("chmod");
     std::fs::write(&path, b"bad").expect("write");
     let before = tree_digest(&root).expect("hash");
-    let error = store::reshard(&root, 1, Topology::new(3).expect("t")).expect_err("invalid source");
-    assert_eq!(error.kind(), "digest-mismatch");
-    assert_eq!(tree_digest(&root).expect("hash"), before);
+    // Re-hashing names the digest; the default length check names the size. Neither
+    // writes anything.
+    for (objects, kind) in [
+        (ObjectCheck::Hashed, "digest-mismatch"),
+        (ObjectCheck::Lengths, "chunk-size"),
+    ] {
+        let error = store::reshard(&root, 1, Topology::new(3).expect("t"), objects)
+            .expect_err("invalid source");
+        assert_eq!(error.kind(), kind);
+        assert_eq!(tree_digest(&root).expect("hash"), before);
+    }
 }
 
 fn small_limits() -> EnumerationLimits {
@@ -268,4 +277,27 @@ fn corruption_sample_falls_back_to_verified_generations() {
             corruption_case(&base, damage, &expectations, RecoveryFaults::NONE).expect("case");
         assert!(violations.is_empty(), "{violations:#?}");
     }
+}
+
+#[test]
+fn the_default_reshard_still_hashes_and_decodes_the_source_manifest() {
+    // ObjectCheck::Lengths reads no chunk byte, but the commit record and the manifest are
+    // verified in full: a manifest rewritten with other bytes is refused by its digest.
+    let (_d, root) = two_generations();
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join(commit_rel_path(1))).expect("record"))
+            .expect("json");
+    let digest = Digest::from_hex(record["manifest"].as_str().expect("manifest")).expect("hex");
+    let path = root.join(codec::object_rel_path(&digest));
+    let mut bytes = std::fs::read(&path).expect("read");
+    let last = bytes.len() - 2;
+    bytes[last] ^= 0x01;
+    std::fs::remove_file(&path).expect("rm");
+    std::fs::write(&path, &bytes).expect("write");
+    let before = tree_digest(&root).expect("hash");
+    let error = store::reshard(&root, 1, Topology::new(3).expect("t"), ObjectCheck::Lengths)
+        .expect_err("a manifest that is not its address");
+    assert_eq!(error.kind(), "digest-mismatch");
+    assert!(error.to_string().contains(&codec::object_rel_path(&digest)));
+    assert_eq!(tree_digest(&root).expect("hash"), before);
 }

@@ -11,7 +11,7 @@ use shardlift::durable::fs::RealFs;
 use shardlift::store::codec::{object_rel_path, ManifestRecord};
 use shardlift::store::layout::{synthetic_object, synthetic_state};
 use shardlift::store::writer::{publish_synthetic_with, SyntheticSpec};
-use shardlift::store::{self, RecordingHooks, StoreError, WriterFaults};
+use shardlift::store::{self, ObjectCheck, RecordingHooks, StoreError, WriterFaults};
 
 const SPEC: SyntheticSpec = SyntheticSpec {
     seed: 9,
@@ -72,7 +72,8 @@ fn a_scaled_state_round_trips_and_reshards_without_new_objects() {
     assert_eq!(SPEC.object_len(10), 100);
     let (state, _) = store::load_generation(&root, 0).expect("load");
     assert_eq!(state, synthetic_state(2, 3, 8192));
-    let summary = store::reshard(&root, 0, Topology::new(3).expect("t")).expect("reshard");
+    let summary = store::reshard(&root, 0, Topology::new(3).expect("t"), ObjectCheck::Lengths)
+        .expect("reshard");
     assert_eq!(summary.objects_written, 0);
     let report = store::recover(&root).expect("recover");
     assert_eq!(report.valid_generations, vec![0, 1]);
@@ -107,9 +108,21 @@ fn the_first_bad_object_in_manifest_order_is_reported_every_time() {
             other => panic!("{other:?}"),
         }
     }
-    match store::reshard(&root, 0, Topology::new(2).expect("t")) {
-        Err(StoreError::DigestMismatch { .. }) => {}
+    match store::reshard(&root, 0, Topology::new(2).expect("t"), ObjectCheck::Hashed) {
+        Err(StoreError::DigestMismatch { path, .. }) => {
+            assert!(path.ends_with(object_rel_path(&synthetic.objects[3])))
+        }
         other => panic!("reshard of a bad generation: {other:?}"),
+    }
+    // Checking lengths only, the first object in manifest order that is absent or of
+    // another length is reported: the removed one (the corrupt ones kept their lengths).
+    for _ in 0..5 {
+        match store::reshard(&root, 0, Topology::new(2).expect("t"), ObjectCheck::Lengths) {
+            Err(StoreError::MissingObject { path, .. }) => {
+                assert!(path.ends_with(object_rel_path(&synthetic.objects[9])))
+            }
+            other => panic!("length-checked reshard of a bad generation: {other:?}"),
+        }
     }
 }
 
@@ -245,12 +258,29 @@ fn authority(root: &Path) -> (Vec<(String, Vec<u8>)>, Vec<u8>) {
     )
 }
 
+/// The `advance` counts of recorded progress events, and whether they strictly increase.
+fn advances(events: &[String]) -> (Vec<u64>, bool) {
+    let counts: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e.strip_prefix("advance ")?.parse().ok())
+        .collect();
+    let increasing = counts.windows(2).all(|w| w[0] < w[1]);
+    (counts, increasing)
+}
+
 #[test]
-fn a_reshard_reports_verification_batch_by_batch_then_its_commit() {
+fn a_reshard_reports_its_source_check_then_its_commit() {
     let (_dir, root) = published_forty();
+    // Re-hashing reports the synthetic objects batch by batch.
     let mut progress = RecordedProgress::default();
-    let summary = store::reshard_reporting(&root, 0, Topology::new(3).expect("t"), &mut progress)
-        .expect("reshard");
+    let summary = store::reshard_reporting(
+        &root,
+        0,
+        Topology::new(3).expect("t"),
+        ObjectCheck::Hashed,
+        &mut progress,
+    )
+    .expect("reshard");
     assert_eq!(summary.generation, 1);
     assert_eq!(
         progress.events,
@@ -264,6 +294,28 @@ fn a_reshard_reports_verification_batch_by_batch_then_its_commit() {
             "finish",
         ]
     );
+    // The length check reports every object it checked (chunk payloads and synthetic
+    // objects), a fan-out directory at a time, up to all of them.
+    let objects = synthetic_state(2, 3, 8192).chunks().len() as u64 * 3 + 40;
+    let mut progress = RecordedProgress::default();
+    let summary = store::reshard_reporting(
+        &root,
+        0,
+        Topology::new(3).expect("t"),
+        ObjectCheck::Lengths,
+        &mut progress,
+    )
+    .expect("reshard");
+    assert_eq!(summary.generation, 2);
+    let events = &progress.events;
+    assert_eq!(events[0], "phase checking generation 0 ?");
+    let (counts, increasing) = advances(events);
+    assert!(increasing, "{events:?}");
+    assert_eq!(counts.last(), Some(&objects), "{events:?}");
+    assert_eq!(
+        events[events.len() - 3..],
+        ["finish", "phase committing the reshard ?", "finish"]
+    );
 }
 
 #[test]
@@ -273,7 +325,13 @@ fn a_refused_reshard_reports_no_commit_phase_and_changes_no_record() {
     corrupt(&root, synthetic.objects[20]);
     let before = authority(&root);
     let mut progress = RecordedProgress::default();
-    match store::reshard_reporting(&root, 0, Topology::new(3).expect("t"), &mut progress) {
+    match store::reshard_reporting(
+        &root,
+        0,
+        Topology::new(3).expect("t"),
+        ObjectCheck::Hashed,
+        &mut progress,
+    ) {
         Err(StoreError::DigestMismatch { path, .. }) => {
             assert!(path.ends_with(object_rel_path(&synthetic.objects[20])))
         }
@@ -286,4 +344,69 @@ fn a_refused_reshard_reports_no_commit_phase_and_changes_no_record() {
         ["phase verifying generation 0 ?", "advance 16"]
     );
     assert_eq!(authority(&root), before);
+}
+
+#[test]
+fn a_length_checked_reshard_refuses_an_object_of_another_length_and_changes_no_record() {
+    let (_dir, root) = published_forty();
+    let synthetic = manifest(&root).synthetic.expect("synthetic");
+    let path = root.join(object_rel_path(&synthetic.objects[20]));
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes.truncate(bytes.len() - 1);
+    std::fs::remove_file(&path).expect("rm");
+    std::fs::write(&path, &bytes).expect("write");
+    let before = authority(&root);
+    let mut progress = RecordedProgress::default();
+    match store::reshard_reporting(
+        &root,
+        0,
+        Topology::new(3).expect("t"),
+        ObjectCheck::Lengths,
+        &mut progress,
+    ) {
+        Err(StoreError::SyntheticObjectSize {
+            index,
+            expected,
+            found,
+            ..
+        }) => assert_eq!((index, found + 1), (20, expected)),
+        other => panic!("length-checked reshard of a truncated object: {other:?}"),
+    }
+    // Every length was read; the phase is left unfinished and no commit phase starts.
+    let events = &progress.events;
+    assert_eq!(events[0], "phase checking generation 0 ?");
+    assert!(advances(events).1, "{events:?}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e != "finish" && !e.contains("committing")),
+        "{events:?}"
+    );
+    assert_eq!(authority(&root), before);
+}
+
+#[test]
+fn a_length_checked_reshard_commits_over_a_same_length_corruption_that_recovery_then_rejects() {
+    // RFC 0001 §7: the default check reads no object byte, so a same-length change passes
+    // it; the reshard commits placement only, and recovery (which hashes every byte)
+    // selects neither the source nor the reshard: no bad byte is loaded.
+    let (_dir, root) = published_forty();
+    let synthetic = manifest(&root).synthetic.expect("synthetic");
+    corrupt(&root, synthetic.objects[20]);
+    let summary = store::reshard(&root, 0, Topology::new(3).expect("t"), ObjectCheck::Lengths)
+        .expect("the length check passes");
+    assert_eq!(summary.generation, 1);
+    let report = store::recover(&root).expect("recover");
+    assert!(report.selected.is_none(), "{report:?}");
+    assert_eq!(report.rejected.len(), 2);
+    for rejection in &report.rejected {
+        assert_eq!(rejection.kind, "digest-mismatch");
+        assert!(rejection
+            .reason
+            .contains(&object_rel_path(&synthetic.objects[20])));
+    }
+    assert!(matches!(
+        store::load_generation(&root, 1),
+        Err(StoreError::DigestMismatch { .. })
+    ));
 }

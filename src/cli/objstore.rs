@@ -13,6 +13,7 @@ use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions};
 use shardlift::store::barrier::{Barrier, BarrierEvent, BarrierHook, NoHooks};
 use shardlift::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
 use shardlift::store::writer::SyntheticSpec;
+use shardlift::store::ObjectCheck;
 
 use super::{print_json, print_report};
 
@@ -86,17 +87,26 @@ pub fn publish(
 }
 
 /// Reshards generation `generation` of `url` onto `workers` workers, as the next generation.
-pub fn reshard(url: &str, generation: u64, workers: u32, json: bool) -> anyhow::Result<()> {
+pub fn reshard(
+    url: &str,
+    generation: u64,
+    workers: u32,
+    objects: ObjectCheck,
+    json: bool,
+) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
     let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
     let mut progress = super::progress::StderrProgress::new();
     let summary = store
-        .reshard(generation, topology, &mut NoHooks, &mut progress)
+        .reshard(generation, topology, objects, &mut NoHooks, &mut progress)
         .map_err(|e| fail(e, json))?;
-    print_report(json, &summary, || {
+    super::store::print_reshard_report(json, &summary, objects, || {
         format!(
-            "generation {} = generation {generation} on {workers} workers (root {})",
-            summary.generation, summary.logical_state_root
+            "generation {} = generation {generation} on {workers} workers (root {}; source \
+             objects checked: {})",
+            summary.generation,
+            summary.logical_state_root,
+            objects.name()
         )
     })
 }

@@ -9,6 +9,7 @@ use shardlift::core::topology::Topology;
 
 use shardlift::store::barrier::{BarrierHook, InOrder, NoHooks};
 use shardlift::store::layout::synthetic_state;
+use shardlift::store::ObjectCheck;
 
 use super::{print_json, print_report};
 
@@ -74,9 +75,20 @@ pub enum StoreCommand {
         #[arg(long, value_name = "ROOT")]
         expect_root: Vec<String>,
     },
-    /// Offline reshard: verify the generation, then commit the next generation with the
+    /// Offline reshard: check the generation, then commit the next generation with the
     /// same chunk objects and the ownership map for N workers (no chunk is rewritten).
-    /// Progress goes to stderr: "verifying generation G", then "committing the reshard".
+    ///
+    /// The source's commit record and manifest are verified in full (bytes, schema,
+    /// bindings, structure) and every object it references must be present with exactly
+    /// its recorded length, checked from file metadata: a reshard of a 1 GiB state takes
+    /// metadata time. Object bytes are not re-hashed unless --verify-objects says so:
+    /// recovery and every load hash each byte before it is used, so a same-length change
+    /// of an object's bytes leaves both the source and the reshard unselectable, never
+    /// loaded (`store verify` re-hashes a generation on demand). RFC 0001 §7.
+    ///
+    /// Progress goes to stderr: "checking generation G" ("verifying" with
+    /// --verify-objects), then "committing the reshard". The JSON report says which
+    /// check the source passed (`source_objects`: "lengths" or "hashed").
     Reshard {
         #[arg(long)]
         store: PathBuf,
@@ -84,6 +96,9 @@ pub enum StoreCommand {
         generation: u64,
         #[arg(long)]
         workers: u32,
+        /// Re-hash every object of the source before committing, as a loader does.
+        #[arg(long)]
+        verify_objects: bool,
         #[arg(long)]
         json: bool,
     },
@@ -237,11 +252,19 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             store,
             generation,
             workers,
+            verify_objects,
             json,
-        } => match s3_location(&store) {
-            Some(url) => super::objstore::reshard(url, generation, workers, json),
-            None => reshard(&store, generation, workers, json),
-        },
+        } => {
+            let objects = if verify_objects {
+                ObjectCheck::Hashed
+            } else {
+                ObjectCheck::Lengths
+            };
+            match s3_location(&store) {
+                Some(url) => super::objstore::reshard(url, generation, workers, objects, json),
+                None => reshard(&store, generation, workers, objects, json),
+            }
+        }
         StoreCommand::Verify {
             store,
             generation,
@@ -499,17 +522,42 @@ pub(super) fn print_recovery(
     Ok(())
 }
 
-fn reshard(store: &Path, generation: u64, workers: u32, json: bool) -> anyhow::Result<()> {
+fn reshard(
+    store: &Path,
+    generation: u64,
+    workers: u32,
+    objects: ObjectCheck,
+    json: bool,
+) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
     let mut progress = super::progress::StderrProgress::new();
-    let summary = shardlift::store::reshard_reporting(store, generation, topology, &mut progress)
-        .with_context(|| format!("resharding generation {generation}"))?;
-    print_report(json, &summary, || {
+    let summary =
+        shardlift::store::reshard_reporting(store, generation, topology, objects, &mut progress)
+            .with_context(|| format!("resharding generation {generation}"))?;
+    print_reshard_report(json, &summary, objects, || {
         format!(
-            "generation {} = generation {generation} on {workers} workers (root {})",
-            summary.generation, summary.logical_state_root
+            "generation {} = generation {generation} on {workers} workers (root {}; source \
+             objects checked: {})",
+            summary.generation,
+            summary.logical_state_root,
+            objects.name()
         )
     })
+}
+
+/// A reshard's commit summary with the check its source passed (`source_objects`), on
+/// either backend.
+pub(super) fn print_reshard_report<T: serde::Serialize>(
+    json: bool,
+    summary: &T,
+    objects: ObjectCheck,
+    line: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    let mut report = serde_json::to_value(summary)?;
+    if let Some(fields) = report.as_object_mut() {
+        fields.insert("source_objects".into(), objects.name().into());
+    }
+    print_report(json, &report, line)
 }
 
 /// What `store verify --json` prints of a generation that verified, on either backend.

@@ -26,7 +26,18 @@ impl Digest {
 
     /// Lowercase hex, 64 characters.
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        self.hex_str(&mut [0u8; 64]).to_owned()
+    }
+
+    /// Writes the 64 lowercase hex digits into `buffer` and returns them as text (no
+    /// allocation: a manifest serialises tens of thousands of digests).
+    fn hex_str<'a>(&self, buffer: &'a mut [u8; 64]) -> &'a str {
+        for (pair, byte) in buffer.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = HEX_DIGITS[usize::from(byte >> 4)];
+            pair[1] = HEX_DIGITS[usize::from(byte & 0x0f)];
+        }
+        // Every byte written above is an ASCII digit or letter.
+        std::str::from_utf8(buffer).unwrap_or_default()
     }
 
     /// Parses exactly 64 lowercase hex digits (the only form this project writes).
@@ -34,21 +45,32 @@ impl Digest {
         if text.len() != 64 {
             return Err(DigestParseError::WrongLength(text.len()));
         }
-        if !text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            return Err(DigestParseError::NotLowercaseHex);
-        }
         let mut out = [0u8; 32];
-        hex::decode_to_slice(text, &mut out).map_err(|_| DigestParseError::NotLowercaseHex)?;
+        for (byte, pair) in out.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
+            match (hex_value(pair[0]), hex_value(pair[1])) {
+                (Some(high), Some(low)) => *byte = (high << 4) | low,
+                _ => return Err(DigestParseError::NotLowercaseHex),
+            }
+        }
         Ok(Digest(out))
+    }
+}
+
+/// The lowercase hex digits, by value.
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// The value of one lowercase hex digit (`None` for anything else, uppercase included).
+fn hex_value(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        _ => None,
     }
 }
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        f.write_str(self.hex_str(&mut [0u8; 64]))
     }
 }
 
@@ -60,7 +82,7 @@ impl fmt::Debug for Digest {
 
 impl serde::Serialize for Digest {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.to_hex())
+        serializer.serialize_str(self.hex_str(&mut [0u8; 64]))
     }
 }
 
@@ -122,6 +144,44 @@ mod tests {
         let upper = digest.to_hex().to_uppercase();
         assert_eq!(
             Digest::from_hex(&upper),
+            Err(DigestParseError::NotLowercaseHex)
+        );
+    }
+
+    #[test]
+    fn hex_agrees_with_the_hex_crate_and_refuses_every_other_digit() {
+        for seed in 0u8..=255 {
+            let digest = Digest::of(&[seed]);
+            let text = digest.to_hex();
+            assert_eq!(text, hex::encode(digest.0));
+            assert_eq!(digest.to_string(), text);
+            assert_eq!(
+                serde_json::to_string(&digest).expect("json"),
+                format!("\"{text}\"")
+            );
+            assert_eq!(Digest::from_hex(&text), Ok(digest));
+        }
+        let valid = Digest::of(b"x").to_hex();
+        for byte in 0u8..=127 {
+            if byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte) {
+                continue;
+            }
+            for at in [0, 33, 63] {
+                let mut bytes = valid.clone().into_bytes();
+                bytes[at] = byte;
+                let text = String::from_utf8(bytes).expect("ascii");
+                assert_eq!(
+                    Digest::from_hex(&text),
+                    Err(DigestParseError::NotLowercaseHex),
+                    "{byte} at {at}"
+                );
+            }
+        }
+        // 64 bytes that are not 64 characters: a two-byte character is refused too.
+        let wide = format!("é{}", &valid[2..]);
+        assert_eq!(wide.len(), 64);
+        assert_eq!(
+            Digest::from_hex(&wide),
             Err(DigestParseError::NotLowercaseHex)
         );
     }

@@ -195,6 +195,10 @@ impl FileSystem for PrivateFs {
     fn entry_kind(&self, path: &Path) -> io::Result<Option<EntryKind>> {
         RealFs.entry_kind(path)
     }
+
+    fn regular_file_len(&self, path: &Path) -> io::Result<Option<u64>> {
+        RealFs.regular_file_len(path)
+    }
 }
 
 /// What an installation has changed so far, undone on drop unless committed.

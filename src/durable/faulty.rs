@@ -28,7 +28,7 @@ pub enum Operation {
     ReadFile,
     /// [`FileSystem::list_dir`].
     ListDir,
-    /// [`FileSystem::entry_kind`].
+    /// [`FileSystem::entry_kind`] and [`FileSystem::regular_file_len`] (metadata reads).
     EntryKind,
 }
 
@@ -151,6 +151,11 @@ impl FileSystem for FaultyFs {
     fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>> {
         self.check(Operation::EntryKind, path)?;
         RealFs.entry_kind(path)
+    }
+
+    fn regular_file_len(&self, path: &Path) -> std::io::Result<Option<u64>> {
+        self.check(Operation::EntryKind, path)?;
+        RealFs.regular_file_len(path)
     }
 }
 

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use rustix::fs::{Mode, OFlags, RenameFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, StatxFlags, CWD};
 
 use crate::core::digest::Digest;
 
@@ -68,6 +68,23 @@ pub trait FileSystem {
     fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>>;
     /// The kind of the entry at `path`, or `None` if there is none.
     fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>>;
+    /// The length in bytes of the regular file at `path`, from its metadata (no byte is
+    /// read, no symlink followed); `None` if there is no entry or it is not a regular file.
+    fn regular_file_len(&self, path: &Path) -> std::io::Result<Option<u64>>;
+    /// [`FileSystem::regular_file_len`] of each of `names` in the directory `dir`, in
+    /// order (every one `None` when `dir` does not exist). The default asks for each path
+    /// in turn; the real file system opens `dir` once and reads each entry's metadata
+    /// relative to it, so no path is walked from the root again.
+    fn regular_file_lens_in(
+        &self,
+        dir: &Path,
+        names: &[&str],
+    ) -> std::io::Result<Vec<Option<u64>>> {
+        names
+            .iter()
+            .map(|name| self.regular_file_len(&dir.join(name)))
+            .collect()
+    }
     /// The SHA-256 and length of at most `cap + 1` bytes of a file (so a caller can tell
     /// "more than cap"). The default reads the file whole through [`FileSystem::read_file`];
     /// the real file system streams it through fixed-size buffers.
@@ -86,8 +103,8 @@ pub trait FileSystem {
     }
 }
 
-/// Inside an `impl FileSystem for …` block: `read_file`, `list_dir` and `entry_kind` go
-/// straight to [`RealFs`]. For wrappers that observe or fault only mutations (the crash
+/// Inside an `impl FileSystem for …` block: `read_file`, `list_dir`, `entry_kind`,
+/// `regular_file_len` and `regular_file_lens_in` go straight to [`RealFs`]. For wrappers that observe or fault only mutations (the crash
 /// lab's recorder and stepper). An explicit opt-in on purpose: the trait has no default
 /// reads, so a new seam never reads the real disk by accident.
 macro_rules! reads_from_real_disk {
@@ -105,6 +122,18 @@ macro_rules! reads_from_real_disk {
             path: &std::path::Path,
         ) -> std::io::Result<Option<$crate::durable::fs::EntryKind>> {
             $crate::durable::fs::RealFs.entry_kind(path)
+        }
+
+        fn regular_file_len(&self, path: &std::path::Path) -> std::io::Result<Option<u64>> {
+            $crate::durable::fs::RealFs.regular_file_len(path)
+        }
+
+        fn regular_file_lens_in(
+            &self,
+            dir: &std::path::Path,
+            names: &[&str],
+        ) -> std::io::Result<Vec<Option<u64>>> {
+            $crate::durable::fs::RealFs.regular_file_lens_in(dir, names)
         }
     };
 }
@@ -205,6 +234,51 @@ impl FileSystem for RealFs {
         }
     }
 
+    fn regular_file_len(&self, path: &Path) -> std::io::Result<Option<u64>> {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_file() => Ok(Some(meta.len())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn regular_file_lens_in(
+        &self,
+        dir: &Path,
+        names: &[&str],
+    ) -> std::io::Result<Vec<Option<u64>>> {
+        let fd = match rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(vec![None; names.len()]),
+            Err(e) => return Err(e.into()),
+        };
+        names
+            .iter()
+            .map(|name| {
+                match rustix::fs::statx(
+                    &fd,
+                    *name,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                    StatxFlags::TYPE | StatxFlags::SIZE,
+                ) {
+                    Ok(stat)
+                        if FileType::from_raw_mode(stat.stx_mode.into())
+                            == FileType::RegularFile =>
+                    {
+                        Ok(Some(stat.stx_size))
+                    }
+                    Ok(_) | Err(rustix::io::Errno::NOENT) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            })
+            .collect()
+    }
+
     fn hash_file(&self, path: &Path, cap: u64) -> std::io::Result<(Digest, u64)> {
         use sha2::Digest as _;
         thread_local! {
@@ -233,5 +307,48 @@ impl FileSystem for RealFs {
 
     fn shared(&self) -> Option<&(dyn FileSystem + Sync)> {
         Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_in_a_directory_count_regular_files_only_and_agree_with_the_path_form() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        std::fs::write(root.join("file"), [7u8; 13]).expect("write");
+        std::fs::write(root.join("empty"), []).expect("write");
+        std::fs::create_dir(root.join("subdir")).expect("mkdir");
+        std::os::unix::fs::symlink(root.join("file"), root.join("link")).expect("symlink");
+        let names = ["file", "missing", "empty", "subdir", "link"];
+        let expected = vec![Some(13), None, Some(0), None, None];
+        assert_eq!(
+            RealFs.regular_file_lens_in(root, &names).expect("lengths"),
+            expected
+        );
+        let one_by_one: Vec<Option<u64>> = names
+            .iter()
+            .map(|name| RealFs.regular_file_len(&root.join(name)).expect("length"))
+            .collect();
+        assert_eq!(one_by_one, expected);
+        // The trait's default (for seams that observe reads) agrees too.
+        assert_eq!(
+            crate::durable::faulty::FaultyFs::default()
+                .regular_file_lens_in(root, &names)
+                .expect("lengths"),
+            expected
+        );
+        // A missing directory holds none of them; a file in its place is an error.
+        assert_eq!(
+            RealFs
+                .regular_file_lens_in(&root.join("nowhere"), &names)
+                .expect("lengths"),
+            vec![None; 5]
+        );
+        assert!(RealFs
+            .regular_file_lens_in(&root.join("file"), &names)
+            .is_err());
     }
 }

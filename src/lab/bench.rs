@@ -19,6 +19,7 @@ use crate::lab::error::LabError;
 use crate::store::barrier::NoHooks;
 use crate::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
 use crate::store::writer::SyntheticSpec;
+use crate::store::ObjectCheck;
 
 /// What [`run`] measured (printed as JSON). Times are in seconds summed over the run,
 /// rates in bytes per second; each `_over_` field is the store's cost over its plain
@@ -155,7 +156,7 @@ fn time_reshard_and_copy(
     last: u64,
 ) -> Result<Timed, LabError> {
     let started = Instant::now();
-    crate::store::reshard(store, last, Topology::new(3)?)?;
+    crate::store::reshard(store, last, Topology::new(3)?, ObjectCheck::Lengths)?;
     let reshard_s = started.elapsed().as_secs_f64();
     std::fs::create_dir(copy_dir)?;
     let started = Instant::now();
@@ -278,8 +279,15 @@ pub struct LargeBenchReport {
     /// times its hashing alone; the busiest thread's time): what the cores give now,
     /// other processes included.
     pub sha256_parallel_in_memory: Figure,
-    /// Offline reshard W4 → W3 (RFC 0001 §7: verify the source, then commit).
+    /// How the reshards below check the source's objects (RFC 0001 §7): `lengths`, the
+    /// default of `store reshard` (present with their lengths, from metadata).
+    pub reshard_source_check: &'static str,
+    /// Offline reshard W4 → W3 (RFC 0001 §7: check the source's records in full and its
+    /// objects' presence and lengths, then commit).
     pub reshard_w3: Figure,
+    /// The same reshard with every source object re-hashed first (`store reshard
+    /// --verify-objects`, a loader's full verification).
+    pub reshard_w3_hashed: Figure,
     /// Offline reshard W4 → W2.
     pub reshard_w2: Figure,
     /// Offline reshard W4 → W8.
@@ -307,8 +315,10 @@ pub struct LargeBenchReport {
     pub publish_over_concurrent_plain: f64,
     /// `reshard_w3.seconds / copy.seconds`.
     pub reshard_over_copy: f64,
+    /// `reshard_w3_hashed.seconds / copy.seconds`.
+    pub reshard_hashed_over_copy: f64,
     /// The W3 reshard's commit phase alone (manifest, commit record, LATEST and their
-    /// fsyncs), in milliseconds: placement itself, without RFC 0001 §7's verification.
+    /// fsyncs), in milliseconds: placement itself, without checking the source.
     pub reshard_w3_commit_ms: f64,
     /// That commit phase's seconds over `copy.seconds`.
     pub reshard_commit_over_copy: f64,
@@ -673,19 +683,29 @@ fn time_parallel_sha(objects: &BenchObjects, cores_used: usize) -> Result<f64, L
     Ok(busiest_s.max(1e-9))
 }
 
-/// Offline reshards of `generation` to W3, W2 and W8, in that order.
+/// Offline reshards of `generation` to W3, W2 and W8, in that order, checking the source's
+/// object lengths (the default); then W3 again with every object re-hashed.
 fn time_reshards(
     store: &Path,
     generation: u64,
     progress: &mut dyn Progress,
 ) -> Result<ReshardTimings, LabError> {
-    progress.phase("store bench: reshard W4 to W3, W2, W8", Some(3));
+    progress.phase(
+        "store bench: reshard W4 to W3, W2, W8, W3 re-hashing",
+        Some(4),
+    );
     let mut seconds = [0.0; 3];
     let mut w3_commit_s = 0.0;
     for (k, workers) in [3, 2, 8].into_iter().enumerate() {
         let mut clock = PhaseClock::default();
         let started = Instant::now();
-        crate::store::reshard_reporting(store, generation, Topology::new(workers)?, &mut clock)?;
+        crate::store::reshard_reporting(
+            store,
+            generation,
+            Topology::new(workers)?,
+            ObjectCheck::Lengths,
+            &mut clock,
+        )?;
         seconds[k] = started.elapsed().as_secs_f64();
         if workers == 3 {
             w3_commit_s = clock.seconds_of(RESHARD_COMMIT_PHASE).ok_or_else(|| {
@@ -694,22 +714,30 @@ fn time_reshards(
         }
         progress.advance(k as u64 + 1);
     }
+    let started = Instant::now();
+    crate::store::reshard(store, generation, Topology::new(3)?, ObjectCheck::Hashed)?;
+    let w3_hashed_s = started.elapsed().as_secs_f64();
+    progress.advance(4);
     progress.finish();
     Ok(ReshardTimings {
         seconds,
         w3_commit_s,
+        w3_hashed_s,
     })
 }
 
 /// The phase of a reshard that commits the new placement (`store::reshard_reporting`).
 const RESHARD_COMMIT_PHASE: &str = "committing the reshard";
 
-/// Seconds of the three reshards, and of the W3 reshard's commit phase alone.
+/// Seconds of the three reshards, of the W3 reshard's commit phase alone, and of the W3
+/// reshard that re-hashes the source.
 struct ReshardTimings {
-    /// W4 → W3, W2, W8, whole (verification and commit).
+    /// W4 → W3, W2, W8, whole (source check and commit).
     seconds: [f64; 3],
     /// The W3 reshard's commit phase: manifest, commit record, LATEST, their fsyncs.
     w3_commit_s: f64,
+    /// W4 → W3 with [`ObjectCheck::Hashed`], whole.
+    w3_hashed_s: f64,
 }
 
 /// Times the phases an operation reports: each from its `phase` to its `finish`.
@@ -831,6 +859,7 @@ fn large_report(
     let publish = Figure::new(state_bytes, t.publish_s);
     let copy = Figure::new(state_bytes, t.copy_s);
     let reshard_w3 = Figure::new(state_bytes, t.reshard.seconds[0]);
+    let reshard_w3_hashed = Figure::new(state_bytes, t.reshard.w3_hashed_s);
     let sha256_parallel_in_memory = Figure::new(state_bytes, t.sha_parallel_s);
     LargeBenchReport {
         state_bytes,
@@ -849,6 +878,8 @@ fn large_report(
         plain_write_fsync_concurrent: Figure::new(state_bytes, t.plain_concurrent_s),
         io_threads: crate::store::writer::MAX_OBJECT_IO_THREADS,
         reshard_over_copy: ratio(reshard_w3.seconds, copy.seconds),
+        reshard_hashed_over_copy: ratio(reshard_w3_hashed.seconds, copy.seconds),
+        reshard_source_check: ObjectCheck::Lengths.name(),
         reshard_w3_commit_ms: t.reshard.w3_commit_s * 1e3,
         reshard_commit_over_copy: ratio(t.reshard.w3_commit_s, copy.seconds),
         object_reads_warm: Figure::new(state_bytes, t.object_reads_s),
@@ -871,6 +902,7 @@ fn large_report(
         recovery_verify_cold: Figure::new(state_bytes, t.recovery_cold_s),
         sha256_single_core,
         reshard_w3,
+        reshard_w3_hashed,
         reshard_w2: Figure::new(state_bytes, t.reshard.seconds[1]),
         reshard_w8: Figure::new(state_bytes, t.reshard.seconds[2]),
         copy,

@@ -29,6 +29,7 @@ use crate::store::recovery::{
 use crate::store::writer::{
     publish_with, reshard_with, WriterFaults, LATEST_REL_PATH, LAYOUT_DIRS,
 };
+use crate::store::ObjectCheck;
 use crate::store::StoreError;
 
 /// A fresh scratch directory: under `$SHARDLIFT_SCRATCH` if set, else `/dev/shm` (tmpfs:
@@ -668,6 +669,7 @@ fn record_action(
                     root,
                     *generation,
                     *topology,
+                    ObjectCheck::Lengths,
                     &mut hooks,
                     &mut NoProgress,
                 )?
@@ -966,6 +968,7 @@ pub fn build_corruption_base(root: &Path, seed: u64) -> Result<(), LabError> {
         root,
         1,
         topology(3)?,
+        ObjectCheck::Lengths,
         &mut NoHooks,
         &mut NoProgress,
     )?;

@@ -336,6 +336,16 @@ impl ObjClient {
 
     /// Every key under `rel_prefix/` (relative to the store), sorted.
     pub fn list(&self, rel_prefix: &str) -> Result<Vec<String>, ObjStoreError> {
+        Ok(self
+            .list_with_sizes(rel_prefix)?
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect())
+    }
+
+    /// Every key under `rel_prefix/` (relative to the store) with its object's size in
+    /// bytes as the listing reports it, sorted by key.
+    pub fn list_with_sizes(&self, rel_prefix: &str) -> Result<Vec<(String, u64)>, ObjStoreError> {
         let path = self.path(rel_prefix);
         let store_prefix = if self.location.prefix.is_empty() {
             String::new()
@@ -349,7 +359,7 @@ impl ObjClient {
                 let meta = meta.map_err(|e| self.request_error("LIST", rel_prefix, e))?;
                 let full = meta.location.to_string();
                 if let Some(rel) = full.strip_prefix(&store_prefix) {
-                    keys.push(rel.to_owned());
+                    keys.push((rel.to_owned(), meta.size));
                 }
             }
             keys.sort();

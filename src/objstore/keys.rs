@@ -1,6 +1,8 @@
 //! Keys of the object-store layout, relative to the store prefix (RFC 0001 §9.2).
 use crate::core::digest::Digest;
 
+/// The prefix of content-addressed objects.
+pub const OBJECTS_PREFIX: &str = "objects";
 /// The prefix of commit records.
 pub const COMMITS_PREFIX: &str = "commits";
 /// The prefix of generation claims (the conditional-create fence).

@@ -24,6 +24,7 @@ use crate::core::logical::LogicalState;
 use crate::core::progress::Progress;
 use crate::core::topology::Topology;
 use crate::store::barrier::BarrierHook;
+use crate::store::recovery::ObjectCheck;
 
 pub mod client;
 pub mod error;
@@ -92,11 +93,13 @@ impl ObjStore {
     }
 
     /// Reshards `generation` onto `topology` as the next generation (RFC 0001 §9.9):
-    /// verifies the source end to end first, PUTs no chunk object.
+    /// checks the source first (its record and manifest in full, its objects as `objects`
+    /// says), PUTs no chunk object.
     pub fn reshard(
         &self,
         generation: u64,
         topology: Topology,
+        objects: ObjectCheck,
         hooks: &mut dyn BarrierHook,
         progress: &mut dyn Progress,
     ) -> Result<ObjCommitSummary, ObjStoreError> {
@@ -105,6 +108,7 @@ impl ObjStore {
             self.conditional_create,
             generation,
             topology,
+            objects,
             hooks,
             progress,
         )

@@ -14,7 +14,7 @@ use crate::core::topology::Topology;
 use crate::objstore::client::{ConditionalCreate, Fetched, ObjClient};
 use crate::objstore::error::ObjStoreError;
 use crate::objstore::keys::{
-    commit_prefix, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY,
+    commit_prefix, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY, OBJECTS_PREFIX,
 };
 use crate::store::codec::{
     decode, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES,
@@ -22,7 +22,9 @@ use crate::store::codec::{
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
-use crate::store::recovery::{LatestReport, RecoveryReport, Rejection, SelectedGeneration};
+use crate::store::recovery::{
+    LatestReport, ObjectCheck, RecoveryReport, Rejection, SelectedGeneration,
+};
 
 /// Two or more different valid commit records for one generation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,9 +105,13 @@ fn verify_record(
     rel: &str,
     generation: u64,
     record_digest: Digest,
-    decode_state: bool,
+    checks: RecordChecks,
     on_object: &mut dyn FnMut(),
 ) -> Result<Verified, ObjStoreError> {
+    let RecordChecks {
+        decode_state,
+        objects,
+    } = checks;
     let location = client.location();
     let record_url = location.key_url(rel);
     let invalid = |key: &str, source| ObjStoreError::Invalid {
@@ -176,6 +182,18 @@ fn verify_record(
         }
         fetched
     };
+    if objects == ObjectCheck::Lengths {
+        check_lengths(client, &manifest_url, &manifest, on_object)?;
+        return Ok(Verified {
+            generation,
+            key: rel.to_owned(),
+            commit_digest: record_digest,
+            manifest_digest: Digest::of(&manifest_bytes),
+            manifest,
+            topology,
+            state: None,
+        });
+    }
     let checked = if decode_state {
         assemble_state(manifest_path, &manifest, &mut fetch_payload).map(Some)
     } else {
@@ -201,6 +219,83 @@ fn verify_record(
         topology,
         state,
     })
+}
+
+/// What [`verify_record`] checks and builds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordChecks {
+    /// Build the `LogicalState` (only with [`ObjectCheck::Hashed`]).
+    pub(crate) decode_state: bool,
+    /// How the objects are checked.
+    pub(crate) objects: ObjectCheck,
+}
+
+/// A loader's checks: every object fetched and hashed.
+fn hashed(decode_state: bool) -> RecordChecks {
+    RecordChecks {
+        decode_state,
+        objects: ObjectCheck::Hashed,
+    }
+}
+
+/// [`ObjectCheck::Lengths`] on an object store: one LIST of `objects/` gives every object's
+/// size, and each chunk payload and synthetic object of the (checked) manifest must be
+/// listed with exactly its length; no object is fetched (RFC 0001 §9.9). `on_object` is
+/// called for each object checked.
+fn check_lengths(
+    client: &ObjClient,
+    manifest_url: &str,
+    manifest: &ManifestRecord,
+    on_object: &mut dyn FnMut(),
+) -> Result<(), ObjStoreError> {
+    let sizes: std::collections::HashMap<String, u64> = client
+        .list_with_sizes(OBJECTS_PREFIX)?
+        .into_iter()
+        .collect();
+    let invalid = |source| ObjStoreError::Invalid {
+        key: manifest_url.to_owned(),
+        source,
+    };
+    let check = |digest: &Digest, expected: u64, wrong: &dyn Fn(u64) -> StoreError| {
+        let rel = object_key(digest);
+        match sizes.get(&rel) {
+            None => Err(ObjStoreError::MissingObject {
+                key: client.location().key_url(&rel),
+            }),
+            Some(&found) if found != expected => Err(invalid(wrong(found))),
+            Some(_) => Ok(()),
+        }
+    };
+    for entry in &manifest.chunks {
+        let expected = u64::from(entry.elements).saturating_mul(4);
+        for (_, digest) in entry.digests() {
+            check(&digest, expected, &|found| StoreError::ChunkSize {
+                path: manifest_url.into(),
+                id: entry.id,
+                expected,
+                found,
+            })?;
+            on_object();
+        }
+    }
+    if let Some(synthetic) = &manifest.synthetic {
+        for (index, digest) in synthetic.objects.iter().enumerate() {
+            let expected = synthetic.object_len(index).ok_or_else(|| {
+                invalid(StoreError::MalformedManifest {
+                    path: manifest_url.into(),
+                    reason: format!("synthetic object {index} has no consistent length"),
+                })
+            })?;
+            check(digest, expected, &|found| StoreError::SyntheticObjectSize {
+                path: client.location().key_url(&object_key(digest)).into(),
+                index: index as u64,
+                expected,
+                found,
+            })?;
+            on_object();
+        }
+    }
+    Ok(())
 }
 
 /// Synthetic objects (a state scaled for benchmarks, RFC 0001 §3): each GET under its
@@ -288,7 +383,7 @@ pub fn recover(
     let mut valid: BTreeMap<u64, Vec<Verified>> = BTreeMap::new();
     let mut rejected = Vec::new();
     for (generation, digest, key) in records {
-        match verify_record(client, &key, generation, digest, false, &mut || {}) {
+        match verify_record(client, &key, generation, digest, hashed(false), &mut || {}) {
             Ok(v) => valid.entry(generation).or_default().push(v),
             // A request that failed says nothing about the record: fail the scan.
             Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
@@ -374,7 +469,7 @@ pub(crate) fn verify_generation(
     generation: u64,
     decode_state: bool,
 ) -> Result<Verified, ObjStoreError> {
-    verify_generation_reporting(client, generation, decode_state, &mut NoProgress)
+    verify_generation_reporting(client, generation, hashed(decode_state), &mut NoProgress)
 }
 
 /// As [`verify_generation`], advancing `progress` (a running count over every record
@@ -383,7 +478,7 @@ pub(crate) fn verify_generation(
 pub(crate) fn verify_generation_reporting(
     client: &ObjClient,
     generation: u64,
-    decode_state: bool,
+    checks: RecordChecks,
     progress: &mut dyn Progress,
 ) -> Result<Verified, ObjStoreError> {
     let mut objects_fetched = 0u64;
@@ -401,14 +496,7 @@ pub(crate) fn verify_generation_reporting(
         if named != generation {
             continue;
         }
-        match verify_record(
-            client,
-            &key,
-            generation,
-            digest,
-            decode_state,
-            &mut on_object,
-        ) {
+        match verify_record(client, &key, generation, digest, checks, &mut on_object) {
             Ok(v) => found.push(v),
             Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
                 return Err(error)

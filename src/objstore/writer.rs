@@ -23,6 +23,7 @@ use crate::store::codec::{
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for, synthetic_object};
+use crate::store::recovery::ObjectCheck;
 use crate::store::writer::{CommitSummary, SyntheticSpec};
 
 /// Most bytes a claim is read with: a SHA-256 in hex.
@@ -314,14 +315,23 @@ pub fn reshard(
     conditional_create: ConditionalCreate,
     generation: u64,
     topology: Topology,
+    objects: ObjectCheck,
     hooks: &mut dyn BarrierHook,
     progress: &mut dyn Progress,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
     let started = Instant::now();
     let conditional_create = probed(client, conditional_create)?;
-    progress.phase(&format!("verifying generation {generation}"), None);
+    let verb = match objects {
+        ObjectCheck::Hashed => "verifying",
+        ObjectCheck::Lengths => "checking",
+    };
+    progress.phase(&format!("{verb} generation {generation}"), None);
+    let checks = crate::objstore::recovery::RecordChecks {
+        decode_state: false,
+        objects,
+    };
     let source = crate::objstore::recovery::verify_generation_reporting(
-        client, generation, false, progress,
+        client, generation, checks, progress,
     )?;
     progress.finish();
     progress.phase("committing the reshard", None);

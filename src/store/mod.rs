@@ -24,7 +24,7 @@ pub mod writer;
 pub use crate::durable::fs::{FileSystem, RealFs};
 pub use barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, InOrder, NoHooks, RecordingHooks};
 pub use error::StoreError;
-pub use recovery::{LatestStatus, RecoveryReport, Rejection, SelectedGeneration};
+pub use recovery::{LatestStatus, ObjectCheck, RecoveryReport, Rejection, SelectedGeneration};
 pub use writer::{CommitSummary, WriterFaults};
 
 /// Publishes `state` placed on `topology` as the next generation (0 for an empty store),
@@ -95,25 +95,31 @@ pub fn load_generation(
 }
 
 /// Offline reshard of `generation` onto `topology`, committed as the next generation.
+/// `objects` says how the source's objects are checked first (RFC 0001 §7):
+/// [`ObjectCheck::Lengths`] (present with their lengths, in metadata time; the CLI's
+/// default) or [`ObjectCheck::Hashed`] (every byte re-hashed, as a loader does).
 pub fn reshard(
     store_dir: &Path,
     generation: u64,
     topology: Topology,
+    objects: ObjectCheck,
 ) -> Result<CommitSummary, StoreError> {
     reshard_reporting(
         store_dir,
         generation,
         topology,
+        objects,
         &mut crate::core::progress::NoProgress,
     )
 }
 
 /// As [`reshard`], reporting its two phases to `progress` (see [`writer::reshard_with`]):
-/// verifying the source, then committing the new placement.
+/// checking the source, then committing the new placement.
 pub fn reshard_reporting(
     store_dir: &Path,
     generation: u64,
     topology: Topology,
+    objects: ObjectCheck,
     progress: &mut dyn crate::core::progress::Progress,
 ) -> Result<CommitSummary, StoreError> {
     writer::reshard_with(
@@ -121,6 +127,7 @@ pub fn reshard_reporting(
         store_dir,
         generation,
         topology,
+        objects,
         &mut NoHooks,
         progress,
     )

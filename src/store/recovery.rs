@@ -220,6 +220,34 @@ impl RecoveryFaults {
     };
 }
 
+/// How far the objects of a generation are checked (its commit record and manifest are
+/// always read, hashed and decoded in full).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObjectCheck {
+    /// Every object read whole, its SHA-256 compared with its address, and the
+    /// logical-state root recomputed from the chunk payloads (RFC 0001 §5 step 4): what
+    /// recovery and every loader do.
+    #[default]
+    Hashed,
+    /// Every object present as a regular file of exactly the length the manifest gives it,
+    /// from its metadata alone: no object byte is read (RFC 0001 §7, the offline reshard's
+    /// default). Catches a missing, truncated or extended object in metadata time; a
+    /// same-length change of its bytes is left to the loaders, which hash every byte before
+    /// they use it.
+    Lengths,
+}
+
+impl ObjectCheck {
+    /// The name reports use (`hashed`, `lengths`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectCheck::Hashed => "hashed",
+            ObjectCheck::Lengths => "lengths",
+        }
+    }
+}
+
 /// Reads an object and checks its content against its address.
 pub fn read_object(
     fs: &dyn FileSystem,
@@ -294,20 +322,63 @@ pub fn verify_generation_reporting(
         fs,
         root,
         generation,
-        decode_state,
-        RecoveryFaults::NONE,
+        Checks {
+            decode_state,
+            objects: ObjectCheck::Hashed,
+            faults: RecoveryFaults::NONE,
+        },
         progress,
     )
+}
+
+/// Checks one generation as [`verify_generation_reporting`] does, its objects as `objects`
+/// says: with [`ObjectCheck::Lengths`] the commit record, the manifest and their bindings
+/// are verified in full and every object only for presence and length (the offline
+/// reshard's default, RFC 0001 §7). No `LogicalState` is built. `progress` advances over
+/// the synthetic objects, in manifest order.
+pub fn verify_generation_checking(
+    fs: &dyn FileSystem,
+    root: &Path,
+    generation: u64,
+    objects: ObjectCheck,
+    progress: &mut dyn Progress,
+) -> Result<VerifiedGeneration, StoreError> {
+    verify_generation_faulty(
+        fs,
+        root,
+        generation,
+        Checks {
+            decode_state: false,
+            objects,
+            faults: RecoveryFaults::NONE,
+        },
+        progress,
+    )
+}
+
+/// What [`verify_generation_faulty`] checks and builds.
+#[derive(Clone, Copy, Debug)]
+struct Checks {
+    /// Build the `LogicalState` (only with [`ObjectCheck::Hashed`]).
+    decode_state: bool,
+    /// How the objects are checked.
+    objects: ObjectCheck,
+    /// Deliberate faults (the crash lab's recovery mutants).
+    faults: RecoveryFaults,
 }
 
 fn verify_generation_faulty(
     fs: &dyn FileSystem,
     root: &Path,
     generation: u64,
-    decode_state: bool,
-    faults: RecoveryFaults,
+    checks: Checks,
     progress: &mut dyn Progress,
 ) -> Result<VerifiedGeneration, StoreError> {
+    let Checks {
+        decode_state,
+        objects,
+        faults,
+    } = checks;
     let commit_path = root.join(commit_rel_path(generation));
     let commit_bytes = match fs.read_file(&commit_path, CommitRecord::CAP) {
         Ok(bytes) => bytes,
@@ -353,6 +424,18 @@ fn verify_generation_faulty(
             faults,
         )
     };
+    if objects == ObjectCheck::Lengths {
+        check_object_lengths(fs, root, &manifest_path, &manifest, progress)?;
+        return Ok(VerifiedGeneration {
+            generation,
+            commit_digest: Digest::of(&commit_bytes),
+            commit,
+            manifest_digest: Digest::of(&manifest_bytes),
+            manifest,
+            state: None,
+            topology,
+        });
+    }
     let state = if decode_state {
         Some(assemble_state(&manifest_path, &manifest, &mut fetch)?)
     } else if faults.skip_object_digests {
@@ -372,7 +455,13 @@ fn verify_generation_faulty(
         None
     };
     if let Some(synthetic) = &manifest.synthetic {
-        verify_synthetic(fs, root, &manifest_path, synthetic, faults, progress)?;
+        let check = SyntheticCheck {
+            root,
+            manifest_path: &manifest_path,
+            synthetic,
+            faults,
+        };
+        verify_synthetic(fs, &check, progress)?;
     }
     Ok(VerifiedGeneration {
         generation,
@@ -385,7 +474,133 @@ fn verify_generation_faulty(
     })
 }
 
-/// Objects one verifying thread takes at a time.
+/// Which object of a manifest a length belongs to, for the error that names it.
+#[derive(Clone, Copy)]
+enum ObjectRole {
+    /// A chunk payload of chunk `id`.
+    Chunk(u32),
+    /// Synthetic object `index`.
+    Synthetic(u64),
+}
+
+/// Every object a (checked) manifest references, in manifest order — the chunk payloads
+/// (three per chunk, chunks in id order), then the synthetic objects — with the length the
+/// manifest implies for each.
+fn referenced_objects(
+    manifest_path: &Path,
+    manifest: &ManifestRecord,
+) -> Result<Vec<(Digest, u64, ObjectRole)>, StoreError> {
+    let malformed = |reason: String| StoreError::MalformedManifest {
+        path: manifest_path.to_owned(),
+        reason,
+    };
+    let mut objects = Vec::with_capacity(
+        manifest.chunks.len() * 3 + manifest.synthetic.as_ref().map_or(0, |s| s.objects.len()),
+    );
+    for entry in &manifest.chunks {
+        let expected = u64::from(entry.elements)
+            .checked_mul(4)
+            .ok_or_else(|| malformed(format!("chunk {} is too large", entry.id)))?;
+        for (_, digest) in entry.digests() {
+            objects.push((digest, expected, ObjectRole::Chunk(entry.id)));
+        }
+    }
+    if let Some(synthetic) = &manifest.synthetic {
+        for (index, digest) in synthetic.objects.iter().enumerate() {
+            let expected = synthetic
+                .object_len(index)
+                .ok_or_else(|| malformed("synthetic objects do not cover their total".into()))?;
+            objects.push((*digest, expected, ObjectRole::Synthetic(index as u64)));
+        }
+    }
+    Ok(objects)
+}
+
+/// [`ObjectCheck::Lengths`]: every object a (checked) manifest references must be a
+/// regular file of exactly its length. The lengths are read from metadata one fan-out
+/// directory at a time (opened once, each entry read relative to it), on up to
+/// [`MAX_VERIFY_THREADS`] threads when the file system may be shared; then the objects are
+/// judged in manifest order, so the first bad one in manifest order is reported, every
+/// time. `progress` advances as directories are done, by the objects checked so far.
+fn check_object_lengths(
+    fs: &dyn FileSystem,
+    root: &Path,
+    manifest_path: &Path,
+    manifest: &ManifestRecord,
+    progress: &mut dyn Progress,
+) -> Result<(), StoreError> {
+    let objects = referenced_objects(manifest_path, manifest)?;
+    // Fan-out directory (the digest's first byte) → the objects' positions, in order.
+    let mut by_directory: Vec<Vec<usize>> = vec![Vec::new(); 256];
+    for (position, (digest, _, _)) in objects.iter().enumerate() {
+        by_directory[usize::from(digest.0[0])].push(position);
+    }
+    let groups: Vec<&Vec<usize>> = by_directory.iter().filter(|g| !g.is_empty()).collect();
+    let mut lengths: Vec<Option<u64>> = vec![None; objects.len()];
+    let lookup = |fs: &dyn FileSystem, group: &[usize]| {
+        let hex: Vec<String> = group.iter().map(|&p| objects[p].0.to_hex()).collect();
+        let names: Vec<&str> = hex.iter().map(|h| &h[2..]).collect();
+        let dir = root.join("objects").join(&hex[0][..2]);
+        fs.regular_file_lens_in(&dir, &names)
+            .map_err(|e| StoreError::io(&dir, e))
+    };
+    let mut done = 0u64;
+    let mut record = |group: &[usize], found: Vec<Option<u64>>| {
+        for (&position, length) in group.iter().zip(found) {
+            lengths[position] = length;
+        }
+        done += group.len() as u64;
+        progress.advance(done);
+    };
+    match fs.shared() {
+        Some(shared) => crate::core::parallel::ordered_map(
+            groups.len(),
+            verify_threads(fs),
+            2,
+            |g| lookup(shared, groups[g]),
+            |g, found| {
+                record(groups[g], found?);
+                Ok::<(), StoreError>(())
+            },
+        )?,
+        None => {
+            for group in &groups {
+                record(group, lookup(fs, group)?);
+            }
+        }
+    }
+    for ((digest, expected, role), found) in objects.iter().zip(lengths) {
+        let path = root.join(object_rel_path(digest));
+        match (found, *role) {
+            (None, _) => {
+                return Err(StoreError::MissingObject {
+                    path,
+                    digest: *digest,
+                })
+            }
+            (Some(found), ObjectRole::Chunk(id)) if found != *expected => {
+                return Err(StoreError::ChunkSize {
+                    path: manifest_path.to_owned(),
+                    id,
+                    expected: *expected,
+                    found,
+                })
+            }
+            (Some(found), ObjectRole::Synthetic(index)) if found != *expected => {
+                return Err(StoreError::SyntheticObjectSize {
+                    path: manifest_path.to_owned(),
+                    index,
+                    expected: *expected,
+                    found,
+                })
+            }
+            (Some(_), _) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Objects one hashing thread takes at a time (512 KiB of 32 KiB objects).
 const VERIFY_BATCH: usize = 16;
 
 /// Most threads recovery hashes objects on.
@@ -401,25 +616,38 @@ pub fn verify_threads(fs: &dyn FileSystem) -> usize {
     }
 }
 
+/// One manifest's synthetic objects and how to check them.
+struct SyntheticCheck<'a> {
+    root: &'a Path,
+    manifest_path: &'a Path,
+    synthetic: &'a SyntheticPayloads,
+    faults: RecoveryFaults,
+}
+
 /// Verifies one synthetic object: present, exactly its recorded length, its SHA-256 its
 /// address. Streams the file (the seam's `hash_file`); returns no bytes.
 fn verify_synthetic_object(
     fs: &dyn FileSystem,
-    root: &Path,
-    manifest_path: &Path,
-    synthetic: &SyntheticPayloads,
+    check: &SyntheticCheck<'_>,
     index: usize,
-    faults: RecoveryFaults,
 ) -> Result<(), StoreError> {
-    let digest = synthetic.objects[index];
-    let path = root.join(object_rel_path(&digest));
-    let expected = synthetic
-        .object_len(index)
-        .ok_or_else(|| StoreError::MalformedManifest {
-            path: manifest_path.to_owned(),
-            reason: "synthetic objects do not cover their total".into(),
-        })?;
-    if faults.skip_object_digests {
+    let digest = check.synthetic.objects[index];
+    let path = check.root.join(object_rel_path(&digest));
+    let expected =
+        check
+            .synthetic
+            .object_len(index)
+            .ok_or_else(|| StoreError::MalformedManifest {
+                path: check.manifest_path.to_owned(),
+                reason: "synthetic objects do not cover their total".into(),
+            })?;
+    let wrong_length = |found| StoreError::SyntheticObjectSize {
+        path: check.manifest_path.to_owned(),
+        index: index as u64,
+        expected,
+        found,
+    };
+    if check.faults.skip_object_digests {
         return match fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))? {
             Some(EntryKind::File) => Ok(()),
             _ => Err(StoreError::MissingObject { path, digest }),
@@ -433,12 +661,7 @@ fn verify_synthetic_object(
         Err(e) => return Err(StoreError::io(path, e)),
     };
     if found != expected {
-        return Err(StoreError::SyntheticObjectSize {
-            path: manifest_path.to_owned(),
-            index: index as u64,
-            expected,
-            found,
-        });
+        return Err(wrong_length(found));
     }
     if actual != digest {
         return Err(StoreError::DigestMismatch {
@@ -457,13 +680,10 @@ fn verify_synthetic_object(
 /// order (a batch at a time when threads hash).
 fn verify_synthetic(
     fs: &dyn FileSystem,
-    root: &Path,
-    manifest_path: &Path,
-    synthetic: &SyntheticPayloads,
-    faults: RecoveryFaults,
+    check: &SyntheticCheck<'_>,
     progress: &mut dyn Progress,
 ) -> Result<(), StoreError> {
-    let count = synthetic.objects.len();
+    let count = check.synthetic.objects.len();
     match fs.shared() {
         // Objects go to the threads in batches (fewer hand-offs); a batch stops at its
         // first bad object, and batches are consumed in order, so the error reported is
@@ -474,9 +694,8 @@ fn verify_synthetic(
             2,
             |batch| {
                 let end = ((batch + 1) * VERIFY_BATCH).min(count);
-                (batch * VERIFY_BATCH..end).try_for_each(|i| {
-                    verify_synthetic_object(shared, root, manifest_path, synthetic, i, faults)
-                })
+                (batch * VERIFY_BATCH..end)
+                    .try_for_each(|i| verify_synthetic_object(shared, check, i))
             },
             |batch, result| {
                 result?;
@@ -486,7 +705,7 @@ fn verify_synthetic(
             },
         ),
         None => (0..count).try_for_each(|i| {
-            verify_synthetic_object(fs, root, manifest_path, synthetic, i, faults)?;
+            verify_synthetic_object(fs, check, i)?;
             progress.advance(i as u64 + 1);
             Ok(())
         }),
@@ -509,6 +728,15 @@ fn latest_report(
     match decode::<LatestRecord>(&path, &bytes) {
         Ok(record) => LatestReport::compare(&record, selected),
         Err(e) => LatestReport::garbage(e.to_string(), None),
+    }
+}
+
+/// What recovery's scan checks of each generation: every object hashed, no state built.
+fn scan_checks(faults: RecoveryFaults) -> Checks {
+    Checks {
+        decode_state: false,
+        objects: ObjectCheck::Hashed,
+        faults,
     }
 }
 
@@ -552,7 +780,7 @@ pub fn recover_faulty(
     let mut rejected = Vec::new();
     let mut selected = None;
     for generation in generations {
-        match verify_generation_faulty(fs, root, generation, false, faults, &mut NoProgress) {
+        match verify_generation_faulty(fs, root, generation, scan_checks(faults), &mut NoProgress) {
             Ok(v) => {
                 valid.push(generation);
                 selected = Some(SelectedGeneration::of(&v));
@@ -585,8 +813,14 @@ fn trusted_latest(
     let path = root.join(LATEST_REL_PATH);
     let bytes = read_capped(fs, &path, LatestRecord::CAP).ok()?;
     let record: LatestRecord = decode(&path, &bytes).ok()?;
-    let v = verify_generation_faulty(fs, root, record.generation, false, faults, &mut NoProgress)
-        .ok()?;
+    let v = verify_generation_faulty(
+        fs,
+        root,
+        record.generation,
+        scan_checks(faults),
+        &mut NoProgress,
+    )
+    .ok()?;
     Some(RecoveryReport {
         selected: Some(SelectedGeneration::of(&v)),
         valid_generations: vec![v.generation],

@@ -19,6 +19,7 @@ use crate::store::codec::{
 use crate::store::codec::{ChunkEntry, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES};
 use crate::store::error::StoreError;
 use crate::store::layout::{manifest_for, synthetic_object};
+use crate::store::recovery::ObjectCheck;
 
 pub use crate::store::paths::{LATEST_REL_PATH, LAYOUT_DIRS};
 
@@ -1067,17 +1068,20 @@ impl Progress for OffsetProgress<'_> {
     }
 }
 
-/// Offline reshard through `fs`: verifies `generation`, then commits the next generation
+/// Offline reshard through `fs`: checks `generation` (its commit record and manifest in
+/// full, its objects as `objects` says: RFC 0001 §7), then commits the next generation
 /// with the same chunk objects and the ownership map for `topology`. `progress` gets two
-/// phases, `verifying generation G` (its total unknown until the manifest is read; it
-/// advances as synthetic objects verify, when the generation has any) and then
-/// `committing the reshard`. A phase that fails is left unfinished (no `finish`): a
-/// source that does not verify never starts the second.
+/// phases, `verifying generation G` (with [`ObjectCheck::Hashed`]) or `checking
+/// generation G` (with [`ObjectCheck::Lengths`]) — its total unknown until the manifest is
+/// read; it advances as synthetic objects are checked, when the generation has any — and
+/// then `committing the reshard`. A phase that fails is left unfinished (no `finish`): a
+/// source that does not check never starts the second.
 pub fn reshard_with(
     fs: &dyn FileSystem,
     root: &Path,
     generation: u64,
     topology: Topology,
+    objects: ObjectCheck,
     hooks: &mut dyn BarrierHook,
     progress: &mut dyn Progress,
 ) -> Result<CommitSummary, StoreError> {
@@ -1087,9 +1091,14 @@ pub fn reshard_with(
             path: root.to_owned(),
         });
     }
-    progress.phase(&format!("verifying generation {generation}"), None);
-    let source =
-        crate::store::recovery::verify_generation_reporting(fs, root, generation, false, progress)?;
+    let verb = match objects {
+        ObjectCheck::Hashed => "verifying",
+        ObjectCheck::Lengths => "checking",
+    };
+    progress.phase(&format!("{verb} generation {generation}"), None);
+    let source = crate::store::recovery::verify_generation_checking(
+        fs, root, generation, objects, progress,
+    )?;
     progress.finish();
     let mut manifest = source.manifest.clone();
     manifest.workers = topology.workers();

@@ -16,7 +16,7 @@ use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 use crate::lab::{ChildStore, LabError, LocalStore};
 use crate::objstore::{ConditionalCreate, ObjStore, ObjStoreError, ObjStoreOptions};
-use crate::store::{self, CommitSummary};
+use crate::store::{self, CommitSummary, ObjectCheck};
 
 use super::{store_error, DemoError};
 
@@ -117,12 +117,14 @@ impl CrashStore {
     ) -> Result<CommitSummary, DemoError> {
         match self {
             CrashStore::Local(directory) => {
-                store::reshard(directory, generation, topology).map_err(store_error("resharding"))
+                store::reshard(directory, generation, topology, ObjectCheck::Lengths)
+                    .map_err(store_error("resharding"))
             }
             CrashStore::Object { store, .. } => store
                 .reshard(
                     generation,
                     topology,
+                    ObjectCheck::Lengths,
                     &mut store::NoHooks,
                     &mut crate::core::progress::NoProgress,
                 )

@@ -14,7 +14,7 @@ use crate::core::topology::Topology;
 use crate::dataset::FashionMnist;
 use crate::durable::faulty::{FaultyFs, Operation};
 use crate::engine::in_process_step;
-use crate::store::{self, Barrier, FnHook, NoHooks, RealFs, StoreError, WriterFaults};
+use crate::store::{self, Barrier, FnHook, NoHooks, ObjectCheck, RealFs, StoreError, WriterFaults};
 
 use crate::orchestrate::invariants::evidence::Observation;
 use crate::orchestrate::invariants::registry::ScenarioSpec;
@@ -514,7 +514,13 @@ fn reshard_w4_w3(
     let resharded_generation = if inject {
         forge_rewritten_reshard(&store_dir, committed.generation, w(3)?, 2)?
     } else {
-        store::reshard(&store_dir, committed.generation, w(3)?)?.generation
+        store::reshard(
+            &store_dir,
+            committed.generation,
+            w(3)?,
+            ObjectCheck::Lengths,
+        )?
+        .generation
     };
     let report = store::recover(&store_dir)?;
     let source =
@@ -670,7 +676,7 @@ fn reshard_round_trip(
 ) -> Result<(), ScenarioError> {
     let store_dir = ctx.fresh_store("s09");
     let original = store::publish(&store_dir, &ctx.state1, w(4)?, &mut NoHooks)?;
-    let via_w3 = store::reshard(&store_dir, original.generation, w(3)?)?;
+    let via_w3 = store::reshard(&store_dir, original.generation, w(3)?, ObjectCheck::Lengths)?;
     let back = if inject {
         let (mut state, _) = store::load_generation(&store_dir, via_w3.generation)?;
         let last = state.chunks().len() - 1;
@@ -679,7 +685,7 @@ fn reshard_round_trip(
         }
         store::publish(&store_dir, &state, w(4)?, &mut NoHooks)?
     } else {
-        store::reshard(&store_dir, via_w3.generation, w(4)?)?
+        store::reshard(&store_dir, via_w3.generation, w(4)?, ObjectCheck::Lengths)?
     };
     let (chunks_before, ownership_before) = manifest_digests(&store_dir, original.generation)?;
     let (chunks_after, ownership_after) = manifest_digests(&store_dir, back.generation)?;
