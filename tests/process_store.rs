@@ -114,67 +114,56 @@ fn run(args: &[&str]) -> std::process::Output {
         .expect("run shardlift")
 }
 
+/// `shardlift store reshard` of generation 0 onto `workers` (plus `extra`), which must
+/// succeed: its JSON report and, checked in order, its progress phases on stderr (phase
+/// lines: stderr is no terminal) — the source check (`verb` generation 0), then the commit.
+fn reshard_generation_0(
+    store: &str,
+    workers: &str,
+    extra: &[&str],
+    verb: &str,
+) -> serde_json::Value {
+    let mut args = vec![
+        "store",
+        "reshard",
+        "--store",
+        store,
+        "--generation",
+        "0",
+        "--workers",
+        workers,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let position = |prefix: &str| {
+        lines
+            .iter()
+            .position(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' line in {stderr}"))
+    };
+    let source = format!("{verb} generation 0");
+    let source_done = format!("{source}: done in");
+    assert!(position(&source) < position(&source_done));
+    assert!(position(&source_done) < position("committing the reshard"));
+    assert!(position("committing the reshard") < position("committing the reshard: done in"));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
 #[test]
 fn cli_recover_and_reshard_json() {
     let (_d, root) = base();
     let store = root.to_str().expect("utf8");
-    let out = run(&[
-        "store",
-        "reshard",
-        "--store",
-        store,
-        "--generation",
-        "0",
-        "--workers",
-        "3",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let summary = reshard_generation_0(store, "3", &[], "checking");
     assert_eq!(summary["generation"], 1);
     assert_eq!(summary["source_objects"], "lengths");
-    // Progress on stderr (phase lines: stderr is no terminal), the source check first.
-    let phases_in_order = |stderr: &str, verb: &str| {
-        let lines: Vec<&str> = stderr.lines().collect();
-        let position = |prefix: &str| {
-            lines
-                .iter()
-                .position(|line| line.starts_with(prefix))
-                .unwrap_or_else(|| panic!("no '{prefix}' line in {stderr}"))
-        };
-        let source = format!("{verb} generation 0");
-        let source_done = format!("{source}: done in");
-        assert!(position(&source) < position(&source_done));
-        assert!(position(&source_done) < position("committing the reshard"));
-        assert!(position("committing the reshard") < position("committing the reshard: done in"));
-    };
-    phases_in_order(&String::from_utf8_lossy(&out.stderr), "checking");
     // --verify-objects re-hashes the source first.
-    let out = run(&[
-        "store",
-        "reshard",
-        "--store",
-        store,
-        "--generation",
-        "0",
-        "--workers",
-        "2",
-        "--verify-objects",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let summary = reshard_generation_0(store, "2", &["--verify-objects"], "verifying");
     assert_eq!(summary["generation"], 2);
     assert_eq!(summary["source_objects"], "hashed");
-    phases_in_order(&String::from_utf8_lossy(&out.stderr), "verifying");
     let out = run(&["store", "recover", "--store", store, "--json"]);
     assert!(out.status.success());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");

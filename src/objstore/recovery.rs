@@ -182,34 +182,31 @@ fn verify_record(
         }
         fetched
     };
-    if objects == ObjectCheck::Lengths {
-        check_lengths(client, &manifest_url, &manifest, on_object)?;
-        return Ok(Verified {
-            generation,
-            key: rel.to_owned(),
-            commit_digest: record_digest,
-            manifest_digest: Digest::of(&manifest_bytes),
-            manifest,
-            topology,
-            state: None,
-        });
-    }
-    let checked = if decode_state {
-        assemble_state(manifest_path, &manifest, &mut fetch_payload).map(Some)
-    } else {
-        verify_payloads(manifest_path, &manifest, &mut fetch_payload).map(|()| None)
-    };
-    let state = match checked {
-        Ok(state) => state,
-        Err(error) => {
-            return Err(failure
-                .take()
-                .unwrap_or_else(|| invalid(&manifest_url, error)))
+    let state = match objects {
+        ObjectCheck::Lengths => {
+            check_lengths(client, &manifest_url, &manifest, on_object)?;
+            None
+        }
+        ObjectCheck::Hashed => {
+            let checked = if decode_state {
+                assemble_state(manifest_path, &manifest, &mut fetch_payload).map(Some)
+            } else {
+                verify_payloads(manifest_path, &manifest, &mut fetch_payload).map(|()| None)
+            };
+            let state = match checked {
+                Ok(state) => state,
+                Err(error) => {
+                    return Err(failure
+                        .take()
+                        .unwrap_or_else(|| invalid(&manifest_url, error)))
+                }
+            };
+            if let Some(synthetic) = &manifest.synthetic {
+                verify_synthetic(client, &manifest_url, synthetic, on_object)?;
+            }
+            state
         }
     };
-    if let Some(synthetic) = &manifest.synthetic {
-        verify_synthetic(client, &manifest_url, synthetic, on_object)?;
-    }
     Ok(Verified {
         generation,
         key: rel.to_owned(),

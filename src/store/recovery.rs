@@ -424,48 +424,45 @@ fn verify_generation_faulty(
             faults,
         )
     };
-    if objects == ObjectCheck::Lengths {
-        check_object_lengths(fs, root, &manifest_path, &manifest, progress)?;
-        return Ok(VerifiedGeneration {
-            generation,
-            commit_digest: Digest::of(&commit_bytes),
-            commit,
-            manifest_digest: Digest::of(&manifest_bytes),
-            manifest,
-            state: None,
-            topology,
-        });
-    }
-    let state = if decode_state {
-        Some(assemble_state(&manifest_path, &manifest, &mut fetch)?)
-    } else if faults.skip_object_digests {
-        for entry in &manifest.chunks {
-            for (_, digest) in entry.digests() {
-                let path = root.join(object_rel_path(&digest));
-                if fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))?
-                    != Some(EntryKind::File)
-                {
-                    return Err(StoreError::MissingObject { path, digest });
-                }
-            }
+    let state = match objects {
+        ObjectCheck::Lengths => {
+            check_object_lengths(fs, root, &manifest_path, &manifest, progress)?;
+            None
         }
-        None
-    } else {
-        verify_payloads(&manifest_path, &manifest, &mut fetch)?;
-        None
+        ObjectCheck::Hashed => {
+            let state = if decode_state {
+                Some(assemble_state(&manifest_path, &manifest, &mut fetch)?)
+            } else if faults.skip_object_digests {
+                for entry in &manifest.chunks {
+                    for (_, digest) in entry.digests() {
+                        let path = root.join(object_rel_path(&digest));
+                        if fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))?
+                            != Some(EntryKind::File)
+                        {
+                            return Err(StoreError::MissingObject { path, digest });
+                        }
+                    }
+                }
+                None
+            } else {
+                verify_payloads(&manifest_path, &manifest, &mut fetch)?;
+                None
+            };
+            if let Some(synthetic) = &manifest.synthetic {
+                let check = SyntheticCheck {
+                    root,
+                    manifest_path: &manifest_path,
+                    synthetic,
+                    faults,
+                };
+                verify_synthetic(fs, &check, progress)?;
+            }
+            state
+        }
     };
-    if let Some(synthetic) = &manifest.synthetic {
-        let check = SyntheticCheck {
-            root,
-            manifest_path: &manifest_path,
-            synthetic,
-            faults,
-        };
-        verify_synthetic(fs, &check, progress)?;
-    }
     Ok(VerifiedGeneration {
         generation,
-        commit_digest: crate::core::digest::Digest::of(&commit_bytes),
+        commit_digest: Digest::of(&commit_bytes),
         commit,
         manifest_digest: Digest::of(&manifest_bytes),
         manifest,
