@@ -247,7 +247,7 @@ fn scalar_value(tensor: &Tensor) -> Result<f32, EngineError> {
 /// The gradients of several micro-batches at the same parameters, each handed to `sink`
 /// in turn. The parameter tensors are made once per call and every gradient is copied
 /// straight out of torch into one reused buffer; each micro-batch runs its own forward and
-/// backward ([`forward_backward`]), so its bits do not depend on the other micro-batches
+/// backward (`forward_backward`), so its bits do not depend on the other micro-batches
 /// of the call.
 pub fn micro_batch_gradients(
     flat_parameters: &[f32],
