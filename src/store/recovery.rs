@@ -335,7 +335,8 @@ pub fn verify_generation_reporting(
 /// says: with [`ObjectCheck::Lengths`] the commit record, the manifest and their bindings
 /// are verified in full and every object only for presence and length (the offline
 /// reshard's default, RFC 0001 §7). No `LogicalState` is built. `progress` advances over
-/// the synthetic objects, in manifest order.
+/// the synthetic objects in manifest order with [`ObjectCheck::Hashed`]; with
+/// [`ObjectCheck::Lengths`], over every referenced object, a fan-out directory at a time.
 pub fn verify_generation_checking(
     fs: &dyn FileSystem,
     root: &Path,
@@ -567,11 +568,10 @@ fn check_object_lengths(
         }
     }
     for ((digest, expected, role), found) in objects.iter().zip(lengths) {
-        let path = root.join(object_rel_path(digest));
         match (found, *role) {
             (None, _) => {
                 return Err(StoreError::MissingObject {
-                    path,
+                    path: root.join(object_rel_path(digest)),
                     digest: *digest,
                 })
             }
