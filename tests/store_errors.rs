@@ -394,6 +394,75 @@ fn generation_not_found() {
     assert!(matches!(error, StoreError::GenerationNotFound { .. }));
 }
 
+/// Runs `f` on another thread; fails if it has not returned within 20 seconds (a read that
+/// blocks on a FIFO would otherwise hang the run instead of failing it).
+fn returns_promptly<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(f()));
+    receiver
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the store read blocked")
+}
+
+fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        0,
+    )
+    .expect("mkfifo");
+}
+
+#[test]
+fn not_regular_file_a_fifo_record_or_latest_is_refused_without_blocking() {
+    let (_dir, root) = store_with_genesis();
+    // Generation 1's commit record is a FIFO no process writes; LATEST is one too.
+    mkfifo(&root.join(commit_rel_path(1)));
+    let latest = root.join("refs/LATEST");
+    std::fs::remove_file(&latest).expect("rm LATEST");
+    mkfifo(&latest);
+    let owned = root.clone();
+    let error = returns_promptly(move || load_error(&owned, 1));
+    assert!(
+        matches!(&error, StoreError::NotRegularFile { path } if path == &root.join(commit_rel_path(1))),
+        "{error}"
+    );
+    assert_eq!(error.kind(), "not-regular-file");
+    let owned = root.clone();
+    let report =
+        returns_promptly(move || unchanged(&owned, || store::recover(&owned).expect("recover")));
+    let rejection = report
+        .rejected
+        .iter()
+        .find(|r| r.generation == Some(1))
+        .expect("generation 1 rejected");
+    assert_eq!(rejection.kind, "not-regular-file");
+    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+    assert_eq!(report.latest.status, store::LatestStatus::Garbage);
+}
+
+#[test]
+fn not_regular_file_a_symlinked_object_is_never_followed() {
+    let (dir, root) = store_with_genesis();
+    let (_, manifest) = genesis_records(&root);
+    // The link points at a copy of the object's own bytes: following it would verify.
+    let path = root.join(object_rel_path(&manifest.chunks[0].parameters));
+    let copy = dir.path().join("outside");
+    std::fs::copy(&path, &copy).expect("copy");
+    std::fs::remove_file(&path).expect("rm");
+    std::os::unix::fs::symlink(&copy, &path).expect("symlink");
+    let error = load_error(&root, 0);
+    assert!(
+        matches!(&error, StoreError::NotRegularFile { path: p } if p == &path),
+        "{error}"
+    );
+    let report = unchanged(&root, || store::recover(&root).expect("recover"));
+    assert_eq!(report.selected, None);
+    assert_eq!(report.rejected[0].kind, "not-regular-file");
+}
+
 #[test]
 fn generation_taken_never_replaces_a_record() {
     let (_dir, root) = store_with_genesis();

@@ -10,12 +10,11 @@
 //! [`FileSystem`] seam, so tests can inject faults ([`crate::durable::faulty`]) and the
 //! power-loss model can record it.
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::core::digest::Digest;
-use crate::durable::fs::{EntryKind, FileSystem, RealFs};
+use crate::durable::fs::{is_not_regular_file, open_regular_file, EntryKind, FileSystem, RealFs};
 
 /// Largest file [`file_sha256`] streams (1 TiB): a bound, not a limit anyone meets.
 pub const MAX_HASHED_FILE_BYTES: u64 = 1 << 40;
@@ -241,30 +240,18 @@ pub fn ensure_dir_all(directory: &Path) -> Result<(), DurableError> {
     Ok(())
 }
 
-/// Opens `path` for reading without following a final symlink and checks it is a regular
-/// file.
+/// Opens `path` for reading as a regular file ([`open_regular_file`]: no final symlink
+/// followed, no wait on a FIFO).
 fn open_regular(path: &Path) -> Result<(std::fs::File, u64), DurableError> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)
-        .map_err(|source| {
-            // ELOOP is how O_NOFOLLOW reports a symlink.
-            if source.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-                DurableError::NotRegularFile {
-                    path: path.to_owned(),
-                }
-            } else {
-                DurableError::io(path)(source)
+    open_regular_file(path).map_err(|source| {
+        if is_not_regular_file(&source) {
+            DurableError::NotRegularFile {
+                path: path.to_owned(),
             }
-        })?;
-    let metadata = file.metadata().map_err(DurableError::io(path))?;
-    if !metadata.is_file() {
-        return Err(DurableError::NotRegularFile {
-            path: path.to_owned(),
-        });
-    }
-    Ok((file, metadata.len()))
+        } else {
+            DurableError::io(path)(source)
+        }
+    })
 }
 
 /// Reads a regular file of at most `cap` bytes; larger files, symlinks and special files

@@ -142,6 +142,52 @@ pub(crate) use reads_from_real_disk;
 /// Buffer size of [`RealFs::hash_file`]: memory per hashing thread, whatever the file size.
 pub const HASH_BUFFER_BYTES: usize = 256 << 10;
 
+/// The reason inside the `std::io::Error` (kind `InvalidInput`) that [`open_regular_file`]
+/// returns for an entry that is not a regular file; [`is_not_regular_file`] tells it apart.
+#[derive(Debug, thiserror::Error)]
+#[error("not a regular file (a symlink is never followed, a special file never read)")]
+pub struct NotRegularFile;
+
+/// Whether `error` is [`open_regular_file`]'s refusal of an entry that is not a regular file.
+pub fn is_not_regular_file(error: &std::io::Error) -> bool {
+    error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<NotRegularFile>())
+}
+
+fn not_regular_file() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, NotRegularFile)
+}
+
+/// Opens `path` for reading only if it is a regular file, and returns it with its length.
+///
+/// A final symlink is not followed (`O_NOFOLLOW`), and the open never waits
+/// (`O_NONBLOCK`): without it, opening a FIFO that no process writes blocks the reader
+/// forever, so a FIFO planted where a record or object belongs would hang recovery.
+/// Symlinks, directories, FIFOs, sockets and devices are refused with [`NotRegularFile`]
+/// after the open, from the opened file's own metadata (no race with the name).
+/// `O_NONBLOCK` does not change reads of a regular file; `O_NOCTTY` keeps a terminal
+/// device from becoming the controlling terminal. (The bundle reader opens the same way.)
+pub fn open_regular_file(path: &Path) -> std::io::Result<(File, u64)> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32)
+        .open(path)
+        .map_err(|error| {
+            // ELOOP is how O_NOFOLLOW reports a final symlink.
+            if error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                not_regular_file()
+            } else {
+                error
+            }
+        })?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(not_regular_file());
+    }
+    Ok((file, metadata.len()))
+}
+
 /// The real file system (std + rustix).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
@@ -204,7 +250,7 @@ impl FileSystem for RealFs {
     }
 
     fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
-        let file = File::open(path)?;
+        let (file, _) = open_regular_file(path)?;
         let mut out = Vec::new();
         file.take(cap.saturating_add(1)).read_to_end(&mut out)?;
         Ok(out)
@@ -285,7 +331,7 @@ impl FileSystem for RealFs {
             // One buffer per thread, reused for every file it hashes.
             static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let mut file = File::open(path)?.take(cap.saturating_add(1));
+        let mut file = open_regular_file(path)?.0.take(cap.saturating_add(1));
         let mut hasher = sha2::Sha256::new();
         let mut length = 0u64;
         BUFFER.with_borrow_mut(|buffer| {
@@ -313,6 +359,73 @@ impl FileSystem for RealFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs `read` on another thread and fails if it has not returned within ten seconds
+    /// (a blocked open would otherwise hang the test run instead of failing it).
+    fn returns_promptly<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> T {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || sender.send(read()));
+        receiver
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the read blocked")
+    }
+
+    #[test]
+    fn reads_refuse_symlinks_and_special_files_without_blocking_on_a_fifo() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_owned();
+        std::fs::write(root.join("file"), b"bytes").expect("write");
+        std::os::unix::fs::symlink(root.join("file"), root.join("link")).expect("symlink");
+        rustix::fs::mknodat(
+            CWD,
+            root.join("fifo"),
+            FileType::Fifo,
+            Mode::RUSR | Mode::WUSR,
+            0,
+        )
+        .expect("mkfifo");
+        std::fs::create_dir(root.join("subdir")).expect("mkdir");
+        for name in ["link", "fifo", "subdir"] {
+            let path = root.join(name);
+            let read = returns_promptly({
+                let path = path.clone();
+                move || RealFs.read_file(&path, 100)
+            });
+            assert!(
+                read.as_ref().is_err_and(is_not_regular_file),
+                "read_file {name}: {read:?}"
+            );
+            let hashed = returns_promptly({
+                let path = path.clone();
+                move || RealFs.hash_file(&path, 100)
+            });
+            assert!(
+                hashed.as_ref().is_err_and(is_not_regular_file),
+                "hash_file {name}: {hashed:?}"
+            );
+            let capped = returns_promptly(move || crate::durable::file::read_capped(&path, 100));
+            assert!(
+                matches!(
+                    capped,
+                    Err(crate::durable::file::DurableError::NotRegularFile { .. })
+                ),
+                "read_capped {name}: {capped:?}"
+            );
+        }
+        // A missing file stays NotFound (recovery's missing-object), not a refusal.
+        let missing = RealFs.read_file(&root.join("missing"), 100);
+        assert!(missing
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound && !is_not_regular_file(e)));
+        assert_eq!(
+            RealFs.read_file(&root.join("file"), 100).expect("read"),
+            b"bytes"
+        );
+        assert_eq!(
+            RealFs.hash_file(&root.join("file"), 100).expect("hash"),
+            (Digest::of(b"bytes"), 5)
+        );
+    }
 
     #[test]
     fn lengths_in_a_directory_count_regular_files_only_and_agree_with_the_path_form() {

@@ -34,6 +34,13 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// A record or object path holds a symlink, directory, FIFO, socket or device where a
+    /// regular file belongs: never followed, never opened in a way that waits.
+    #[error("{}: not a regular file (a symlink is never followed, a special file never read)", path.display())]
+    NotRegularFile {
+        /// The entry concerned.
+        path: PathBuf,
+    },
     /// A record file is larger than its cap.
     #[error("{}: more than the cap of {cap} bytes", path.display())]
     TooLarge {
@@ -236,6 +243,7 @@ impl StoreError {
             StoreError::NoStore { .. } => "no-store",
             StoreError::Io { .. } => "io",
             StoreError::FsyncFailed { .. } => "fsync-failed",
+            StoreError::NotRegularFile { .. } => "not-regular-file",
             StoreError::TooLarge { .. } => "too-large",
             StoreError::Undecodable { .. } => "undecodable",
             StoreError::WrongSchema { .. } => "wrong-schema",
@@ -268,6 +276,7 @@ impl StoreError {
             StoreError::NoStore { path }
             | StoreError::Io { path, .. }
             | StoreError::FsyncFailed { path, .. }
+            | StoreError::NotRegularFile { path }
             | StoreError::TooLarge { path, .. }
             | StoreError::Undecodable { path, .. }
             | StoreError::WrongSchema { path, .. }
@@ -290,7 +299,12 @@ impl StoreError {
         }
     }
 
+    /// An I/O failure on `path`; the file system's refusal of an entry that is not a
+    /// regular file becomes [`StoreError::NotRegularFile`].
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        if crate::durable::fs::is_not_regular_file(&source) {
+            return StoreError::NotRegularFile { path: path.into() };
+        }
         StoreError::Io {
             path: path.into(),
             source,
