@@ -236,3 +236,68 @@ fn a_worker_killed_mid_run_fails_the_coordinator_promptly() {
         );
     }
 }
+
+/// `bench train` reports every configuration with a positive step time and the CPU of
+/// every one of its processes: the workers' CPU is read from the worker processes (a bench
+/// that measured only itself reports 0 there and fails), the totals and the floor are
+/// derived from the reported parts, and the plain baseline has its own figure.
+#[test]
+fn bench_train_reports_every_configuration_with_its_cpu() {
+    let output = Command::new(common::shardlift_exe())
+        .args(["bench", "train", "--steps", "3", "--warmup", "1", "--json"])
+        .arg("--cache-directory")
+        .arg(common::cache_directory())
+        .output()
+        .expect("run shardlift bench train");
+    assert!(
+        output.status.success(),
+        "bench train failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let number = |value: &Value, name: &str| {
+        value[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} missing in {value}"))
+    };
+    let cores = report["cores"].as_u64().expect("cores") as f64;
+    assert!(cores >= 1.0);
+    let plain_step_ms = number(&report, "plain_tch_step_ms");
+    assert!(plain_step_ms > 0.0);
+    let plain_cpu = &report["plain_tch_cpu_per_step"];
+    assert!(number(plain_cpu, "this_process_ms") > 0.0, "{plain_cpu}");
+    assert_eq!(number(plain_cpu, "workers_ms"), 0.0);
+    let rows = report["configurations"].as_array().expect("configurations");
+    let labels: Vec<&str> = rows
+        .iter()
+        .map(|row| row["configuration"].as_str().expect("label"))
+        .collect();
+    assert_eq!(labels, ["in-process", "W1", "W3", "W4"]);
+    for (row, processes) in rows.iter().zip([1u64, 2, 4, 5]) {
+        let step_ms = number(row, "step_ms");
+        assert!(step_ms > 0.0 && step_ms.is_finite(), "{row}");
+        assert_eq!(number(row, "ratio_to_plain_tch"), step_ms / plain_step_ms);
+        let cpu = &row["cpu_per_step"];
+        assert_eq!(cpu["processes"].as_u64(), Some(processes), "{row}");
+        let this_ms = number(cpu, "this_process_ms");
+        let workers_ms = number(cpu, "workers_ms");
+        assert!(this_ms > 0.0, "{row}");
+        if processes == 1 {
+            assert_eq!(workers_ms, 0.0, "{row}");
+        } else {
+            assert!(workers_ms > 0.0, "the workers' CPU was not measured: {row}");
+        }
+        let total_ms = number(cpu, "total_ms");
+        assert_eq!(total_ms, this_ms + workers_ms);
+        assert_eq!(number(cpu, "floor_step_ms"), total_ms / cores);
+        assert_eq!(
+            number(cpu, "floor_ratio_to_plain_tch"),
+            total_ms / cores / plain_step_ms
+        );
+        assert_eq!(
+            number(cpu, "cores_busy"),
+            total_ms / number(cpu, "mean_wall_step_ms")
+        );
+    }
+    assert_eq!(report["w4_cpu_per_step"], rows[3]["cpu_per_step"]);
+}

@@ -56,7 +56,10 @@ pub enum BenchCommand {
     /// Step time for in-process, W = 1, 3 and 4, each as a ratio to a plain single-process
     /// tch step (tch's own AdamW, one 192-sample batch) measured in the same run: medians
     /// of steps timed one by one after a warm-up, with the measured per-phase split
-    /// (forward/backward, IPC, reduction, AdamW). Progress on stderr, the report on stdout.
+    /// (forward/backward, IPC, reduction, AdamW) and the CPU every process of a
+    /// configuration used per step (`cpu_per_step`: coordinator and workers measured apart;
+    /// `floor_step_ms`, that CPU over the cores, is the shortest step these cores allow).
+    /// Progress on stderr, the report on stdout.
     Train {
         /// Steps timed one by one per configuration (after the warm-up); figures are medians.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
@@ -208,14 +211,25 @@ fn print_train_bench(report: &serde_json::Value) {
         report["steps_timed"],
         report["profile"].as_str().unwrap_or("?"),
     );
+    println!(
+        "{:<11} {:>11} {:>7} {:>12} {:>8}",
+        "", "median step", "x plain", "cpu per step", "cpu floor"
+    );
     for row in report["configurations"].as_array().into_iter().flatten() {
+        let cpu = &row["cpu_per_step"];
         println!(
-            "{:<11} {:>8.2} ms  {:>5.2}x",
+            "{:<11} {:>8.2} ms {:>6.2}x {:>9.2} ms {:>7.2}x",
             row["configuration"].as_str().unwrap_or("?"),
             ms(&row["step_ms"]),
             ms(&row["ratio_to_plain_tch"]),
+            ms(&cpu["total_ms"]),
+            ms(&cpu["floor_ratio_to_plain_tch"]),
         );
     }
+    println!(
+        "cpu floor: the configuration's CPU per step (all its processes) over {} cores, as a multiple of the plain step",
+        report["cores"]
+    );
     if let Some(phases) = report["w4_phases_ms"].as_object() {
         let split: Vec<String> = phases
             .iter()

@@ -250,9 +250,27 @@ impl FileSystem for RealFs {
     }
 
     fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
-        let (file, _) = open_regular_file(path)?;
-        let mut out = Vec::new();
-        file.take(cap.saturating_add(1)).read_to_end(&mut out)?;
+        let (file, length) = open_regular_file(path)?;
+        let mut reader = file.take(cap.saturating_add(1));
+        // Sized from the opened file's length, at most `cap + 1` (a hostile length cannot
+        // make us allocate more), and filled by as few reads as the kernel allows: one for
+        // a whole object, then one that finds the end. A file that grows or shrinks
+        // meanwhile is still read to its end or to `cap + 1`.
+        let expected = usize::try_from(length.min(reader.limit())).unwrap_or(0);
+        let mut out = vec![0u8; expected];
+        let mut filled = 0;
+        while filled < expected {
+            match reader.read(&mut out[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        out.truncate(filled);
+        if filled == expected {
+            reader.read_to_end(&mut out)?;
+        }
         Ok(out)
     }
 
@@ -425,6 +443,31 @@ mod tests {
             RealFs.hash_file(&root.join("file"), 100).expect("hash"),
             (Digest::of(b"bytes"), 5)
         );
+    }
+
+    /// `read_file` returns the whole file up to `cap`, and `cap + 1` bytes of a longer
+    /// one (so "more than cap" is visible), whatever the file's size against its buffer;
+    /// the same for `hash_file`.
+    #[test]
+    fn read_file_returns_the_file_or_cap_plus_one_bytes_at_every_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cap = 100u64;
+        for size in [0usize, 1, 99, 100, 101, 102, 5000] {
+            let path = dir.path().join(format!("f{size}"));
+            let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            std::fs::write(&path, &bytes).expect("write");
+            let expected = &bytes[..size.min(cap as usize + 1)];
+            assert_eq!(
+                RealFs.read_file(&path, cap).expect("read"),
+                expected,
+                "{size}"
+            );
+            assert_eq!(
+                RealFs.hash_file(&path, cap).expect("hash"),
+                (Digest::of(expected), expected.len() as u64),
+                "{size}"
+            );
+        }
     }
 
     #[test]

@@ -78,11 +78,177 @@ fn ns_ms(ns: u64) -> Duration {
     Duration::from_nanos(ns)
 }
 
-/// One configuration's timed steps: the step time and its phases, each a median.
+/// One configuration's timed steps: the step time and its phases, each a median, and the
+/// CPU its processes used over the timed steps (`Err`: why it could not be read).
 struct Timed {
     step_ms: f64,
     min_ms: f64,
     phases: serde_json::Map<String, serde_json::Value>,
+    cpu: Result<CpuPerStep, String>,
+}
+
+/// The CPU time this process has used so far, in nanoseconds, all its threads (ended ones
+/// included): `CLOCK_PROCESS_CPUTIME_ID`, which brings the running thread's time up to date
+/// as it reads (the scheduler statistics below can lag a running thread by a tick).
+fn this_process_cpu_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    u64::try_from(now.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(now.tv_nsec).unwrap_or(0))
+}
+
+/// How long [`worker_cpu_ns`] waits for a worker's threads to stop running.
+const WORKER_SETTLE_LIMIT_MS: u64 = 50;
+
+/// Whether any thread of the process whose task directory is `tasks` is running or
+/// runnable (state `R` in `/proc/PID/task/TID/stat`).
+fn any_thread_running(tasks: &Path) -> std::io::Result<bool> {
+    for task in std::fs::read_dir(tasks)? {
+        let stat = match std::fs::read_to_string(task?.path().join("stat")) {
+            Ok(stat) => stat,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        // The state follows the command name, which is in parentheses and may hold any
+        // character, so it is found after the last ')'.
+        let state = stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next());
+        if state == Some("R") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The CPU time worker process `pid` has used so far, in nanoseconds: the sum of
+/// `se.sum_exec_runtime` (the first field of `/proc/PID/task/TID/schedstat`) over its live
+/// threads. The kernel brings a thread's figure up to date when it stops running, and a
+/// running thread's can lag by a scheduler tick, so this first waits (at most
+/// [`WORKER_SETTLE_LIMIT_MS`]) until no thread of the worker is running: between steps a
+/// worker blocks on its socket within microseconds of its last reply. A thread that ends
+/// between the listing and the read is skipped.
+fn worker_cpu_ns(pid: u32) -> std::io::Result<u64> {
+    let tasks = std::path::PathBuf::from(format!("/proc/{pid}/task"));
+    let settle_by = Instant::now() + Duration::from_millis(WORKER_SETTLE_LIMIT_MS);
+    while any_thread_running(&tasks)? && Instant::now() < settle_by {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let mut total_ns = 0u64;
+    for task in std::fs::read_dir(&tasks)? {
+        let path = task?.path().join("schedstat");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let runtime_ns: u64 = text
+            .split_whitespace()
+            .next()
+            .and_then(|field| field.parse().ok())
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: no run time in {text:?}", path.display()),
+                )
+            })?;
+        total_ns = total_ns.saturating_add(runtime_ns);
+    }
+    if total_ns == 0 {
+        // A kernel without scheduler statistics prints zeros: no figure, not a false one.
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("{}: every thread reports 0 ns of run time", tasks.display()),
+        ));
+    }
+    Ok(total_ns)
+}
+
+/// CPU used per timed step by a configuration's processes: mean milliseconds per step over
+/// the whole timed window (this process, and the worker processes if any).
+#[derive(Clone, Copy, Debug)]
+struct CpuPerStep {
+    /// Processes measured (this one, plus W workers).
+    processes: usize,
+    /// This process's CPU per step (the coordinator, for a worker configuration).
+    this_process_ms: f64,
+    /// The workers' CPU per step, all of them together (0 without workers).
+    workers_ms: f64,
+    /// Mean wall time per step over the same window.
+    wall_ms: f64,
+}
+
+impl CpuPerStep {
+    fn total_ms(&self) -> f64 {
+        self.this_process_ms + self.workers_ms
+    }
+}
+
+/// Reads the CPU clocks of this process and `workers` at the start of the timed window
+/// and again at its end.
+struct CpuMeter {
+    workers: Vec<u32>,
+    this_process_ns: u64,
+    workers_ns: Vec<u64>,
+    started: Instant,
+}
+
+impl CpuMeter {
+    fn start(workers: Vec<u32>) -> std::io::Result<Self> {
+        let workers_ns = workers
+            .iter()
+            .map(|&pid| worker_cpu_ns(pid))
+            .collect::<std::io::Result<Vec<u64>>>()?;
+        Ok(CpuMeter {
+            this_process_ns: this_process_cpu_ns(),
+            workers,
+            workers_ns,
+            started: Instant::now(),
+        })
+    }
+
+    /// The CPU per step over `steps` steps since [`CpuMeter::start`].
+    fn finish(self, steps: u64) -> std::io::Result<CpuPerStep> {
+        let wall = self.started.elapsed();
+        let this_process_ns = this_process_cpu_ns().saturating_sub(self.this_process_ns);
+        let mut workers_ns = 0u64;
+        for (&pid, &before) in self.workers.iter().zip(&self.workers_ns) {
+            workers_ns = workers_ns.saturating_add(worker_cpu_ns(pid)?.saturating_sub(before));
+        }
+        let per_step_ms = |ns: u64| ns as f64 / 1e6 / steps.max(1) as f64;
+        Ok(CpuPerStep {
+            processes: 1 + self.workers.len(),
+            this_process_ms: per_step_ms(this_process_ns),
+            workers_ms: per_step_ms(workers_ns),
+            wall_ms: wall.as_secs_f64() * 1000.0 / steps.max(1) as f64,
+        })
+    }
+}
+
+/// Starts the CPU meter at the first timed step (`index == warmup`), keeping why it could
+/// not start.
+fn start_meter_at(
+    index: u64,
+    options: TrainBenchOptions,
+    meter: &mut Option<Result<CpuMeter, String>>,
+    workers: impl FnOnce() -> Vec<u32>,
+) {
+    if index == options.warmup_steps {
+        *meter = Some(CpuMeter::start(workers()).map_err(|e| e.to_string()));
+    }
+}
+
+/// The CPU per step of the window `meter` opened.
+fn finish_meter(
+    meter: Option<Result<CpuMeter, String>>,
+    options: TrainBenchOptions,
+) -> Result<CpuPerStep, String> {
+    match meter {
+        Some(Ok(meter)) => meter.finish(options.timed_steps).map_err(|e| e.to_string()),
+        Some(Err(reason)) => Err(reason),
+        None => Err("no step was timed".to_owned()),
+    }
 }
 
 /// Medians of named phase samples, as a JSON object of milliseconds.
@@ -97,7 +263,11 @@ fn phase_medians(
         .collect()
 }
 
-fn timed(steps: Vec<Duration>, phases: serde_json::Map<String, serde_json::Value>) -> Timed {
+fn timed(
+    steps: Vec<Duration>,
+    phases: serde_json::Map<String, serde_json::Value>,
+    cpu: Result<CpuPerStep, String>,
+) -> Timed {
     let min_ms = steps
         .iter()
         .min()
@@ -106,6 +276,7 @@ fn timed(steps: Vec<Duration>, phases: serde_json::Map<String, serde_json::Value
         step_ms: median_ms(steps),
         min_ms,
         phases,
+        cpu,
     }
 }
 
@@ -121,7 +292,9 @@ fn time_in_process(data: &FashionMnist, options: TrainBenchOptions) -> Result<Ti
     let names = ["plan", "forward_backward_and_sum", "adamw"];
     let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     let mut steps = Vec::new();
+    let mut meter = None;
     for index in 0..options.warmup_steps + options.timed_steps {
+        start_meter_at(index, options, &mut meter, Vec::new);
         let started = Instant::now();
         let batches = step::plan_step(&state, &mut stream, train)?;
         let plan = started.elapsed();
@@ -147,7 +320,8 @@ fn time_in_process(data: &FashionMnist, options: TrainBenchOptions) -> Result<Ti
             }
         }
     }
-    Ok(timed(steps, phase_medians(&names, phases)))
+    let cpu = finish_meter(meter, options);
+    Ok(timed(steps, phase_medians(&names, phases), cpu))
 }
 
 /// Steps of one coordinator session over `workers` processes, timed one by one after the
@@ -179,7 +353,13 @@ fn time_workers(
     ];
     let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     let mut steps = Vec::new();
+    let mut meter = None;
     for index in 0..options.warmup_steps + options.timed_steps {
+        start_meter_at(index, options, &mut meter, || {
+            (0..workers)
+                .filter_map(|rank| session.worker_pid(rank))
+                .collect()
+        });
         let started = Instant::now();
         session.step(&mut stream, train).map_err(TrainError::from)?;
         let total = started.elapsed();
@@ -208,8 +388,9 @@ fn time_workers(
             samples.push(ns_ms(value));
         }
     }
+    let cpu = finish_meter(meter, options);
     session.finish().map_err(TrainError::from)?;
-    Ok(timed(steps, phase_medians(&names, phases)))
+    Ok(timed(steps, phase_medians(&names, phases), cpu))
 }
 
 /// The same MLP trained the ordinary way: one tch process, one thread, tch's AdamW, the
@@ -242,7 +423,9 @@ fn plain_tch_steps(data: &FashionMnist, options: TrainBenchOptions) -> Result<Ti
     let input = Tensor::f_from_slice(&pixels)?.f_view([batch as i64, INPUT_FEATURES as i64])?;
     let targets = Tensor::f_from_slice(&data.train.labels[..batch])?.f_to_kind(Kind::Int64)?;
     let mut steps = Vec::new();
+    let mut meter = None;
     for index in 0..options.warmup_steps + options.timed_steps {
+        start_meter_at(index, options, &mut meter, Vec::new);
         let started = Instant::now();
         let loss = model.forward(&input).f_cross_entropy_loss::<Tensor>(
             &targets,
@@ -256,7 +439,8 @@ fn plain_tch_steps(data: &FashionMnist, options: TrainBenchOptions) -> Result<Ti
             steps.push(started.elapsed());
         }
     }
-    Ok(timed(steps, serde_json::Map::new()))
+    let cpu = finish_meter(meter, options);
+    Ok(timed(steps, serde_json::Map::new(), cpu))
 }
 
 /// What bounds the in-process step, measured: the engine over one 192-sample batch
@@ -343,11 +527,31 @@ pub fn train(
         warmup_steps: options.warmup_steps,
         timed_steps: options.timed_steps.max(1),
     };
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     progress.phase("bench train: plain tch", None);
     let baseline = plain_tch_steps(data, options)?;
     progress.finish();
+    let baseline_cpu_ms = baseline.cpu.as_ref().ok().map(CpuPerStep::total_ms);
+    let cpu_report = |cpu: &Result<CpuPerStep, String>| match cpu {
+        Ok(cpu) => {
+            let floor_ms = cpu.total_ms() / cores as f64;
+            serde_json::json!({
+                "processes": cpu.processes,
+                "this_process_ms": cpu.this_process_ms,
+                "workers_ms": cpu.workers_ms,
+                "total_ms": cpu.total_ms(),
+                "mean_wall_step_ms": cpu.wall_ms,
+                "cores_busy": cpu.total_ms() / cpu.wall_ms,
+                "floor_step_ms": floor_ms,
+                "floor_ratio_to_plain_tch": floor_ms / baseline.step_ms,
+                "cpu_over_plain_tch_cpu": baseline_cpu_ms.map(|plain| cpu.total_ms() / plain),
+            })
+        }
+        Err(reason) => serde_json::json!({ "unavailable": reason }),
+    };
     let mut rows = Vec::new();
     let mut w4_phases = serde_json::Value::Null;
+    let mut w4_cpu = serde_json::Value::Null;
     for (label, workers) in [
         ("in-process", None),
         ("W1", Some(1)),
@@ -360,8 +564,10 @@ pub fn train(
             Some(workers) => time_workers(shardlift_exe, workers, data, options)?,
         };
         progress.finish();
+        let cpu = cpu_report(&result.cpu);
         if label == "W4" {
             w4_phases = serde_json::Value::Object(result.phases.clone());
+            w4_cpu = cpu.clone();
         }
         rows.push(serde_json::json!({
             "configuration": label,
@@ -369,6 +575,7 @@ pub fn train(
             "min_step_ms": result.min_ms,
             "ratio_to_plain_tch": result.step_ms / baseline.step_ms,
             "phases_ms": result.phases,
+            "cpu_per_step": cpu,
         }));
     }
     progress.phase("bench train: bounds", None);
@@ -377,15 +584,17 @@ pub fn train(
     let report = serde_json::json!({
         "benchmark": "train-step",
         "profile": if cfg!(debug_assertions) { "dev" } else { "release" },
-        "cores": std::thread::available_parallelism().map_or(0, usize::from),
+        "cores": cores,
         "warmup_steps": options.warmup_steps,
         "steps_timed": options.timed_steps,
         "statistic": "median of individually timed steps",
         "plain_tch_step_ms": baseline.step_ms,
+        "plain_tch_cpu_per_step": cpu_report(&baseline.cpu),
         "configurations": rows,
         "w4_phases_ms": w4_phases,
+        "w4_cpu_per_step": w4_cpu,
         "bounds": bounds,
-        "note": "wall-clock on this machine. Worker phases are measured: forward_backward and adamw by the slowest worker, ipc is the two round trips less them and the coordinator's adds (encode, socket, decode, scheduling; the logical-order sum runs inside the compute round trip as each gradient arrives), other is the rest of the step; each phase is its own median, so they need not add up to step_ms",
+        "note": "wall-clock on this machine. Worker phases are measured: forward_backward and adamw by the slowest worker, ipc is the two round trips less them and the coordinator's adds (encode, socket, decode, scheduling; the logical-order sum runs inside the compute round trip as each gradient arrives), other is the rest of the step; each phase is its own median, so they need not add up to step_ms. cpu_per_step is measured, not derived from the phases: the CPU time every process of the configuration used over the timed steps (this process, the coordinator for W configurations, by CLOCK_PROCESS_CPUTIME_ID; each worker by the first field of /proc/PID/task/*/schedstat, read between steps once none of its threads is running), per step. floor_step_ms is that total over the cores: the step cannot take less wall time on these cores however the work is scheduled; cores_busy is the total over the mean wall step",
     });
     Ok(report)
 }
