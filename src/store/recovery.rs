@@ -570,10 +570,19 @@ fn check_object_lengths(
     for ((digest, expected, role), found) in objects.iter().zip(lengths) {
         match (found, *role) {
             (None, _) => {
-                return Err(StoreError::MissingObject {
-                    path: root.join(object_rel_path(digest)),
-                    digest: *digest,
-                })
+                // Absent, or an entry that is not a regular file (a symlink is never
+                // followed): told apart here, on the failure path only, so the error
+                // names the same reason a hashed read gives (RFC 0001 §5).
+                let path = root.join(object_rel_path(digest));
+                let kind = fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))?;
+                return Err(match kind {
+                    Some(EntryKind::Dir | EntryKind::Other) => StoreError::NotRegularFile { path },
+                    // Still absent, or a regular file that appeared after the check.
+                    Some(EntryKind::File) | None => StoreError::MissingObject {
+                        path,
+                        digest: *digest,
+                    },
+                });
             }
             (Some(found), ObjectRole::Chunk(id)) if found != *expected => {
                 return Err(StoreError::ChunkSize {
