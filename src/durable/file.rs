@@ -9,12 +9,13 @@
 //! read whole, and symlinks and special files are refused. Every effect goes through the
 //! [`FileSystem`] seam, so tests can inject faults ([`crate::durable::faulty`]) and the
 //! power-loss model can record it.
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::core::digest::Digest;
-use crate::durable::fs::{is_not_regular_file, open_regular_file, EntryKind, FileSystem, RealFs};
+use crate::durable::fs::{
+    is_not_regular_file, open_regular_file, read_opened_to_cap, EntryKind, FileSystem, RealFs,
+};
 
 /// Largest file [`file_sha256`] streams (1 TiB): a bound, not a limit anyone meets.
 pub const MAX_HASHED_FILE_BYTES: u64 = 1 << 40;
@@ -264,10 +265,7 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, DurableError> {
             cap,
         });
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
-    file.take(cap.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(DurableError::io(path))?;
+    let bytes = read_opened_to_cap(file, length, cap).map_err(DurableError::io(path))?;
     if bytes.len() as u64 > cap {
         return Err(DurableError::TooLarge {
             path: path.to_owned(),
@@ -386,5 +384,27 @@ mod tests {
             Err(DurableError::NotRegularFile { .. })
         ));
         assert_eq!(file_sha256(&file).expect("hash"), Digest::of(b"12345"));
+    }
+
+    /// Through the shared pre-sized read: every size up to the cap comes back whole, and
+    /// every larger one is `TooLarge`, including one just over the cap and one far over.
+    #[test]
+    fn capped_reads_return_every_size_up_to_the_cap_and_refuse_every_larger_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cap = 100u64;
+        for size in [0usize, 1, 99, 100, 101, 102, 5000] {
+            let path = dir.path().join(format!("f{size}"));
+            let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            std::fs::write(&path, &bytes).expect("write");
+            let read = read_capped(&path, cap);
+            if size as u64 <= cap {
+                assert_eq!(read.expect("fits"), bytes, "{size}");
+            } else {
+                assert!(
+                    matches!(read, Err(DurableError::TooLarge { cap: 100, .. })),
+                    "{size}: {read:?}"
+                );
+            }
+        }
     }
 }
