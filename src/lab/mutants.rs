@@ -347,8 +347,12 @@ pub struct MutantTally {
 pub struct MutantDetail {
     /// The mutant's name.
     pub name: &'static str,
+    /// The rule of RFC 0001 it breaks.
+    pub breaks: &'static str,
     /// Distinct power-loss states checked.
     pub crash_states: u64,
+    /// Corruption cases checked (recovery mutants only).
+    pub corruption_cases: u64,
     /// Violations found.
     pub violations: u64,
     /// The first of them.
@@ -377,7 +381,9 @@ pub fn run_all(
         }
         tally.details.push(MutantDetail {
             name: mutant.name,
+            breaks: mutant.breaks,
             crash_states: outcome.crash_states,
+            corruption_cases: outcome.corruption_cases,
             violations: outcome.violations.len() as u64,
             first_violation: outcome.violations.into_iter().next(),
         });
