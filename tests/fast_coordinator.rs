@@ -6,7 +6,9 @@ use std::process::Command;
 use shardlift::core::logical::{Hyperparameters, LogicalState};
 use shardlift::core::sampling::SampleStream;
 use shardlift::core::step::{SplitView, IMAGE_BYTES};
-use shardlift::supervise::process::{ExitOutcome, Role};
+use shardlift::supervise::process::{
+    glibc_tunables_of, ExitOutcome, Role, MALLOC_TUNABLES_VARIABLE, WORKER_MALLOC_TUNABLES,
+};
 use shardlift::trainer::{
     run_steps, CoordinatorSession, EngineKind, Placement, SessionError, SessionOptions,
 };
@@ -163,6 +165,27 @@ fn a_clean_session_reaps_every_worker_with_exit_zero() {
     for pid in pids {
         assert!(process_is_gone(pid), "worker {pid} is still there");
     }
+}
+
+#[test]
+fn every_worker_runs_with_the_allocator_settings_unless_the_coordinator_has_its_own() {
+    let split = SyntheticSplit::new();
+    let genesis = LogicalState::genesis(Hyperparameters::with_seed(5));
+    let options = SessionOptions::new(shardlift_exe(), 3, "test").with_engine(EngineKind::Fake);
+    let mut session = CoordinatorSession::start(options, genesis).expect("start");
+    let expected = match std::env::var(MALLOC_TUNABLES_VARIABLE) {
+        Ok(inherited) => inherited,
+        Err(_) => WORKER_MALLOC_TUNABLES.to_owned(),
+    };
+    for rank in 0..3 {
+        let pid = session.worker_pid(rank).expect("a pid per rank");
+        let observed = glibc_tunables_of(pid)
+            .unwrap_or_else(|e| panic!("reading worker {rank}'s environment: {e}"));
+        assert_eq!(observed.as_deref(), Some(expected.as_str()), "rank {rank}");
+    }
+    let mut stream = SampleStream::new(5, SAMPLES as u32);
+    session.step(&mut stream, split.view()).expect("step");
+    session.finish().expect("finish");
 }
 
 #[test]

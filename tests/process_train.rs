@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use shardlift::supervise::process::{MALLOC_TUNABLES_VARIABLE, WORKER_MALLOC_TUNABLES};
 
 fn train(args: &[&str]) -> Value {
     let output = Command::new(common::shardlift_exe())
@@ -237,24 +238,68 @@ fn a_worker_killed_mid_run_fails_the_coordinator_promptly() {
     }
 }
 
+/// `bench train --json` run with `GLIBC_TUNABLES` unset (`None`) or set to a value.
+fn bench_train(steps: &str, warmup: &str, tunables: Option<&str>) -> Value {
+    let mut command = Command::new(common::shardlift_exe());
+    command
+        .args([
+            "bench", "train", "--steps", steps, "--warmup", warmup, "--json",
+        ])
+        .arg("--cache-directory")
+        .arg(common::cache_directory());
+    match tunables {
+        None => command.env_remove(MALLOC_TUNABLES_VARIABLE),
+        Some(value) => command.env(MALLOC_TUNABLES_VARIABLE, value),
+    };
+    let output = command.output().expect("run shardlift bench train");
+    assert!(
+        output.status.success(),
+        "bench train failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("one JSON object")
+}
+
+/// The allocator settings `report` says this process and each worker ran with.
+fn reported_tunables(report: &Value) -> (Value, Vec<Value>) {
+    let rows = report["configurations"].as_array().expect("configurations");
+    let workers = rows
+        .iter()
+        .flat_map(|row| {
+            row["worker_glibc_tunables"]
+                .as_array()
+                .unwrap_or_else(|| panic!("worker_glibc_tunables missing in {row}"))
+                .clone()
+        })
+        .collect();
+    (report["glibc_tunables"].clone(), workers)
+}
+
+#[test]
+fn bench_train_keeps_the_callers_allocator_settings_in_every_process() {
+    // Set, here to glibc's defaults: no re-execution, and the workers inherit it.
+    let (this_process, workers) = reported_tunables(&bench_train("1", "0", Some("")));
+    assert_eq!(this_process, "");
+    assert_eq!(workers.len(), 1 + 3 + 4, "W1, W3 and W4's workers");
+    assert!(workers.iter().all(|w| *w == ""), "{workers:?}");
+}
+
 /// `bench train` reports every configuration with a positive step time and the CPU of
 /// every one of its processes: the workers' CPU is read from the worker processes (a bench
 /// that measured only itself reports 0 there and fails), the totals and the floor are
 /// derived from the reported parts, and the plain baseline has its own figure.
 #[test]
 fn bench_train_reports_every_configuration_with_its_cpu() {
-    let output = Command::new(common::shardlift_exe())
-        .args(["bench", "train", "--steps", "3", "--warmup", "1", "--json"])
-        .arg("--cache-directory")
-        .arg(common::cache_directory())
-        .output()
-        .expect("run shardlift bench train");
+    let report = bench_train("3", "1", None);
+    // Unset: the bench re-executed itself with the workers' allocator settings, and every
+    // worker (read from its /proc/PID/environ) ran with them.
+    let (this_process, workers) = reported_tunables(&report);
+    assert_eq!(this_process, WORKER_MALLOC_TUNABLES);
+    assert_eq!(workers.len(), 1 + 3 + 4, "W1, W3 and W4's workers");
     assert!(
-        output.status.success(),
-        "bench train failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+        workers.iter().all(|w| *w == WORKER_MALLOC_TUNABLES),
+        "{workers:?}"
     );
-    let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
     let number = |value: &Value, name: &str| {
         value[name]
             .as_f64()

@@ -3,8 +3,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+#[cfg(feature = "torch")]
+use std::os::unix::process::CommandExt as _;
+
 use shardlift::core::step::SplitView;
 use shardlift::dataset::{self, FashionMnist};
+#[cfg(feature = "torch")]
+use shardlift::supervise::process::{worker_malloc_tunables, MALLOC_TUNABLES_VARIABLE};
 use shardlift::trainer::{run_steps, EngineKind, Placement};
 
 /// Train Fashion-MNIST for a few steps and print the resulting state digests.
@@ -60,6 +65,12 @@ pub enum BenchCommand {
     /// configuration used per step (`cpu_per_step`: coordinator and workers measured apart;
     /// `floor_step_ms`, that CPU over the cores, is the shortest step these cores allow).
     /// Progress on stderr, the report on stdout.
+    ///
+    /// Every configuration, the plain tch baseline included, runs with the glibc allocator
+    /// settings the workers start with (`GLIBC_TUNABLES`, reported as `glibc_tunables`):
+    /// when it is unset, the command re-executes itself once with it set. Set it yourself
+    /// (`GLIBC_TUNABLES= shardlift bench train` for glibc's defaults) and every process
+    /// uses yours.
     Train {
         /// Steps timed one by one per configuration (after the warm-up); figures are medians.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
@@ -249,8 +260,21 @@ pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
             cache_directory,
             source_directory,
         } => {
-            let data = load_dataset(cache_directory.as_deref(), source_directory.as_deref())?;
             let exe = std::env::current_exe().context("locating the shardlift binary")?;
+            if let Some((variable, value)) =
+                worker_malloc_tunables(std::env::var_os(MALLOC_TUNABLES_VARIABLE))
+            {
+                // The workers start with these allocator settings; the plain tch baseline
+                // and the in-process engine run here, so this process takes them too,
+                // which glibc reads only at start-up: the same command again, same pid.
+                let error = std::process::Command::new(&exe)
+                    .args(std::env::args_os().skip(1))
+                    .env(variable, value)
+                    .exec();
+                return Err(error)
+                    .context("re-running bench train with the workers' allocator settings");
+            }
+            let data = load_dataset(cache_directory.as_deref(), source_directory.as_deref())?;
             let options = shardlift::orchestrate::bench::TrainBenchOptions {
                 warmup_steps: warmup,
                 timed_steps: steps,

@@ -13,6 +13,7 @@ use crate::core::step::{self, GradientEngine, GradientRequest, MicroBatch, Split
 use crate::dataset::FashionMnist;
 use crate::engine;
 use crate::orchestrate::demo::{self, DemoError};
+use crate::supervise::process::{glibc_tunables_of, MALLOC_TUNABLES_VARIABLE};
 use crate::trainer::{
     run_steps, CoordinatorSession, EngineKind, Placement, SessionOptions, StepTimings, TrainError,
 };
@@ -32,6 +33,9 @@ pub enum BenchError {
     /// The measured demo run failed.
     #[error(transparent)]
     Demo(#[from] DemoError),
+    /// A worker's environment could not be read.
+    #[error("cannot read a worker's environment: {0}")]
+    Environment(#[source] std::io::Error),
     /// A scratch directory could not be created.
     #[error("cannot create a scratch directory: {0}")]
     Scratch(#[source] std::io::Error),
@@ -85,6 +89,9 @@ struct Timed {
     min_ms: f64,
     phases: serde_json::Map<String, serde_json::Value>,
     cpu: Result<CpuPerStep, String>,
+    /// The `GLIBC_TUNABLES` each worker ran with, read from its `/proc/PID/environ`
+    /// (empty without workers; `None` for a worker without the variable).
+    worker_malloc_tunables: Vec<Option<String>>,
 }
 
 /// The CPU time this process has used so far, in nanoseconds, all its threads (ended ones
@@ -277,6 +284,7 @@ fn timed(
         min_ms,
         phases,
         cpu,
+        worker_malloc_tunables: Vec::new(),
     }
 }
 
@@ -339,6 +347,14 @@ fn time_workers(
     let session_options = SessionOptions::new(shardlift_exe, workers, "bench");
     let mut session =
         CoordinatorSession::start(session_options, state).map_err(TrainError::from)?;
+    let worker_malloc_tunables = (0..workers)
+        .map(|rank| {
+            let pid = session.worker_pid(rank).ok_or_else(|| {
+                BenchError::Environment(std::io::Error::other(format!("no worker of rank {rank}")))
+            })?;
+            glibc_tunables_of(pid).map_err(BenchError::Environment)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let names = [
         "plan",
         "forward_backward",
@@ -390,7 +406,10 @@ fn time_workers(
     }
     let cpu = finish_meter(meter, options);
     session.finish().map_err(TrainError::from)?;
-    Ok(timed(steps, phase_medians(&names, phases), cpu))
+    Ok(Timed {
+        worker_malloc_tunables,
+        ..timed(steps, phase_medians(&names, phases), cpu)
+    })
 }
 
 /// The same MLP trained the ordinary way: one tch process, one thread, tch's AdamW, the
@@ -576,6 +595,7 @@ pub fn train(
             "ratio_to_plain_tch": result.step_ms / baseline.step_ms,
             "phases_ms": result.phases,
             "cpu_per_step": cpu,
+            "worker_glibc_tunables": result.worker_malloc_tunables,
         }));
     }
     progress.phase("bench train: bounds", None);
@@ -588,6 +608,7 @@ pub fn train(
         "warmup_steps": options.warmup_steps,
         "steps_timed": options.timed_steps,
         "statistic": "median of individually timed steps",
+        "glibc_tunables": std::env::var(MALLOC_TUNABLES_VARIABLE).ok(),
         "plain_tch_step_ms": baseline.step_ms,
         "plain_tch_cpu_per_step": cpu_report(&baseline.cpu),
         "configurations": rows,
