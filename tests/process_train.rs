@@ -278,21 +278,29 @@ fn reported_tunables(report: &Value) -> (Value, Vec<Value>) {
 #[test]
 fn bench_train_keeps_the_callers_allocator_settings_in_every_process() {
     // Set, here to glibc's defaults: no re-execution, and the workers inherit it.
-    let (this_process, workers) = reported_tunables(&bench_train("1", "0", Some("")));
+    let report = bench_train("1", "0", Some(""));
+    let (this_process, workers) = reported_tunables(&report);
     assert_eq!(this_process, "");
     assert_eq!(workers.len(), 1 + 3 + 4, "W1, W3 and W4's workers");
     assert!(workers.iter().all(|w| *w == ""), "{workers:?}");
+    assert_eq!(
+        report["glibc_defaults"],
+        Value::Null,
+        "one regime, the caller's"
+    );
 }
 
 /// `bench train` reports every configuration with a positive step time and the CPU of
 /// every one of its processes: the workers' CPU is read from the worker processes (a bench
 /// that measured only itself reports 0 there and fails), the totals and the floor are
-/// derived from the reported parts, and the plain baseline has its own figure.
+/// derived from the reported parts, and the plain baseline has its own figure; the run
+/// under glibc's allocator defaults is reported beside it.
 #[test]
 fn bench_train_reports_every_configuration_with_its_cpu() {
     let report = bench_train("3", "1", None);
     // Unset: the bench re-executed itself with the workers' allocator settings, and every
-    // worker (read from its /proc/PID/environ) ran with them.
+    // worker (read from its /proc/PID/environ) ran with them; then it ran again with
+    // glibc's defaults in every process.
     let (this_process, workers) = reported_tunables(&report);
     assert_eq!(this_process, WORKER_MALLOC_TUNABLES);
     assert_eq!(workers.len(), 1 + 3 + 4, "W1, W3 and W4's workers");
@@ -300,6 +308,13 @@ fn bench_train_reports_every_configuration_with_its_cpu() {
         workers.iter().all(|w| *w == WORKER_MALLOC_TUNABLES),
         "{workers:?}"
     );
+    let defaults = &report["glibc_defaults"];
+    let (this_process, workers) = reported_tunables(defaults);
+    assert_eq!(this_process, "");
+    assert_eq!(workers.len(), 1 + 3 + 4, "{defaults}");
+    assert!(workers.iter().all(|w| *w == ""), "{workers:?}");
+    assert_eq!(defaults["steps_timed"], report["steps_timed"]);
+    assert_eq!(defaults["glibc_defaults"], Value::Null);
     let number = |value: &Value, name: &str| {
         value[name]
             .as_f64()

@@ -68,9 +68,10 @@ pub enum BenchCommand {
     ///
     /// Every configuration, the plain tch baseline included, runs with the glibc allocator
     /// settings the workers start with (`GLIBC_TUNABLES`, reported as `glibc_tunables`):
-    /// when it is unset, the command re-executes itself once with it set. Set it yourself
-    /// (`GLIBC_TUNABLES= shardlift bench train` for glibc's defaults) and every process
-    /// uses yours.
+    /// when it is unset, the command re-executes itself once with it set, and then measures
+    /// everything again under glibc's defaults (`glibc_defaults`: the same report, from a
+    /// second run with `GLIBC_TUNABLES=` in every process). Set the variable yourself and
+    /// every process uses yours, in one run.
     Train {
         /// Steps timed one by one per configuration (after the warm-up); figures are medians.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
@@ -85,6 +86,10 @@ pub enum BenchCommand {
         cache_directory: Option<PathBuf>,
         #[arg(long, value_name = "DIR")]
         source_directory: Option<PathBuf>,
+        /// Internal: after this run, run again under glibc's defaults and report both (set
+        /// by the re-execution that applies the workers' allocator settings).
+        #[arg(long, hide = true)]
+        then_glibc_defaults: bool,
     },
     /// Wall time of a killer-demo run per barrier, as a ratio to the same six training
     /// steps taken by one uninterrupted W4 session without any checkpointing.
@@ -250,6 +255,23 @@ fn print_train_bench(report: &serde_json::Value) {
     }
 }
 
+/// Runs `command` (a `bench train --json`), its progress on our stderr, and returns its
+/// report.
+#[cfg(feature = "torch")]
+fn bench_train_child(command: &mut std::process::Command) -> anyhow::Result<serde_json::Value> {
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("starting bench train under glibc's allocator defaults")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "bench train under glibc's allocator defaults failed ({})",
+        output.status
+    );
+    serde_json::from_slice(&output.stdout)
+        .context("reading the report of bench train under glibc's allocator defaults")
+}
+
 #[cfg(feature = "torch")]
 pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
     match command {
@@ -259,6 +281,7 @@ pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
             json,
             cache_directory,
             source_directory,
+            then_glibc_defaults,
         } => {
             let exe = std::env::current_exe().context("locating the shardlift binary")?;
             if let Some((variable, value)) =
@@ -269,6 +292,7 @@ pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
                 // which glibc reads only at start-up: the same command again, same pid.
                 let error = std::process::Command::new(&exe)
                     .args(std::env::args_os().skip(1))
+                    .arg("--then-glibc-defaults")
                     .env(variable, value)
                     .exec();
                 return Err(error)
@@ -280,11 +304,37 @@ pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
                 timed_steps: steps,
             };
             let mut progress = crate::cli::progress::StderrProgress::new();
-            let report = shardlift::orchestrate::bench::train(&exe, &data, options, &mut progress)?;
+            let mut report =
+                shardlift::orchestrate::bench::train(&exe, &data, options, &mut progress)?;
+            report["glibc_defaults"] = if then_glibc_defaults {
+                let mut again = std::process::Command::new(&exe);
+                again.args(["bench", "train", "--json"]).args([
+                    "--steps",
+                    &steps.to_string(),
+                    "--warmup",
+                    &warmup.to_string(),
+                ]);
+                if let Some(dir) = &cache_directory {
+                    again.arg("--cache-directory").arg(dir);
+                }
+                if let Some(dir) = &source_directory {
+                    again.arg("--source-directory").arg(dir);
+                }
+                bench_train_child(again.env(MALLOC_TUNABLES_VARIABLE, ""))?
+            } else {
+                serde_json::Value::Null
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print_train_bench(&report);
+                if report["glibc_defaults"].is_object() {
+                    println!();
+                    println!(
+                        "under glibc's allocator defaults (GLIBC_TUNABLES= in every process):"
+                    );
+                    print_train_bench(&report["glibc_defaults"]);
+                }
             }
             Ok(())
         }
