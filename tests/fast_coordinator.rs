@@ -238,3 +238,36 @@ fn train_with_the_tch_engine_in_a_torch_free_build_fails_before_loading_data() {
         "no dataset work before the refusal"
     );
 }
+
+#[test]
+fn an_environment_over_the_cap_is_refused_not_read() {
+    use shardlift::supervise::process::{glibc_tunables_of, MAX_ENVIRON_BYTES};
+    // Nine variables of 120 KiB (each under the kernel's 128 KiB per string): over 1 MiB.
+    let mut command = Command::new("/bin/sleep");
+    command
+        .arg("30")
+        .env(MALLOC_TUNABLES_VARIABLE, WORKER_MALLOC_TUNABLES);
+    for index in 0..9 {
+        command.env(format!("SHARDLIFT_PAD_{index}"), "x".repeat(120 << 10));
+    }
+    let mut child = command.spawn().expect("spawn sleep");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // The exec has replaced the image once /proc/PID/exe is sleep, and the kernel has
+    // laid out its environment once /proc/PID/environ is not empty.
+    while (std::fs::read_link(format!("/proc/{}/exe", child.id()))
+        .map_or(true, |exe| !exe.ends_with("sleep"))
+        || std::fs::read(format!("/proc/{}/environ", child.id())).map_or(true, |b| b.is_empty()))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let result = glibc_tunables_of(child.id());
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    let error = result.expect_err("an environment over the cap");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
+    assert!(
+        error.to_string().contains(&MAX_ENVIRON_BYTES.to_string()),
+        "{error}"
+    );
+}
