@@ -7,7 +7,8 @@ use shardlift::core::logical::{Hyperparameters, LogicalState};
 use shardlift::core::sampling::SampleStream;
 use shardlift::core::step::{SplitView, IMAGE_BYTES};
 use shardlift::supervise::process::{
-    glibc_tunables_of, ExitOutcome, Role, MALLOC_TUNABLES_VARIABLE, WORKER_MALLOC_TUNABLES,
+    glibc_tunables_of, ExitOutcome, Role, MALLOC_TUNABLES_VARIABLE, MAX_ENVIRON_BYTES,
+    WORKER_MALLOC_TUNABLES,
 };
 use shardlift::trainer::{
     run_steps, CoordinatorSession, EngineKind, Placement, SessionError, SessionOptions,
@@ -241,7 +242,6 @@ fn train_with_the_tch_engine_in_a_torch_free_build_fails_before_loading_data() {
 
 #[test]
 fn an_environment_over_the_cap_is_refused_not_read() {
-    use shardlift::supervise::process::{glibc_tunables_of, MAX_ENVIRON_BYTES};
     // Nine variables of 120 KiB (each under the kernel's 128 KiB per string): over 1 MiB.
     let mut command = Command::new("/bin/sleep");
     command
