@@ -863,13 +863,17 @@ mod tests {
         ];
         for (given, expected) in cases {
             let mut child = spawn(given);
-            // /proc/PID/environ is the parent's until the child has exec'd: wait for it.
+            // /proc/PID/environ is the parent's until the child has exec'd, and reads
+            // empty for a moment after `exe` changes (the new stack is not laid out yet):
+            // wait for both. Whether ld.so has cut the value at ':' yet does not matter,
+            // as `glibc_tunables_of` reads it whole either way.
             let deadline = Instant::now() + Duration::from_secs(10);
             let observed = loop {
                 let exe = std::fs::read_link(format!("/proc/{}/exe", child.id()));
-                if exe.is_ok_and(|exe| exe.ends_with("sleep")) || Instant::now() > deadline {
-                    // ld.so parses the variable before sleep's main; give it that moment.
-                    std::thread::sleep(Duration::from_millis(50));
+                let environ = std::fs::read(format!("/proc/{}/environ", child.id()));
+                let ready = exe.is_ok_and(|exe| exe.ends_with("sleep"))
+                    && environ.is_ok_and(|bytes| !bytes.is_empty());
+                if ready || Instant::now() > deadline {
                     break glibc_tunables_of(child.id()).expect("environ");
                 }
                 std::thread::sleep(Duration::from_millis(5));
