@@ -7,6 +7,7 @@ pub mod adamw;
 pub mod barrier;
 pub mod canonical;
 pub mod digest;
+pub mod error_chain;
 pub mod ledger;
 pub mod logical;
 pub mod parallel;

@@ -14,6 +14,7 @@ use object_store::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::core::error_chain::error_chain_text;
 use crate::objstore::error::ObjStoreError;
 
 /// `s3://bucket[/prefix]`: where a store lives in a bucket.
@@ -167,6 +168,10 @@ impl ObjClient {
     /// `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` says otherwise; plain HTTP is allowed when
     /// `AWS_ALLOW_HTTP` is true or the endpoint is an `http://` URL.
     pub fn open(location: ObjLocation, options: ObjStoreOptions) -> Result<Self, ObjStoreError> {
+        // reqwest is built without a TLS crypto provider of its own (Cargo.toml): it
+        // takes the process default, and panics while building a client without one.
+        // `Err` here means a provider is already installed, which is all we need.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let endpoint_is_http = std::env::var("AWS_ENDPOINT_URL")
             .or_else(|_| std::env::var("AWS_ENDPOINT"))
             .is_ok_and(|e| e.starts_with("http://"));
@@ -190,7 +195,7 @@ impl ObjClient {
             .build()
             .map_err(|e| ObjStoreError::Config {
                 location: location.url(),
-                message: e.to_string(),
+                message: error_chain_text(&e),
             })?;
         Self::with_store(location, Arc::new(store), options)
     }
@@ -243,7 +248,10 @@ impl ObjClient {
                 op,
                 key: self.location.key_url(rel),
                 max_retries: self.options.max_retries,
-                message: other.to_string(),
+                // The whole chain: object_store's own text stops at "error sending
+                // request" and keeps the cause (a refused certificate, a reset) in a
+                // source.
+                message: error_chain_text(&other),
             },
         }
     }

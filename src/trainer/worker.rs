@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::core::adamw::{self, AdamwError};
+use crate::core::error_chain::error_chain_text;
 use crate::core::logical::{ChunkState, Hyperparameters};
 use crate::core::step::{GradientEngine, GradientRequest, StepError};
 use crate::supervise::ipc::{FramedStream, IpcError};
@@ -206,18 +207,6 @@ fn duration_ns(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The error and each of its sources, joined by ": " (what the coordinator reports).
-fn error_chain_text(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,11 +371,11 @@ mod tests {
     }
 
     #[test]
-    fn error_chain_text_joins_every_source() {
+    fn a_failure_says_each_cause_once() {
         let error = WorkerError::Engine(StepError::Adamw(AdamwError::ZeroStep));
         assert_eq!(
             error_chain_text(&error),
-            "optimizer: AdamW step must be at least 1: AdamW step must be at least 1"
+            "optimizer: AdamW step must be at least 1"
         );
     }
 }
