@@ -156,6 +156,13 @@ fn large_bench_prints_every_figure_and_ratios_derived_from_them() {
         (figure("object_reads_warm").0 + figure("sha256_parallel_in_memory").0)
             / figure("recovery_verify").0,
     );
+    let state_mb = large["state_bytes"].as_f64().expect("state_bytes") / 1e6;
+    close(
+        "reads_plus_hashing_over_parallel_sha256",
+        state_mb
+            / (figure("object_reads_warm").0 + figure("sha256_parallel_in_memory").0)
+            / (figure("sha256_single_core").1 * cores_used as f64),
+    );
     // The reshard's commit phase is timed inside the whole reshard, so it is shorter.
     let commit_ms = large["reshard_w3_commit_ms"]
         .as_f64()
