@@ -135,8 +135,9 @@ fn temp_path_beside(target: &Path) -> Result<PathBuf, DurableError> {
     Ok(parent.join(temp_name))
 }
 
-/// The parent directory of `path` ("." for a bare file name).
-fn parent_of(path: &Path) -> &Path {
+/// The parent directory of `path` ("." for a bare relative name such as `ckpt` or
+/// `ckpt/`): the directory whose fsync makes `path`'s own entry durable.
+pub fn parent_of(path: &Path) -> &Path {
     match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
@@ -224,10 +225,12 @@ pub fn ensure_dir_with(fs: &dyn FileSystem, directory: &Path) -> Result<(), Dura
 }
 
 /// [`ensure_dir_with`] on the real file system, creating missing ancestors first (each
-/// made durable in its parent).
+/// made durable in its parent). `directory` itself is made durable in its parent even
+/// when it already exists, as [`ensure_dir_with`] promises: a killed writer may have left
+/// it created but not yet fsynced.
 pub fn ensure_dir_all(directory: &Path) -> Result<(), DurableError> {
     let mut missing = Vec::new();
-    let mut cursor = Some(directory);
+    let mut cursor = directory.parent();
     while let Some(path) = cursor {
         if path.as_os_str().is_empty() || path.is_dir() {
             break;
@@ -238,7 +241,7 @@ pub fn ensure_dir_all(directory: &Path) -> Result<(), DurableError> {
     for path in missing.into_iter().rev() {
         ensure_dir_with(&RealFs, path)?;
     }
-    Ok(())
+    ensure_dir_with(&RealFs, directory)
 }
 
 /// Opens `path` for reading as a regular file ([`open_regular_file`]: no final symlink

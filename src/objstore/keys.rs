@@ -1,5 +1,6 @@
 //! Keys of the object-store layout, relative to the store prefix (RFC 0001 §9.2).
 use crate::core::digest::Digest;
+use crate::store::codec::parse_generation_digits;
 
 /// The prefix of content-addressed objects.
 pub const OBJECTS_PREFIX: &str = "objects";
@@ -37,11 +38,7 @@ pub fn claim_key(generation: u64) -> String {
 
 /// The generation a key under `claims/` names, if it is a claim key (20 decimal digits).
 pub fn parse_claim_key(key: &str) -> Option<u64> {
-    let digits = key.strip_prefix("claims/")?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    parse_generation_digits(key.strip_prefix("claims/")?)
 }
 
 /// The generation and record digest a key under `commits/` names, if it is a commit
@@ -50,9 +47,7 @@ pub fn parse_commit_key(key: &str) -> Option<(u64, Digest)> {
     let rest = key.strip_prefix("commits/")?;
     let (generation, name) = rest.split_once('/')?;
     let hex = name.strip_suffix(".json")?;
-    if generation.len() != 20 || !generation.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
+    let generation = parse_generation_digits(generation)?;
     if hex.len() != 64
         || !hex
             .bytes()
@@ -60,7 +55,7 @@ pub fn parse_commit_key(key: &str) -> Option<(u64, Digest)> {
     {
         return None;
     }
-    Some((generation.parse().ok()?, Digest::from_hex(hex).ok()?))
+    Some((generation, Digest::from_hex(hex).ok()?))
 }
 
 #[cfg(test)]

@@ -102,12 +102,7 @@ pub fn next_generation(
             .max();
         highest = highest.max(claimed);
     }
-    match highest {
-        None => Ok(0),
-        Some(highest) => highest
-            .checked_add(1)
-            .ok_or(ObjStoreError::GenerationOverflow),
-    }
+    crate::store::codec::generation_after(highest).ok_or(ObjStoreError::GenerationOverflow)
 }
 
 /// The capability a writer acts on: a store opened without the probe is probed now, so no

@@ -360,13 +360,37 @@ pub fn commit_rel_path(generation: u64) -> String {
     format!("commits/{generation:020}.json")
 }
 
-/// The generation a `commits/` file name denotes, if it is a commit record name.
-pub fn parse_commit_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".json")?;
+/// The highest generation a store may hold. One below `u64::MAX`, so that "the highest
+/// generation named plus one" is always representable: a name above it (such as
+/// `18446744073709551615.json`) is not a commit record name but clutter, which recovery
+/// lists as ignored and writers never count (RFC 0001 §2).
+pub const MAX_GENERATION: u64 = u64::MAX - 1;
+
+/// The generation that 20 decimal digits name, if they name one in `0..=MAX_GENERATION`.
+pub fn parse_generation_digits(digits: &str) -> Option<u64> {
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    digits
+        .parse()
+        .ok()
+        .filter(|generation| *generation <= MAX_GENERATION)
+}
+
+/// The generation after `highest` (0 when there is none), or `None` past
+/// [`MAX_GENERATION`].
+pub fn generation_after(highest: Option<u64>) -> Option<u64> {
+    match highest {
+        None => Some(0),
+        Some(highest) => highest
+            .checked_add(1)
+            .filter(|next| *next <= MAX_GENERATION),
+    }
+}
+
+/// The generation a `commits/` file name denotes, if it is a commit record name.
+pub fn parse_commit_name(name: &str) -> Option<u64> {
+    parse_generation_digits(name.strip_suffix(".json")?)
 }
 
 #[cfg(test)]
@@ -423,5 +447,19 @@ mod tests {
         assert_eq!(parse_commit_name(&commit_rel_path(42)[8..]), Some(42));
         assert_eq!(parse_commit_name("42.json"), None);
         assert_eq!(parse_commit_name("0000000000000000004x.json"), None);
+        assert_eq!(
+            parse_commit_name(&commit_rel_path(MAX_GENERATION)[8..]),
+            Some(MAX_GENERATION)
+        );
+        assert_eq!(parse_commit_name(&commit_rel_path(u64::MAX)[8..]), None);
+        assert_eq!(parse_commit_name("99999999999999999999.json"), None);
+    }
+
+    #[test]
+    fn the_generation_after_the_last_stays_in_range() {
+        assert_eq!(generation_after(None), Some(0));
+        assert_eq!(generation_after(Some(41)), Some(42));
+        assert_eq!(generation_after(Some(MAX_GENERATION - 1)), Some(MAX_GENERATION));
+        assert_eq!(generation_after(Some(MAX_GENERATION)), None);
     }
 }

@@ -226,6 +226,26 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+    /// Recovery could not read a generation's commit record or one of its objects (an
+    /// I/O error, not bad content): it fails rather than answer from the generations below.
+    #[error("recovery could not read generation {generation}, so it selects nothing: {source}")]
+    RecoveryReadFailed {
+        /// The generation whose check could not read its files.
+        generation: u64,
+        /// The I/O error, naming the file.
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// The generation was committed (its commit record is durable), but LATEST could not be
+    /// advanced to it. Recovery selects the generation all the same; only the hint is behind.
+    #[error("generation {generation} is committed, but LATEST was not advanced: {source}")]
+    CommittedLatestNotAdvanced {
+        /// The committed generation.
+        generation: u64,
+        /// Why LATEST was not advanced.
+        #[source]
+        source: Box<StoreError>,
+    },
     /// A record could not be encoded.
     #[error("cannot encode a {schema} record: {message}")]
     Encode {
@@ -267,7 +287,30 @@ impl StoreError {
             StoreError::Stopped { .. } => "stopped",
             StoreError::BadHandoff { .. } => "bad-handoff",
             StoreError::Encode { .. } => "encode",
+            StoreError::RecoveryReadFailed { .. } => "recovery-read-failed",
+            StoreError::CommittedLatestNotAdvanced { .. } => "committed-latest-not-advanced",
         }
+    }
+
+    /// Whether this is a failure of stored content (a record or object that is missing,
+    /// not a regular file, too large, undecodable, of the wrong digest, size or binding):
+    /// the only failures that may make recovery reject a generation. An I/O error, a failed
+    /// fsync or an aborted run says nothing about the content and is not one.
+    pub fn is_content_failure(&self) -> bool {
+        !matches!(
+            self,
+            StoreError::Io { .. }
+                | StoreError::FsyncFailed { .. }
+                | StoreError::Stopped { .. }
+                | StoreError::Encode { .. }
+                | StoreError::RecoveryReadFailed { .. }
+                | StoreError::CommittedLatestNotAdvanced { .. }
+                | StoreError::GenerationOverflow
+                | StoreError::GenerationTaken { .. }
+                | StoreError::InvalidSynthetic { .. }
+                | StoreError::NoStore { .. }
+                | StoreError::BadHandoff { .. }
+        )
     }
 
     /// The file the error concerns, if any.
@@ -295,6 +338,8 @@ impl StoreError {
             | StoreError::GenerationNotFound { path, .. }
             | StoreError::GenerationTaken { path, .. }
             | StoreError::BadHandoff { path, .. } => Some(path),
+            StoreError::RecoveryReadFailed { source, .. }
+            | StoreError::CommittedLatestNotAdvanced { source, .. } => source.path(),
             _ => None,
         }
     }

@@ -75,6 +75,9 @@ pub fn recover(store_dir: &Path) -> Result<RecoveryReport, StoreError> {
 }
 
 /// The fully verified state and topology of `generation`; never returns unverified bytes.
+/// Its commit record's name is made durable (`commits/` fsynced) before the state is
+/// returned, so a job that continues from it never continues from a generation a power cut
+/// could still take away (RFC 0001 §6).
 pub fn load_generation(
     store_dir: &Path,
     generation: u64,
@@ -85,6 +88,7 @@ pub fn load_generation(
         });
     }
     let verified = recovery::verify_generation(&RealFs, store_dir, generation)?;
+    writer::make_commits_durable(&RealFs, store_dir, generation)?;
     match verified.state {
         Some(state) => Ok((state, verified.topology)),
         None => Err(StoreError::GenerationNotFound {

@@ -791,6 +791,14 @@ pub fn recover_faulty(
                 valid.push(generation);
                 selected = Some(SelectedGeneration::of(&v));
             }
+            // The disk could not say what the record or an object holds: answering from
+            // the generations below would be a silent roll-back (RFC 0001 §5).
+            Err(error) if !error.is_content_failure() => {
+                return Err(StoreError::RecoveryReadFailed {
+                    generation,
+                    source: Box::new(error),
+                })
+            }
             Err(error) => rejected.push(Rejection {
                 file: commit_rel_path(generation),
                 generation: Some(generation),

@@ -13,7 +13,8 @@ use crate::core::progress::{NoProgress, Progress};
 use crate::durable::fs::{EntryKind, FileSystem, SyncedWriteError};
 use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
 use crate::store::codec::{
-    commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, CommitRecord,
+    commit_rel_path, encode, generation_after, object_rel_path, parse_commit_name, CommitKind,
+    CommitRecord,
     LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES, SCHEMA_VERSION,
 };
 use crate::store::codec::{ChunkEntry, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES};
@@ -52,6 +53,12 @@ pub struct WriterFaults {
     pub skip_commit_file_fsync: bool,
     /// Skip the fsyncs of the store root (and its parent) that make the layout durable.
     pub skip_layout_fsync: bool,
+    /// Skip only the fsync of the store root's parent, which makes the root's own entry
+    /// durable (the root's fsync still runs).
+    pub skip_root_parent_fsync: bool,
+    /// A `--repair-latest` that advances LATEST without first fsyncing `commits/`, so
+    /// LATEST may name a generation whose record's name is not yet durable.
+    pub repair_without_commits_fsync: bool,
     /// Skip the fsync of LATEST's temp file.
     pub skip_latest_file_fsync: bool,
     /// Rename the commit record into `commits/` first and fsync it there afterwards.
@@ -97,6 +104,8 @@ impl WriterFaults {
         skip_manifest_directory_fsync: false,
         skip_commit_file_fsync: false,
         skip_layout_fsync: false,
+        skip_root_parent_fsync: false,
+        repair_without_commits_fsync: false,
         skip_latest_file_fsync: false,
         commit_rename_before_fsync: false,
         commit_written_in_place: false,
@@ -153,10 +162,13 @@ fn ensure_layout_with(
             })
     };
     let root_created = create_dir_if_missing(fs, root)?;
-    if (root_created || !faults.trust_existing_directories) && !faults.skip_layout_fsync {
-        if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fsync(parent)?;
-        }
+    if (root_created || !faults.trust_existing_directories)
+        && !faults.skip_layout_fsync
+        && !faults.skip_root_parent_fsync
+    {
+        // "." for a bare relative root (`--store ckpt`): its entry lives in the current
+        // directory, which must be fsynced like any other parent.
+        fsync(crate::durable::file::parent_of(root))?;
     }
     let mut created = false;
     for dir in LAYOUT_DIRS {
@@ -193,10 +205,8 @@ pub fn next_generation(fs: &dyn FileSystem, root: &Path) -> Result<u64, StoreErr
         Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(StoreError::io(commits, e)),
     };
-    match names.iter().filter_map(|n| parse_commit_name(n)).max() {
-        None => Ok(0),
-        Some(highest) => highest.checked_add(1).ok_or(StoreError::GenerationOverflow),
-    }
+    let highest = names.iter().filter_map(|n| parse_commit_name(n)).max();
+    generation_after(highest).ok_or(StoreError::GenerationOverflow)
 }
 
 /// One run of the writer protocol for one generation.
@@ -568,7 +578,14 @@ impl<'a> Writer<'a> {
             self.install_commit(&commit_bytes)?;
         } else {
             self.install_commit(&commit_bytes)?;
-            self.advance_latest(commit_digest)?;
+            // Past the commit point: a failure now leaves the generation committed, and
+            // the caller must be able to tell that from "not committed".
+            self.advance_latest(commit_digest).map_err(|source| {
+                StoreError::CommittedLatestNotAdvanced {
+                    generation: self.generation,
+                    source: Box::new(source),
+                }
+            })?;
         }
         Ok(CommitSummary {
             generation: self.generation,
@@ -583,7 +600,9 @@ impl<'a> Writer<'a> {
         })
     }
 
-    /// Rewrites LATEST alone (used by `--repair-latest`).
+    /// Rewrites LATEST alone (used by `--repair-latest`) to name `generation`, whose
+    /// commit record recovery verified. `commits/` is fsynced first, so LATEST never names a
+    /// record whose name a power cut could still take away (RFC 0001 §6).
     pub fn repair_latest(
         fs: &'a dyn FileSystem,
         root: &Path,
@@ -591,13 +610,35 @@ impl<'a> Writer<'a> {
         generation: u64,
         commit_digest: Digest,
     ) -> Result<(), StoreError> {
+        Self::repair_latest_with(
+            fs,
+            root,
+            hooks,
+            generation,
+            commit_digest,
+            WriterFaults::NONE,
+        )
+    }
+
+    /// As [`Writer::repair_latest`], with deliberate faults (the crash lab's mutants).
+    pub fn repair_latest_with(
+        fs: &'a dyn FileSystem,
+        root: &Path,
+        hooks: &'a mut dyn BarrierHook,
+        generation: u64,
+        commit_digest: Digest,
+        faults: WriterFaults,
+    ) -> Result<(), StoreError> {
         // LATEST relies on `staging/` and `refs/` like any publish does.
-        ensure_layout(fs, root)?;
+        ensure_layout_with(fs, root, faults)?;
+        if !faults.repair_without_commits_fsync {
+            make_commits_durable(fs, root, generation)?;
+        }
         let mut writer = Writer {
             fs,
             root: root.to_owned(),
             hooks,
-            faults: WriterFaults::default(),
+            faults,
             generation,
             barriers: BarrierSequencer::new(),
             nonce: format!("{}-repair-{generation}", std::process::id()),
@@ -610,6 +651,20 @@ impl<'a> Writer<'a> {
         };
         writer.advance_latest(commit_digest)
     }
+}
+
+/// Fsyncs `commits/` so that every commit record name in it is durable. A writer killed
+/// between its commit rename and its `commits/` fsync leaves a record that verifies but
+/// may vanish at a power cut; whoever acts on a generation it did not write itself (a
+/// LATEST repair, a reshard of it, a loader) makes the record durable first (RFC 0001 §6).
+pub fn make_commits_durable(
+    fs: &dyn FileSystem,
+    root: &Path,
+    generation: u64,
+) -> Result<(), StoreError> {
+    let commits = root.join("commits");
+    fs.fsync_dir(&commits)
+        .map_err(|source| fsync_failed(&commits, generation, source))
 }
 
 fn fsync_failed(path: &Path, generation: u64, source: std::io::Error) -> StoreError {
