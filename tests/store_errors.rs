@@ -523,10 +523,167 @@ fn generation_taken_never_replaces_a_record() {
 #[test]
 fn generation_overflow() {
     let (_dir, root) = store_with_genesis();
+    let last = root.join(commit_rel_path(codec::MAX_GENERATION));
+    write_file(&last, b"junk");
+    let error = unchanged(&root, || {
+        store::publish(&root, &state(), Topology::new(4).expect("t"), &mut NoHooks)
+            .expect_err("overflow")
+    });
+    assert!(matches!(error, StoreError::GenerationOverflow), "{error}");
+}
+
+#[test]
+fn a_name_past_the_generation_range_is_clutter_that_never_blocks_a_publish() {
+    let (_dir, root) = store_with_genesis();
     write_file(&root.join("commits/18446744073709551615.json"), b"junk");
-    let error = store::publish(&root, &state(), Topology::new(4).expect("t"), &mut NoHooks)
-        .expect_err("overflow");
-    assert!(matches!(error, StoreError::GenerationOverflow));
+    let summary = store::publish(&root, &state(), Topology::new(3).expect("t"), &mut NoHooks)
+        .expect("a junk name above the range does not make the store unpublishable");
+    assert_eq!(summary.generation, 1);
+    let report = store::recover(&root).expect("recover");
+    assert_eq!(report.valid_generations, vec![0, 1]);
+    assert_eq!(
+        report.ignored,
+        vec!["commits/18446744073709551615.json".to_owned()]
+    );
+}
+
+/// Generation 1 published over the genesis store; returns its summary.
+fn second_generation(root: &Path) -> store::CommitSummary {
+    store::publish(
+        root,
+        &synthetic_state(12, 3, 30_000),
+        Topology::new(3).expect("t"),
+        &mut NoHooks,
+    )
+    .expect("publish")
+}
+
+/// Recovery through a file system on which every read of a file whose name starts with
+/// `prefix` fails with EIO: it must fail naming generation 1 and the file, never answer 0.
+fn recovery_fails_on_an_unreadable(root: &Path, prefix: &str, file: &Path) {
+    let fs = FaultyFs::failing_named(Operation::ReadFile, prefix);
+    let error = unchanged(root, || {
+        store::recovery::recover_with(&fs, root).expect_err("an I/O error never rolls back")
+    });
+    match &error {
+        StoreError::RecoveryReadFailed {
+            generation: 1,
+            source,
+        } => assert!(
+            matches!(source.as_ref(), StoreError::Io { path, .. } if path == file),
+            "{error}"
+        ),
+        other => panic!("expected recovery-read-failed for generation 1, got {other}"),
+    }
+    assert_eq!(error.kind(), "recovery-read-failed");
+    assert_eq!(error.path(), Some(file));
+    // The same store, read without the fault, selects generation 1.
+    let report = store::recover(root).expect("recover");
+    assert_eq!(report.selected.map(|s| s.generation), Some(1));
+}
+
+#[test]
+fn recovery_read_failed_on_the_newest_commit_record() {
+    let (_dir, root) = store_with_genesis();
+    second_generation(&root);
+    let record = root.join(commit_rel_path(1));
+    recovery_fails_on_an_unreadable(&root, "00000000000000000001", &record);
+}
+
+#[test]
+fn recovery_read_failed_on_an_object_of_the_newest_generation() {
+    let (_dir, root) = store_with_genesis();
+    let summary = second_generation(&root);
+    let manifest = root.join(object_rel_path(&summary.manifest_digest));
+    let name = manifest
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("object name")
+        .to_owned();
+    recovery_fails_on_an_unreadable(&root, &name, &manifest);
+}
+
+#[test]
+fn committed_latest_not_advanced_says_the_generation_is_committed() {
+    let (_dir, root) = store_with_genesis();
+    let latest_before = std::fs::read(root.join("refs/LATEST")).expect("latest");
+    // LATEST's rename is the first step after the commit point that can fail here.
+    let fs = FaultyFs::failing_named(Operation::RenameReplace, "latest");
+    let error = publish_with(
+        &fs,
+        &root,
+        &synthetic_state(12, 3, 30_000),
+        Topology::new(3).expect("t"),
+        &mut NoHooks,
+        WriterFaults::default(),
+    )
+    .expect_err("LATEST fails");
+    assert!(
+        matches!(
+            &error,
+            StoreError::CommittedLatestNotAdvanced { generation: 1, source }
+                if matches!(source.as_ref(), StoreError::Io { .. })
+        ),
+        "{error}"
+    );
+    assert_eq!(error.kind(), "committed-latest-not-advanced");
+    assert_eq!(
+        std::fs::read(root.join("refs/LATEST")).expect("latest"),
+        latest_before,
+        "LATEST untouched"
+    );
+    let report = store::recover(&root).expect("recover");
+    assert_eq!(report.selected.map(|s| s.generation), Some(1), "committed");
+    assert_eq!(report.latest.status, store::LatestStatus::Stale);
+}
+
+#[test]
+fn a_failure_before_the_commit_point_is_not_reported_as_committed() {
+    let (_dir, root) = store_with_genesis();
+    let fs = FaultyFs::failing_named(Operation::RenameNoreplace, "commit");
+    let error = publish_with(
+        &fs,
+        &root,
+        &synthetic_state(12, 3, 30_000),
+        Topology::new(3).expect("t"),
+        &mut NoHooks,
+        WriterFaults::default(),
+    )
+    .expect_err("commit rename fails");
+    assert!(matches!(error, StoreError::Io { .. }), "{error}");
+    let report = store::recover(&root).expect("recover");
+    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+}
+
+#[test]
+fn a_latest_repair_makes_the_selected_record_durable_before_writing_latest() {
+    let (_dir, root) = store_with_genesis();
+    let summary = second_generation(&root);
+    std::fs::remove_file(root.join("refs/LATEST")).expect("rm LATEST");
+    // Fail the fsync of `commits/`: the repair must stop there, before LATEST exists.
+    let fs = FaultyFs::failing_named(Operation::FsyncDir, "commits");
+    let error = store::writer::Writer::repair_latest(
+        &fs,
+        &root,
+        &mut NoHooks,
+        summary.generation,
+        summary.commit_digest,
+    )
+    .expect_err("the commits/ fsync fails");
+    assert!(
+        matches!(&error, StoreError::FsyncFailed { path, .. } if path.ends_with("commits")),
+        "{error}"
+    );
+    assert!(
+        !root.join("refs/LATEST").exists(),
+        "LATEST written before commits/ was durable"
+    );
+    let report = store::recover(&root).expect("recover");
+    assert!(store::repair_latest(&root, &report).expect("repair"));
+    assert_eq!(
+        store::recover(&root).expect("recover").latest.status,
+        store::LatestStatus::Consistent
+    );
 }
 
 #[test]

@@ -229,9 +229,16 @@ pub fn ensure_dir_with(fs: &dyn FileSystem, directory: &Path) -> Result<(), Dura
 /// when it already exists, as [`ensure_dir_with`] promises: a killed writer may have left
 /// it created but not yet fsynced.
 pub fn ensure_dir_all(directory: &Path) -> Result<(), DurableError> {
+    ensure_dir_all_with(&RealFs, directory)
+}
+
+/// [`ensure_dir_all`] through `fs`.
+pub fn ensure_dir_all_with(fs: &dyn FileSystem, directory: &Path) -> Result<(), DurableError> {
     let mut missing = Vec::new();
     let mut cursor = directory.parent();
     while let Some(path) = cursor {
+        // An existing ancestor may be a symlink to a directory (`/tmp` on some systems):
+        // followed here, as the kernel follows it when resolving `directory`.
         if path.as_os_str().is_empty() || path.is_dir() {
             break;
         }
@@ -239,9 +246,9 @@ pub fn ensure_dir_all(directory: &Path) -> Result<(), DurableError> {
         cursor = path.parent();
     }
     for path in missing.into_iter().rev() {
-        ensure_dir_with(&RealFs, path)?;
+        ensure_dir_with(fs, path)?;
     }
-    ensure_dir_with(&RealFs, directory)
+    ensure_dir_with(fs, directory)
 }
 
 /// Opens `path` for reading as a regular file ([`open_regular_file`]: no final symlink
@@ -360,6 +367,35 @@ mod tests {
             ensure_dir_with(&faulty, &child).expect_err("the parent fsync must be attempted");
         assert!(matches!(error, DurableError::Fsync { .. }));
         ensure_dir_with(&RealFs, &child).expect("exists, made durable");
+    }
+
+    #[test]
+    fn ensure_dir_all_fsyncs_the_parent_even_when_the_directory_exists() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let child = dir.path().join("runs");
+        std::fs::create_dir(&child).expect("pre-existing, never fsynced");
+        let faulty = FaultyFs::failing(Operation::FsyncDir, 0);
+        let error =
+            ensure_dir_all_with(&faulty, &child).expect_err("the parent fsync must be attempted");
+        assert!(
+            matches!(&error, DurableError::Fsync { path, .. } if path == dir.path()),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn ensure_dir_all_makes_every_missing_ancestor_durable_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let deep = dir.path().join("a/b/c");
+        // The second directory fsync is the one that makes `a/b` durable in `a`.
+        let faulty = FaultyFs::failing(Operation::FsyncDir, 1);
+        let error = ensure_dir_all_with(&faulty, &deep).expect_err("injected");
+        assert!(
+            matches!(&error, DurableError::Fsync { path, .. } if path == &dir.path().join("a")),
+            "{error}"
+        );
+        ensure_dir_all(&deep).expect("created");
+        assert!(deep.is_dir());
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod file;
 pub mod fs;
 
 pub use file::{
-    ensure_dir_all, ensure_dir_with, file_sha256, read_capped, write_file, write_file_with,
-    DurableError, Replace, WriteOptions,
+    ensure_dir_all, ensure_dir_all_with, ensure_dir_with, file_sha256, read_capped, write_file,
+    write_file_with, DurableError, Replace, WriteOptions,
 };
 pub use fs::{EntryKind, FileSystem, RealFs};

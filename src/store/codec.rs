@@ -459,7 +459,10 @@ mod tests {
     fn the_generation_after_the_last_stays_in_range() {
         assert_eq!(generation_after(None), Some(0));
         assert_eq!(generation_after(Some(41)), Some(42));
-        assert_eq!(generation_after(Some(MAX_GENERATION - 1)), Some(MAX_GENERATION));
+        assert_eq!(
+            generation_after(Some(MAX_GENERATION - 1)),
+            Some(MAX_GENERATION)
+        );
         assert_eq!(generation_after(Some(MAX_GENERATION)), None);
     }
 }

@@ -186,6 +186,13 @@ pub struct VerifiedGeneration {
     pub topology: Topology,
 }
 
+/// Whether a read failed because nothing can be at the path: no entry, or a path component
+/// that is not a directory (a fan-out directory replaced by a file). Both are stored
+/// content gone missing, not an I/O failure.
+fn is_absent(error: &std::io::Error) -> bool {
+    matches!(error.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
+}
+
 fn read_capped(fs: &dyn FileSystem, path: &Path, cap: u64) -> Result<Vec<u8>, StoreError> {
     let bytes = fs
         .read_file(path, cap)
@@ -268,9 +275,7 @@ fn read_object_faulty(
     let path = root.join(object_rel_path(&digest));
     let bytes = match fs.read_file(&path, cap) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            return Err(StoreError::MissingObject { path, digest })
-        }
+        Err(e) if is_absent(&e) => return Err(StoreError::MissingObject { path, digest }),
         Err(e) => return Err(StoreError::io(path, e)),
     };
     if bytes.len() as u64 > cap {
@@ -383,7 +388,7 @@ fn verify_generation_faulty(
     let commit_path = root.join(commit_rel_path(generation));
     let commit_bytes = match fs.read_file(&commit_path, CommitRecord::CAP) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
+        Err(e) if is_absent(&e) => {
             return Err(StoreError::GenerationNotFound {
                 path: commit_path,
                 generation,
@@ -661,9 +666,7 @@ fn verify_synthetic_object(
     }
     let (actual, found) = match fs.hash_file(&path, expected) {
         Ok(hashed) => hashed,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            return Err(StoreError::MissingObject { path, digest })
-        }
+        Err(e) if is_absent(&e) => return Err(StoreError::MissingObject { path, digest }),
         Err(e) => return Err(StoreError::io(path, e)),
     };
     if found != expected {

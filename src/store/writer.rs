@@ -14,8 +14,8 @@ use crate::durable::fs::{EntryKind, FileSystem, SyncedWriteError};
 use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
 use crate::store::codec::{
     commit_rel_path, encode, generation_after, object_rel_path, parse_commit_name, CommitKind,
-    CommitRecord,
-    LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES, SCHEMA_VERSION,
+    CommitRecord, LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES,
+    SCHEMA_VERSION,
 };
 use crate::store::codec::{ChunkEntry, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES};
 use crate::store::error::StoreError;
