@@ -146,7 +146,7 @@ pub enum BundleError {
     #[error("{name} {field} is {recorded}, not the pinned payload digest {pinned}")]
     UnpinnedDataset {
         /// The member's file name.
-        name: String,
+        name: &'static str,
         /// The field (and, for a list, the index) recorded.
         field: String,
         /// What the member records.
@@ -161,7 +161,7 @@ pub enum BundleError {
     )]
     EvaluationSize {
         /// The member's file name.
-        name: String,
+        name: &'static str,
         /// The field.
         field: &'static str,
         /// What the member records.
@@ -186,7 +186,7 @@ pub enum BundleError {
     #[error("{name} records {field} {recorded} for generation {generation} of {store}, but that generation loads with {loaded}")]
     StoreStateMismatch {
         /// The member's file name.
-        name: String,
+        name: &'static str,
         /// The store's name in the run directory.
         store: &'static str,
         /// The generation loaded.
@@ -216,7 +216,7 @@ pub enum BundleError {
     )]
     ReevaluationMismatch {
         /// The member's file name.
-        name: String,
+        name: &'static str,
         /// The field that differs.
         field: &'static str,
         /// What the member records (a probe by its SHA-256).
@@ -228,7 +228,7 @@ pub enum BundleError {
     #[error("evaluating {name}'s checkpoint again failed: {message}")]
     ReevaluationFailed {
         /// The member's file name.
-        name: String,
+        name: &'static str,
         /// The engine's error.
         message: String,
     },
@@ -778,9 +778,9 @@ fn check_dataset_pins(
     audit: &AuditRecord,
     pins: &PinTable,
 ) -> Result<(), BundleError> {
-    let unpinned = |name: &str, field: String, recorded: String, pinned: String| {
+    let unpinned = |name: &'static str, field: String, recorded: String, pinned: String| {
         Err(BundleError::UnpinnedDataset {
-            name: name.to_owned(),
+            name,
             field,
             recorded,
             pinned,
@@ -859,7 +859,7 @@ fn check_evaluation_size(record: &EvaluationRecord, count: u64) -> Result<(), Bu
     ] {
         if recorded != expected {
             return Err(BundleError::EvaluationSize {
-                name: evaluation_file(record).to_owned(),
+                name: evaluation_file(record),
                 field,
                 recorded,
                 expected,

@@ -204,7 +204,7 @@ fn reevaluate_one(
     ] {
         if recorded != loaded {
             return Err(BundleError::StoreStateMismatch {
-                name: name.to_owned(),
+                name,
                 store: store_name,
                 generation,
                 field,
@@ -216,7 +216,7 @@ fn reevaluate_one(
     let evaluation =
         crate::engine::evaluate(&state.flat_parameters(), split.into()).map_err(|error| {
             BundleError::ReevaluationFailed {
-                name: name.to_owned(),
+                name,
                 message: error.to_string(),
             }
         })?;
@@ -244,7 +244,7 @@ fn reevaluate_one(
     for (field, equal, recorded, reevaluated) in checks {
         if !equal {
             return Err(BundleError::ReevaluationMismatch {
-                name: name.to_owned(),
+                name,
                 field,
                 recorded,
                 reevaluated,

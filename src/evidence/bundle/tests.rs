@@ -402,7 +402,7 @@ fn a_total_other_than_the_pinned_test_count_is_refused() {
         matches!(
             &error,
             BundleError::EvaluationSize { name, field: "total", recorded: 10_001, expected: 10_000 }
-                if name == REFERENCE_EVALUATION
+                if *name == REFERENCE_EVALUATION
         ),
         "{error}"
     );
@@ -444,7 +444,7 @@ fn an_evaluation_on_an_unpinned_test_split_is_refused() {
         matches!(
             &error,
             BundleError::UnpinnedDataset { name, field, .. }
-                if name == REFERENCE_EVALUATION && field == "test_labels_sha256"
+                if *name == REFERENCE_EVALUATION && field == "test_labels_sha256"
         ),
         "{error}"
     );
@@ -458,7 +458,7 @@ fn an_audit_naming_other_dataset_payloads_is_refused() {
         matches!(
             &error,
             BundleError::UnpinnedDataset { name, field, .. }
-                if name == AUDIT && field == "build.dataset_payload_sha256[0]"
+                if *name == AUDIT && field == "build.dataset_payload_sha256[0]"
         ),
         "{error}"
     );
