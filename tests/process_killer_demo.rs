@@ -12,7 +12,8 @@ use serde_json::Value;
 use shardlift::core::canonical;
 use shardlift::core::digest::Digest;
 use shardlift::evidence::bundle::{
-    audit_self_digest, AuditRecord, BoundFile, RecoveryEvidenceRecord, WorkerExitEntry,
+    audit_self_digest, AuditRecord, BoundFile, EvaluationRecord, RecoveryEvidenceRecord,
+    WorkerExitEntry,
 };
 
 struct Runs {
@@ -110,6 +111,15 @@ fn both_barriers_reproduce_the_recorded_table() {
         assert_eq!(summary["status"], "verified");
         assert_eq!(summary["barrier"], barrier);
         assert_eq!(summary["audit_sha256"], record["audit_sha256"]);
+        // The run's stores are beside its bundle: both checkpoints were evaluated again.
+        assert_eq!(
+            summary["reevaluation"],
+            serde_json::json!({
+                "reevaluated": ["reference-evaluation.json", "recovered-evaluation.json"],
+                "not_reevaluated": []
+            }),
+            "{barrier}"
+        );
     }
 }
 
@@ -387,7 +397,49 @@ fn a_consistent_forgery_that_only_rebinds_verifies() {
     let bundle = scratch.path().join("bundle");
     copy_bundle(&runs.bundles["commit-after-rename"], &bundle);
     forge_consistently(&bundle, |_, _| {});
-    assert!(verify(&bundle).status.success());
+    let output = verify(&bundle);
+    assert!(output.status.success());
+    // A copy has no stores beside it: the report says that nothing was evaluated again.
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("summary JSON");
+    assert_eq!(
+        summary["reevaluation"],
+        serde_json::json!({
+            "reevaluated": [],
+            "not_reevaluated": [
+                {"name": "reference-evaluation.json", "reason": "store-absent"},
+                {"name": "recovered-evaluation.json", "reason": "store-absent"}
+            ]
+        })
+    );
+}
+
+/// Edits the decoded recovered evaluation, then re-encodes it and recomputes every digest
+/// that binds it (the evidence's, the audit's and the audit's self digest).
+fn forge_recovered_evaluation(bundle: &Path, edit: impl FnOnce(&mut EvaluationRecord)) {
+    let path = bundle.join("recovered-evaluation.json");
+    let mut record: EvaluationRecord =
+        canonical::decode(&std::fs::read(&path).expect("read")).expect("evaluation");
+    edit(&mut record);
+    let bytes = canonical::encode(&record).expect("encode");
+    std::fs::write(&path, &bytes).expect("write");
+    forge_consistently(bundle, |evidence, audit| {
+        evidence.recovered_evaluation_sha256 = Digest::of(&bytes);
+        for file in &mut audit.files {
+            if file.name == "recovered-evaluation.json" {
+                file.bytes = bytes.len() as u64;
+                file.sha256 = Digest::of(&bytes);
+            }
+        }
+    });
+}
+
+#[test]
+fn a_consistent_forgery_with_one_more_correct_answer_is_refused() {
+    // Both evaluations are of one state on the pinned test split: their correct counts
+    // must be equal, whatever the digests say.
+    let (kind, error) = rejected(|b| forge_recovered_evaluation(b, |record| record.correct += 1));
+    assert_eq!(kind, "evaluations-disagree");
+    assert!(error.contains("correct"), "{error}");
 }
 
 #[test]
