@@ -63,9 +63,10 @@ pub fn run(args: VerifyBundleArgs) -> anyhow::Result<()> {
                     skipped.reason.describe()
                 );
             }
-            if let Some(error) = &reevaluation.test_split_error {
+            if reevaluation.test_split_error.is_some() {
+                // The error names the cache's path; a transcript of this command must not.
                 eprintln!(
-                    "verify-bundle: not re-evaluated: the pinned test split did not load: {error}"
+                    "verify-bundle: the pinned test split did not load from the dataset cache (fill it with `shardlift dataset fetch`, or name another with --cache-directory)"
                 );
             }
             println!(
