@@ -12,7 +12,8 @@ use serde_json::Value;
 use shardlift::core::canonical;
 use shardlift::core::digest::Digest;
 use shardlift::evidence::bundle::{
-    audit_self_digest, AuditRecord, BoundFile, RecoveryEvidenceRecord, WorkerExitEntry,
+    audit_self_digest, AuditRecord, BoundFile, EvaluationRecord, RecoveryEvidenceRecord,
+    WorkerExitEntry,
 };
 
 struct Runs {
@@ -110,6 +111,15 @@ fn both_barriers_reproduce_the_recorded_table() {
         assert_eq!(summary["status"], "verified");
         assert_eq!(summary["barrier"], barrier);
         assert_eq!(summary["audit_sha256"], record["audit_sha256"]);
+        // The run's stores are beside its bundle: both checkpoints were evaluated again.
+        assert_eq!(
+            summary["reevaluation"],
+            serde_json::json!({
+                "reevaluated": ["reference-evaluation.json", "recovered-evaluation.json"],
+                "not_reevaluated": []
+            }),
+            "{barrier}"
+        );
     }
 }
 
@@ -239,10 +249,29 @@ fn rejected_kind(tamper: impl FnOnce(&Path)) -> String {
 
 /// As [`rejected_kind`], with the error message.
 fn rejected(tamper: impl FnOnce(&Path)) -> (String, String) {
-    let runs = runs();
+    rejected_copy_of(&runs().bundles["commit-after-rename"], tamper)
+}
+
+/// The committed release evidence's commit-after-rename bundle (needs no run).
+fn committed_bundle() -> PathBuf {
+    let evidence = Path::new(env!("CARGO_MANIFEST_DIR")).join("evidence");
+    let releases: Vec<PathBuf> = std::fs::read_dir(&evidence)
+        .expect("evidence/")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("release-"))
+        })
+        .collect();
+    assert_eq!(releases.len(), 1, "one committed release: {releases:?}");
+    releases[0].join("bundles").join("commit-after-rename")
+}
+
+/// As [`rejected`], on a copy of the bundle at `source`.
+fn rejected_copy_of(source: &Path, tamper: impl FnOnce(&Path)) -> (String, String) {
     let scratch = tempfile::tempdir().expect("tempdir");
     let bundle = scratch.path().join("bundle");
-    copy_bundle(&runs.bundles["commit-after-rename"], &bundle);
+    copy_bundle(source, &bundle);
     tamper(&bundle);
     let before = snapshot(&bundle);
     let output = verify(&bundle);
@@ -387,7 +416,105 @@ fn a_consistent_forgery_that_only_rebinds_verifies() {
     let bundle = scratch.path().join("bundle");
     copy_bundle(&runs.bundles["commit-after-rename"], &bundle);
     forge_consistently(&bundle, |_, _| {});
-    assert!(verify(&bundle).status.success());
+    let output = verify(&bundle);
+    assert!(output.status.success());
+    // A copy has no stores beside it: the report says that nothing was evaluated again.
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("summary JSON");
+    assert_eq!(
+        summary["reevaluation"],
+        serde_json::json!({
+            "reevaluated": [],
+            "not_reevaluated": [
+                {"name": "reference-evaluation.json", "reason": "store-absent"},
+                {"name": "recovered-evaluation.json", "reason": "store-absent"}
+            ]
+        })
+    );
+}
+
+/// Edits the decoded recovered evaluation, then re-encodes it and recomputes every digest
+/// that binds it (the evidence's, the audit's and the audit's self digest).
+fn forge_recovered_evaluation(bundle: &Path, edit: impl FnOnce(&mut EvaluationRecord)) {
+    let path = bundle.join("recovered-evaluation.json");
+    let mut record: EvaluationRecord =
+        canonical::decode(&std::fs::read(&path).expect("read")).expect("evaluation");
+    edit(&mut record);
+    let bytes = canonical::encode(&record).expect("encode");
+    std::fs::write(&path, &bytes).expect("write");
+    forge_consistently(bundle, |evidence, audit| {
+        evidence.recovered_evaluation_sha256 = Digest::of(&bytes);
+        for file in &mut audit.files {
+            if file.name == "recovered-evaluation.json" {
+                file.bytes = bytes.len() as u64;
+                file.sha256 = Digest::of(&bytes);
+            }
+        }
+    });
+}
+
+#[test]
+fn a_consistent_forgery_with_one_more_correct_answer_is_refused() {
+    // Both evaluations are of one state on the pinned test split: their correct counts
+    // must be equal, whatever the digests say. The committed bundle verifies as it is and
+    // after the re-binding alone, so only the new check refuses the forgery.
+    let committed = committed_bundle();
+    assert!(verify(&committed).status.success());
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let rebound = scratch.path().join("bundle");
+    copy_bundle(&committed, &rebound);
+    forge_recovered_evaluation(&rebound, |_| {});
+    assert!(verify(&rebound).status.success());
+    let (kind, error) = rejected_copy_of(&committed, |b| {
+        forge_recovered_evaluation(b, |record| record.correct += 1)
+    });
+    assert_eq!(kind, "evaluations-disagree");
+    assert!(error.contains("correct"), "{error}");
+}
+
+#[test]
+fn stores_beside_a_bundle_without_the_test_split_are_reported_not_reevaluated() {
+    // A run directory with both stores present but a dataset cache without the pinned
+    // test split: the bundle verifies, and the record says why nothing was evaluated
+    // again, naming no path.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let run = scratch.path().join("run");
+    let bundle = run.join("bundle");
+    copy_bundle(&committed_bundle(), &bundle);
+    for store in ["reference-store", "crash-store"] {
+        std::fs::create_dir(run.join(store)).expect("mkdir");
+    }
+    let cache = scratch.path().join("cache");
+    std::fs::create_dir(&cache).expect("mkdir");
+    std::fs::set_permissions(&cache, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("chmod");
+    let output = Command::new(common::shardlift_exe())
+        .arg("verify-bundle")
+        .arg("--bundle-directory")
+        .arg(&bundle)
+        .arg("--cache-directory")
+        .arg(&cache)
+        .output()
+        .expect("run verify-bundle");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    let summary: Value = serde_json::from_str(&stdout).expect("summary JSON");
+    assert_eq!(summary["status"], "verified");
+    assert_eq!(
+        summary["reevaluation"],
+        serde_json::json!({
+            "reevaluated": [],
+            "not_reevaluated": [
+                {"name": "reference-evaluation.json", "reason": "test-split-unavailable"},
+                {"name": "recovered-evaluation.json", "reason": "test-split-unavailable"}
+            ]
+        })
+    );
+    let scratch_path = scratch.path().to_string_lossy();
+    assert!(
+        !stdout.contains(scratch_path.as_ref()) && !stderr.contains(scratch_path.as_ref()),
+        "{stdout}{stderr}"
+    );
 }
 
 #[test]

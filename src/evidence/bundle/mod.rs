@@ -3,13 +3,18 @@
 //!
 //! Verification runs in a fixed order and stops at the first failure, each with its own
 //! error kind: the directory; completeness (`audit.json` present); missing files; extra
-//! files; regular files only, read without following symlinks and with their identity
-//! (device, inode, size, modification time) revalidated across the read ([`read`]); size
+//! files; regular files only, each linked by its bundle name alone (no other hard link),
+//! read without following symlinks and with their identity (device, inode, size,
+//! modification time) revalidated across the read ([`read`]); size
 //! caps; closed schema and version; canonical bytes; the audit's self digest; the SHA-256
 //! bindings between files; and the consistency of every claim with the facts it is
-//! derived from.
+//! derived from, the evaluation figures among them: each against what it must equal (the
+//! pinned test split's payload digests and image count, the probe's shape) and, when both
+//! evaluations are of one state, against the other's. [`reevaluate`] then evaluates the recorded checkpoints
+//! again from the run's stores, where they are present (with the torch engine only).
 pub mod read;
 pub mod records;
+pub mod reevaluate;
 #[cfg(test)]
 mod tests;
 
@@ -17,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use crate::core::canonical::{self, CanonicalError, CanonicalRecord};
 use crate::core::digest::Digest;
+use crate::dataset::{PinTable, Resource, FASHION_MNIST};
 use crate::durable::fs::{FileSystem, RealFs};
 use crate::durable::{ensure_dir_with, write_file_with, DurableError, WriteOptions};
 
@@ -49,6 +55,16 @@ pub enum BundleError {
     Symlink {
         /// The member's file name.
         name: String,
+    },
+    /// A member has another hard link besides its name in the bundle (`st_nlink > 1`):
+    /// it is not exclusively the bundle's own file, and its bytes can be changed through
+    /// a name outside the bundle.
+    #[error("{name} has {links} hard links; a bundle file must be linked only by its name in the bundle")]
+    SharedFile {
+        /// The member's file name.
+        name: String,
+        /// Its link count.
+        links: u64,
     },
     /// A member is a directory, FIFO, device or socket.
     #[error("{name} is not a regular file (directories, FIFOs, devices and sockets are refused)")]
@@ -125,6 +141,97 @@ pub enum BundleError {
     /// claim, and the file and field it is in.
     #[error("inconsistent claim: {0}")]
     Inconsistent(String),
+    /// A recorded dataset digest is not the pinned payload's: an evaluation's test images
+    /// or labels, or the audit's list of dataset payloads.
+    #[error("{name} {field} is {recorded}, not the pinned payload digest {pinned}")]
+    UnpinnedDataset {
+        /// The member's file name.
+        name: &'static str,
+        /// The field (and, for a list, the index) recorded.
+        field: String,
+        /// What the member records.
+        recorded: String,
+        /// What the pins give.
+        pinned: String,
+    },
+    /// An evaluation's size is not the one the pinned test split and the model give: its
+    /// `total` (the split's image count) or its logit probe's shape.
+    #[error(
+        "{name} {field} is {recorded}, but the pinned test split and the model give {expected}"
+    )]
+    EvaluationSize {
+        /// The member's file name.
+        name: &'static str,
+        /// The field.
+        field: &'static str,
+        /// What the member records.
+        recorded: u64,
+        /// What it must be.
+        expected: u64,
+    },
+    /// The two evaluations are of one state (equal logical state roots and ledger
+    /// digests) on one pinned test split, yet record different figures: evaluation is a
+    /// function of the state and the split, so they must be equal in every field.
+    #[error("reference-evaluation.json and recovered-evaluation.json evaluate one state on one test split, but their {field} differ ({reference} and {recovered})")]
+    EvaluationsDisagree {
+        /// The field that differs.
+        field: &'static str,
+        /// The reference's value (a probe is shown by its SHA-256).
+        reference: String,
+        /// The recovered evaluation's value.
+        recovered: String,
+    },
+    /// The checkpoint an evaluation names, loaded from the run's store, is not the state
+    /// the evaluation records.
+    #[error("{name} records {field} {recorded} for generation {generation} of {store}, but that generation loads with {loaded}")]
+    StoreStateMismatch {
+        /// The member's file name.
+        name: &'static str,
+        /// The store's name in the run directory.
+        store: &'static str,
+        /// The generation loaded.
+        generation: u64,
+        /// The field that differs (`logical_state_root` or `ledger_digest`).
+        field: &'static str,
+        /// The digest recorded, hex.
+        recorded: String,
+        /// The digest of the loaded state, hex.
+        loaded: String,
+    },
+    /// A store beside the bundle exists, but the recorded generation does not load from
+    /// it (missing, or failing its verification).
+    #[error("{store} is present beside the bundle, but its generation {generation} does not load: {source}")]
+    StoreUnreadable {
+        /// The store's name in the run directory.
+        store: &'static str,
+        /// The generation recorded.
+        generation: u64,
+        /// Why it does not load.
+        source: Box<crate::store::StoreError>,
+    },
+    /// The recorded checkpoint, evaluated again on the pinned test split, does not give
+    /// the figures the evaluation records.
+    #[error(
+        "{name} {field} is {recorded}, but evaluating its checkpoint again gives {reevaluated}"
+    )]
+    ReevaluationMismatch {
+        /// The member's file name.
+        name: &'static str,
+        /// The field that differs.
+        field: &'static str,
+        /// What the member records (a probe by its SHA-256).
+        recorded: String,
+        /// What the re-evaluation gives.
+        reevaluated: String,
+    },
+    /// The torch engine failed while evaluating a checkpoint again.
+    #[error("evaluating {name}'s checkpoint again failed: {message}")]
+    ReevaluationFailed {
+        /// The member's file name.
+        name: &'static str,
+        /// The engine's error.
+        message: String,
+    },
     /// Installing: the bundle directory, or a member in it, already exists.
     #[error("{0} already exists; a bundle is never overwritten")]
     AlreadyExists(PathBuf),
@@ -153,6 +260,7 @@ impl BundleError {
             BundleError::MissingFile { .. } => "missing-file",
             BundleError::UnexpectedFile { .. } => "unexpected-file",
             BundleError::Symlink { .. } => "symlink",
+            BundleError::SharedFile { .. } => "shared-file",
             BundleError::NotRegularFile { .. } => "not-regular-file",
             BundleError::Replaced { .. } => "file-replaced",
             BundleError::ChangedWhileRead { .. } => "file-changed",
@@ -162,6 +270,13 @@ impl BundleError {
             BundleError::SelfDigestMismatch { .. } => "self-digest-mismatch",
             BundleError::BindingMismatch { .. } => "binding-mismatch",
             BundleError::Inconsistent(_) => "inconsistent",
+            BundleError::UnpinnedDataset { .. } => "unpinned-dataset",
+            BundleError::EvaluationSize { .. } => "evaluation-size",
+            BundleError::EvaluationsDisagree { .. } => "evaluations-disagree",
+            BundleError::StoreStateMismatch { .. } => "store-state-mismatch",
+            BundleError::StoreUnreadable { .. } => "store-unreadable",
+            BundleError::ReevaluationMismatch { .. } => "reevaluation-mismatch",
+            BundleError::ReevaluationFailed { .. } => "reevaluation-failed",
             BundleError::AlreadyExists(_) => "already-exists",
             BundleError::Io { .. } | BundleError::Durable(_) => "io",
             BundleError::Encode(_) => "encode",
@@ -329,17 +444,37 @@ fn require(condition: bool, claim: impl FnOnce() -> String) -> Result<(), Bundle
     }
 }
 
-/// Verifies the bundle in `directory` without writing anything.
-pub fn verify(directory: &Path) -> Result<BundleSummary, BundleError> {
-    verify_with(directory, &mut |_, _| {})
+/// A verified bundle: its summary, and the two evaluation records exactly as they were
+/// read and verified (what [`reevaluate::reevaluate`] checks against the run's stores).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedBundle {
+    /// What the bundle says.
+    pub summary: BundleSummary,
+    /// `reference-evaluation.json`, decoded.
+    pub reference: EvaluationRecord,
+    /// `recovered-evaluation.json`, decoded.
+    pub recovered: EvaluationRecord,
 }
 
-/// [`verify`], with `hook` called at every stage of every member's read (tests use it to
-/// swap or change a file mid-verification).
+/// Verifies the bundle in `directory` without writing anything, against the pinned
+/// Fashion-MNIST payloads ([`FASHION_MNIST`]).
+pub fn verify(directory: &Path) -> Result<BundleSummary, BundleError> {
+    verify_pinned(directory, &FASHION_MNIST).map(|verified| verified.summary)
+}
+
+/// [`verify`] against the dataset pins `pins` (tests use small synthetic ones), keeping
+/// the evaluation records it verified.
+pub fn verify_pinned(directory: &Path, pins: &PinTable) -> Result<VerifiedBundle, BundleError> {
+    verify_with(directory, pins, &mut |_, _| {})
+}
+
+/// [`verify_pinned`], with `hook` called at every stage of every member's read (tests use
+/// it to swap or change a file mid-verification).
 pub(crate) fn verify_with(
     directory: &Path,
+    pins: &PinTable,
     hook: &mut dyn FnMut(read::ReadStage, &Path),
-) -> Result<BundleSummary, BundleError> {
+) -> Result<VerifiedBundle, BundleError> {
     let dir = read::BundleDir::open(directory)?;
     let mut names = dir.names()?;
     if !names.iter().any(|n| n == AUDIT) {
@@ -404,12 +539,16 @@ pub(crate) fn verify_with(
         &recovered_bytes,
     )?;
 
-    check_claims(&reference, &recovered, &evidence, &audit)?;
-    Ok(BundleSummary {
-        status: "verified",
-        run_status: audit.status.clone(),
-        outcome: RunOutcome::of(&audit),
-        audit_sha256: Digest::of(&audit_bytes),
+    check_claims(&reference, &recovered, &evidence, &audit, pins)?;
+    Ok(VerifiedBundle {
+        summary: BundleSummary {
+            status: "verified",
+            run_status: audit.status.clone(),
+            outcome: RunOutcome::of(&audit),
+            audit_sha256: Digest::of(&audit_bytes),
+        },
+        reference,
+        recovered,
     })
 }
 
@@ -482,11 +621,18 @@ fn check_claims(
     recovered: &EvaluationRecord,
     evidence: &RecoveryEvidenceRecord,
     audit: &AuditRecord,
+    pins: &PinTable,
 ) -> Result<(), BundleError> {
     check_labels(reference, recovered, evidence, audit)?;
     for record in [reference, recovered] {
         check_logit_probe(record)?;
     }
+    check_dataset_pins(reference, recovered, audit, pins)?;
+    let count = pinned_test_count(pins)?;
+    for record in [reference, recovered] {
+        check_evaluation_size(record, count)?;
+    }
+    check_evaluations_agree(reference, recovered)?;
     check_sessions_and_exits(evidence)?;
     let reference_at_target = check_evaluated_states(reference, recovered, evidence)?;
     check_reshard(evidence)?;
@@ -614,6 +760,147 @@ fn check_logit_probe(record: &EvaluationRecord) -> Result<(), BundleError> {
     require(record.correct <= record.total, || {
         format!("{} accuracy exceeds its total", record.role)
     })
+}
+
+/// The file an evaluation record is installed as.
+fn evaluation_file(record: &EvaluationRecord) -> &'static str {
+    match EvaluationRole::from_name(&record.role) {
+        Some(EvaluationRole::Recovered) => RECOVERED_EVALUATION,
+        _ => REFERENCE_EVALUATION,
+    }
+}
+
+/// Every recorded dataset digest is the pinned payload's: each evaluation's test images
+/// and labels, and the audit's list of the four payloads (in pin order).
+fn check_dataset_pins(
+    reference: &EvaluationRecord,
+    recovered: &EvaluationRecord,
+    audit: &AuditRecord,
+    pins: &PinTable,
+) -> Result<(), BundleError> {
+    let unpinned = |name: &'static str, field: String, recorded: String, pinned: String| {
+        Err(BundleError::UnpinnedDataset {
+            name,
+            field,
+            recorded,
+            pinned,
+        })
+    };
+    let images = pins.get(Resource::TestImages).payload.sha256;
+    let labels = pins.get(Resource::TestLabels).payload.sha256;
+    for record in [reference, recovered] {
+        for (field, recorded, pinned) in [
+            ("test_images_sha256", record.test_images_sha256, images),
+            ("test_labels_sha256", record.test_labels_sha256, labels),
+        ] {
+            if recorded != pinned {
+                return unpinned(
+                    evaluation_file(record),
+                    field.to_owned(),
+                    recorded.to_hex(),
+                    pinned.to_hex(),
+                );
+            }
+        }
+    }
+    let listed = &audit.build.dataset_payload_sha256;
+    if listed.len() != pins.resources.len() {
+        return unpinned(
+            AUDIT,
+            "build.dataset_payload_sha256".to_owned(),
+            format!("a list of {} digests", listed.len()),
+            format!("a list of {}", pins.resources.len()),
+        );
+    }
+    for (index, (recorded, pin)) in listed.iter().zip(&pins.resources).enumerate() {
+        if *recorded != pin.payload.sha256 {
+            return unpinned(
+                AUDIT,
+                format!("build.dataset_payload_sha256[{index}]"),
+                recorded.to_hex(),
+                pin.payload.sha256.to_hex(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of an IDX labels payload before its labels: magic and count, 4 bytes each.
+const IDX_LABELS_HEADER_BYTES: u64 = 8;
+
+/// The number of images in the pinned test split, from the pinned size of its labels
+/// payload (one byte per label after the IDX header).
+fn pinned_test_count(pins: &PinTable) -> Result<u64, BundleError> {
+    pins.get(Resource::TestLabels)
+        .payload
+        .bytes
+        .checked_sub(IDX_LABELS_HEADER_BYTES)
+        .ok_or_else(|| {
+            BundleError::Inconsistent(
+                "the pinned test labels payload is shorter than its IDX header".into(),
+            )
+        })
+}
+
+/// The evaluation covers the whole pinned test split, and its probe holds the logits of
+/// its first images ([`LOGIT_PROBE_IMAGES`](crate::core::step::LOGIT_PROBE_IMAGES) or the
+/// split's count, whichever is fewer) over every class.
+fn check_evaluation_size(record: &EvaluationRecord, count: u64) -> Result<(), BundleError> {
+    let probe_rows = count.min(crate::core::step::LOGIT_PROBE_IMAGES as u64);
+    let [rows, classes] = record.logit_probe_shape;
+    for (field, recorded, expected) in [
+        ("total", record.total, count),
+        ("logit_probe_shape[0]", u64::from(rows), probe_rows),
+        (
+            "logit_probe_shape[1]",
+            u64::from(classes),
+            u64::from(crate::dataset::idx::CLASSES),
+        ),
+    ] {
+        if recorded != expected {
+            return Err(BundleError::EvaluationSize {
+                name: evaluation_file(record),
+                field,
+                recorded,
+                expected,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// When both evaluations are of one state (equal logical state roots and ledger
+/// digests), every figure they record is equal: evaluation is a function of the state and
+/// the split. The split (digests), `total` and the probe's shape are pinned for both, so
+/// checked before; what remains is the correct count and the probe's bytes (its SHA-256
+/// is checked against the bytes before).
+fn check_evaluations_agree(
+    reference: &EvaluationRecord,
+    recovered: &EvaluationRecord,
+) -> Result<(), BundleError> {
+    if reference.logical_state_root != recovered.logical_state_root
+        || reference.ledger_digest != recovered.ledger_digest
+    {
+        return Ok(());
+    }
+    if reference.correct != recovered.correct {
+        return Err(BundleError::EvaluationsDisagree {
+            field: "correct",
+            reference: reference.correct.to_string(),
+            recovered: recovered.correct.to_string(),
+        });
+    }
+    if reference.logit_probe_f32le_hex != recovered.logit_probe_f32le_hex {
+        let probe = |record: &EvaluationRecord| {
+            format!("probe bytes with SHA-256 {}", record.logit_probe_sha256)
+        };
+        return Err(BundleError::EvaluationsDisagree {
+            field: "logit_probe_f32le_hex",
+            reference: probe(reference),
+            recovered: probe(recovered),
+        });
+    }
+    Ok(())
 }
 
 /// Both evaluations are at the target step, of the reference store's checkpoint of the

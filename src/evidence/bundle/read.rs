@@ -8,7 +8,11 @@
 //! against the `fstat` of what was opened (the name was not swapped in between), the
 //! `fstat` before the read against the one after it (the file did not change while it was
 //! read; the byte count must equal the size), and a final `lstat` of the name against the
-//! opened file (the name still names it). Each way of failing has its own error.
+//! opened file (the name still names it). A member must also be the bundle's own file:
+//! once the name is seen to still name the file read, that file's link count must be 1,
+//! since a second hard link (in the bundle or anywhere else on the file system) is a name
+//! through which its bytes can be changed without touching the bundle directory. Each way
+//! of failing has its own error.
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -218,7 +222,8 @@ impl<'a> BundleDir<'a> {
             });
         }
         hook(ReadStage::AfterRead, &path);
-        let after = identity_of(&rustix::fs::fstat(&file).map_err(|e| io(&path, e))?);
+        let after_stat = rustix::fs::fstat(&file).map_err(|e| io(&path, e))?;
+        let after = identity_of(&after_stat);
         let changed = opened
             .content_differs(&after)
             .or_else(|| (bytes.len() as u64 != after.size).then_some(IdentityField::Size));
@@ -240,8 +245,25 @@ impl<'a> BundleDir<'a> {
             Err(errno) => return Err(io(&path, errno)),
         };
         same_file(name, &after, &relisted)?;
+        // Its name's file (checked just above; a replaced one may have no link left): no
+        // other name may link to it, made before the verification or during it.
+        own_file(name, &after_stat)?;
         Ok(bytes)
     }
+}
+
+/// The member is the bundle's own file: exactly one name links to it (`st_nlink == 1`).
+// The width of `st_nlink` differs between architectures.
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+fn own_file(name: &str, stat: &Stat) -> Result<(), BundleError> {
+    let links = stat.st_nlink as u64;
+    if links != 1 {
+        return Err(BundleError::SharedFile {
+            name: name.to_owned(),
+            links,
+        });
+    }
+    Ok(())
 }
 
 /// `after` is still the file `before` saw, unchanged: another object (device or inode)

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use super::read::{IdentityField, ReadStage};
 use super::*;
 use crate::core::barrier::Barrier;
+use crate::dataset::{Resource, FASHION_MNIST};
 
 fn root(step: u64) -> Digest {
     Digest::of(format!("root at step {step}").as_bytes())
@@ -47,8 +48,8 @@ fn evaluation(role: EvaluationRole, generation: u64, workers: u32) -> Evaluation
         workers,
         logical_state_root: root(3),
         ledger_digest: ledger(3),
-        test_images_sha256: Digest::of(b"images"),
-        test_labels_sha256: Digest::of(b"labels"),
+        test_images_sha256: FASHION_MNIST.get(Resource::TestImages).payload.sha256,
+        test_labels_sha256: FASHION_MNIST.get(Resource::TestLabels).payload.sha256,
         correct: 7_000,
         total: 10_000,
         logit_probe_shape: [128, 10],
@@ -161,7 +162,11 @@ fn fixture() -> Fixture {
             tch_version: "0".into(),
             libtorch_version: "0".into(),
             source_revision: None,
-            dataset_payload_sha256: vec![],
+            dataset_payload_sha256: FASHION_MNIST
+                .resources
+                .iter()
+                .map(|r| r.payload.sha256)
+                .collect(),
         },
         nonclaims: NONCLAIMS.iter().map(|s| (*s).to_owned()).collect(),
         self_sha256: Digest([0; 32]),
@@ -310,10 +315,207 @@ fn the_recovered_evaluation_must_be_of_the_final_checkpoint() {
     );
 }
 
+// ---- evaluation figures ----
+
+/// The error `verify` gives a consistent forgery (every digest recomputed by install).
+fn refused(edit: impl FnOnce(&mut Fixture)) -> BundleError {
+    let (_scratch, directory) = forged(edit);
+    verify(&directory).expect_err("the forgery verified")
+}
+
+/// Replaces `record`'s logit probe with `probe`, its digest recomputed.
+fn set_probe(record: &mut EvaluationRecord, probe: &[u8]) {
+    record.logit_probe_f32le_hex = hex::encode(probe);
+    record.logit_probe_sha256 = Digest::of(probe);
+}
+
+#[test]
+fn a_recovered_evaluation_with_one_more_correct_answer_is_refused() {
+    // Both evaluations are of one state (equal roots and ledgers) on the pinned split,
+    // so their correct counts must be equal; every digest in the bundle is recomputed.
+    let error = refused(|f| f.recovered.correct += 1);
+    assert!(
+        matches!(
+            &error,
+            BundleError::EvaluationsDisagree { field: "correct", reference, recovered }
+                if reference == "7000" && recovered == "7001"
+        ),
+        "{error}"
+    );
+    assert_eq!(error.kind(), "evaluations-disagree");
+}
+
+#[test]
+fn different_probes_of_one_state_are_refused_even_as_a_failed_run() {
+    // The claims are honest about the probes differing (a failed run); but one state on
+    // one split cannot give two probes, so the records contradict each other.
+    let error = refused(|f| {
+        let mut probe = vec![7u8; 128 * 10 * 4];
+        probe[17] ^= 1;
+        set_probe(&mut f.recovered, &probe);
+        f.evidence.comparisons.logit_probe_equal = false;
+        f.audit.comparisons.logit_probe_equal = false;
+        f.audit.status = RunStatus::Failed.name().into();
+    });
+    assert!(
+        matches!(
+            &error,
+            BundleError::EvaluationsDisagree {
+                field: "logit_probe_f32le_hex",
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn evaluations_of_different_states_may_differ_in_a_failed_run() {
+    // The final checkpoint is another state: its evaluation may differ, and the run is
+    // recorded (and verifies) as failed.
+    let (_scratch, directory) = forged(|f| {
+        let other = Digest::of(b"another final state");
+        f.recovered.logical_state_root = other;
+        f.evidence.resharded_w3.logical_state_root = other;
+        f.recovered.correct += 1;
+        let mut probe = vec![7u8; 128 * 10 * 4];
+        probe[0] ^= 1;
+        set_probe(&mut f.recovered, &probe);
+        for comparisons in [&mut f.evidence.comparisons, &mut f.audit.comparisons] {
+            comparisons.logical_state_roots_equal = false;
+            comparisons.logit_probe_equal = false;
+        }
+        f.audit.status = RunStatus::Failed.name().into();
+    });
+    assert_eq!(verify(&directory).expect("verifies").run_status, "failed");
+}
+
+#[test]
+fn a_total_other_than_the_pinned_test_count_is_refused() {
+    // Both evaluations agree with each other, but not with the pinned split's 10,000
+    // images (its labels payload: 10,008 bytes less the 8-byte IDX header).
+    let error = refused(|f| {
+        f.reference.total += 1;
+        f.recovered.total += 1;
+    });
+    assert!(
+        matches!(
+            &error,
+            BundleError::EvaluationSize { name, field: "total", recorded: 10_001, expected: 10_000 }
+                if *name == REFERENCE_EVALUATION
+        ),
+        "{error}"
+    );
+    assert_eq!(error.kind(), "evaluation-size");
+}
+
+#[test]
+fn a_probe_of_another_shape_is_refused() {
+    // 64 rows, consistently encoded: the probe must hold the first 128 test images.
+    let error = refused(|f| {
+        let probe = vec![7u8; 64 * 10 * 4];
+        for record in [&mut f.reference, &mut f.recovered] {
+            record.logit_probe_shape = [64, 10];
+            set_probe(record, &probe);
+        }
+    });
+    assert!(
+        matches!(
+            &error,
+            BundleError::EvaluationSize {
+                field: "logit_probe_shape[0]",
+                recorded: 64,
+                expected: 128,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_evaluation_on_an_unpinned_test_split_is_refused() {
+    let error = refused(|f| {
+        for record in [&mut f.reference, &mut f.recovered] {
+            record.test_labels_sha256 = Digest::of(b"other labels");
+        }
+    });
+    assert!(
+        matches!(
+            &error,
+            BundleError::UnpinnedDataset { name, field, .. }
+                if *name == REFERENCE_EVALUATION && field == "test_labels_sha256"
+        ),
+        "{error}"
+    );
+    assert_eq!(error.kind(), "unpinned-dataset");
+}
+
+#[test]
+fn an_audit_naming_other_dataset_payloads_is_refused() {
+    let error = refused(|f| f.audit.build.dataset_payload_sha256[0] = Digest::of(b"other"));
+    assert!(
+        matches!(
+            &error,
+            BundleError::UnpinnedDataset { name, field, .. }
+                if *name == AUDIT && field == "build.dataset_payload_sha256[0]"
+        ),
+        "{error}"
+    );
+    let error = refused(|f| {
+        f.audit.build.dataset_payload_sha256.pop();
+    });
+    assert_eq!(error.kind(), "unpinned-dataset", "{error}");
+}
+
+#[test]
+fn the_synthetic_bundle_verifies_against_its_own_pins_only() {
+    // The same bundle against other pins: its evaluations name another test split.
+    let (_scratch, directory) = forged(|_| {});
+    let other = crate::dataset::PinTable::with_pins(FASHION_MNIST.resources.map(|r| {
+        let mut payload = r.payload;
+        payload.sha256 = Digest::of(r.name.as_bytes());
+        (r.gzip, payload)
+    }));
+    let error = verify_pinned(&directory, &other).expect_err("verified against other pins");
+    assert_eq!(error.kind(), "unpinned-dataset", "{error}");
+    assert!(verify_pinned(&directory, &FASHION_MNIST).is_ok());
+}
+
+#[cfg(not(feature = "torch"))]
+#[test]
+fn without_torch_nothing_is_reevaluated_and_the_report_says_so() {
+    use super::reevaluate::{reevaluate, RunStores, SkipReason};
+    let (_scratch, directory) = forged(|_| {});
+    let verified = verify_pinned(&directory, &FASHION_MNIST).expect("verifies");
+    let mut loads = 0;
+    let report = reevaluate(&verified, &RunStores::beside(&directory), &mut || {
+        loads += 1;
+        Err(crate::dataset::DatasetError::CachedFileMissing {
+            name: "t10k-labels-idx1-ubyte".into(),
+            path: PathBuf::new(),
+        })
+    })
+    .expect("reports");
+    assert_eq!(loads, 0, "the test split was loaded without an engine");
+    assert!(report.reevaluated.is_empty() && !report.complete());
+    assert_eq!(
+        report
+            .not_reevaluated
+            .iter()
+            .map(|n| (n.name, n.reason))
+            .collect::<Vec<_>>(),
+        [
+            (REFERENCE_EVALUATION, SkipReason::NoTorchEngine),
+            (RECOVERED_EVALUATION, SkipReason::NoTorchEngine)
+        ]
+    );
+}
+
 // ---- file identity ----
 
 fn verify_kind(directory: &Path, hook: &mut dyn FnMut(ReadStage, &Path)) -> BundleError {
-    verify_with(directory, hook).expect_err("verified despite the interference")
+    verify_with(directory, &FASHION_MNIST, hook).expect_err("verified despite the interference")
 }
 
 #[test]
@@ -482,4 +684,52 @@ fn a_file_changed_between_lstat_and_open_is_refused() {
         matches!(&error, BundleError::ChangedWhileRead { name, field: IdentityField::Size } if name == REFERENCE_EVALUATION),
         "{error}"
     );
+}
+
+// ---- exclusive ownership ----
+
+fn assert_shared(error: &BundleError, member: &str) {
+    assert!(
+        matches!(error, BundleError::SharedFile { name, links: 2 } if name == member),
+        "{error}"
+    );
+    assert_eq!(error.kind(), "shared-file");
+}
+
+#[test]
+fn a_bundle_file_hard_linked_from_outside_the_bundle_is_refused() {
+    // Same inode, same bytes: only the link count shows that another name, outside the
+    // bundle, can change them.
+    let (scratch, directory) = forged(|_| {});
+    std::fs::hard_link(
+        directory.join(RECOVERY_EVIDENCE),
+        scratch.path().join("outside.json"),
+    )
+    .expect("link");
+    let error = verify(&directory).expect_err("a shared file verified");
+    assert_shared(&error, RECOVERY_EVIDENCE);
+}
+
+#[test]
+fn a_hard_link_made_between_lstat_and_open_is_refused() {
+    let (scratch, directory) = forged(|_| {});
+    let outside = scratch.path().join("outside.json");
+    let error = verify_kind(&directory, &mut |stage, path| {
+        if stage == ReadStage::BeforeOpen && path.ends_with(AUDIT) {
+            std::fs::hard_link(path, &outside).expect("link");
+        }
+    });
+    assert_shared(&error, AUDIT);
+}
+
+#[test]
+fn a_hard_link_made_while_the_file_is_read_is_refused() {
+    let (scratch, directory) = forged(|_| {});
+    let outside = scratch.path().join("outside.json");
+    let error = verify_kind(&directory, &mut |stage, path| {
+        if stage == ReadStage::AfterRead && path.ends_with(REFERENCE_EVALUATION) {
+            std::fs::hard_link(path, &outside).expect("link");
+        }
+    });
+    assert_shared(&error, REFERENCE_EVALUATION);
 }
