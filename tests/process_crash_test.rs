@@ -5,6 +5,7 @@
 //!   file-system seam announces for the same publish (the control: no failing state);
 //! - the model catches broken writers (no fsync, remove-before-rename, in-place rewrite)
 //!   and passes the correct one; threads and child processes are all recorded;
+//! - a file truncated and rewritten with its own bytes can be left empty;
 //! - bad input: a failing writer, a hanging check, a hanging writer, an escaping writer,
 //!   unmodelled system calls, a trace over the limits, a used output directory — each a
 //!   specific error, exit 1, nothing left running.
@@ -431,5 +432,40 @@ fn a_failing_setup_and_an_unsupported_starting_image_are_errors() {
     assert!(
         text.contains("neither a regular file nor a directory"),
         "{text}"
+    );
+}
+
+/// O_TRUNC and a rewrite of the very same bytes, never fsynced: the truncation may
+/// persist without the rewrite even once the rewrite has completed (a state holding the
+/// `rewritten` the writer creates next; a crash between truncation and write empties the
+/// file anyway).
+#[test]
+fn a_file_truncated_and_rewritten_with_the_same_bytes_can_be_left_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let writer = writer_py();
+    let w = writer.to_str().expect("utf-8 path");
+    let setup = format!("python3 {w} atomic 1");
+    let check = format!("python3 {w} check");
+    let output = crash_test(
+        &dir.path().join("out"),
+        &["--setup", &setup, "--check", &check],
+        &["python3", w, "rewrite-same", "1"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let report = report(&output);
+    let failures = report["failures"].as_array().expect("failures");
+    assert!(
+        failures.iter().any(|failure| {
+            let persisted = &failure["persisted"];
+            persisted["ckpt"]["len"] == 0 && persisted.get("rewritten").is_some()
+        }),
+        "no state after the rewrite with an empty ckpt: {report}"
+    );
+    let classes = report["failure_classes"].as_array().expect("classes");
+    assert!(
+        classes
+            .iter()
+            .any(|c| c["message"] == "ckpt: damaged (0 bytes)"),
+        "{classes:?}"
     );
 }

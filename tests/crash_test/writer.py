@@ -7,7 +7,9 @@ Modes: `atomic` (temp file, fsync, rename, directory fsync: correct), `no-fsync`
 same without the file fsync), `remove-first` (removes the old checkpoint before the
 rename, like torch 2.13's FileSystemWriter.finish), `in-place` (truncates and rewrites
 the checkpoint, then fsyncs), `threads` (two threads and a child process write the parts
-of a three-file checkpoint, each fsynced and renamed, then the directory fsynced).
+of a three-file checkpoint, each fsynced and renamed, then the directory fsynced),
+`rewrite-same` (truncates ./ckpt and writes the same bytes again, no fsync, then creates
+./rewritten).
 """
 import os
 import subprocess
@@ -71,6 +73,10 @@ def save(mode, value):
             t.join()
         fsync_dir()
         return child.returncode
+    elif mode == "rewrite-same":
+        write_file("ckpt", data, sync=False)
+        # A later entry: a state holding it was cut after the rewrite had completed.
+        open("rewritten", "wb").close()
     elif mode == "part":
         part(sys.argv[2], sys.argv[3])
     else:

@@ -2,9 +2,10 @@
 //! (RFC 0001 §Failure model, `lab::powerloss`):
 //!
 //! - a file's data and size are durable once it is fsynced (or after `sync`); before
-//!   that a crash may leave it whole, as last fsynced ("lost"), cut at a 512- or 4096-byte
-//!   boundary ("short"), with its unsynced range or last sector read as zeros ("zeroed"),
-//!   or with only the first of its unsynced writes ("torn");
+//!   that, while it has unsynced writes or truncations (even ones that leave its bytes
+//!   as they were), a crash may leave it whole, as last fsynced ("lost"), cut at a 512-
+//!   or 4096-byte boundary ("short"), with its unsynced range or last sector read as
+//!   zeros ("zeroed"), or with only the first of its unsynced writes ("torn");
 //! - an entry operation (create, link, mkdir, rename, unlink, rmdir) is durable once the
 //!   directory holding the new entry is fsynced after it; before that any subset of the
 //!   pending ones may have happened, applied in program order; a rename is atomic;
@@ -202,29 +203,29 @@ impl DataAt {
             }
             FileData::FirstWrites(count) => {
                 let mut out = self.durable[inode].clone();
-                for &seq in self.unsynced[inode].iter().take(count) {
-                    match &trace.ops[seq] {
-                        TraceOp::Write {
-                            offset,
-                            len,
-                            data_at,
-                            ..
-                        } => {
-                            if let Some(bytes) = trace.write_bytes(*data_at, *len) {
-                                write_at(&mut out, *offset, bytes);
-                            }
-                        }
-                        TraceOp::Truncate { len, .. } => resize(&mut out, *len),
-                        _ => {}
-                    }
-                }
+                let unsynced = &self.unsynced[inode];
+                replay(trace, &mut out, &unsynced[..count.min(unsynced.len())]);
                 out
             }
         })
     }
 
+    /// The lowest offset an unsynced operation of `inode` wrote or cut at, if any: from
+    /// there on the file may differ from its durable bytes after a crash, even where its
+    /// current bytes equal them (a truncation and a rewrite of the same bytes).
+    fn first_unsynced_offset(&self, trace: &Trace, inode: InodeId) -> Option<u64> {
+        self.unsynced[inode]
+            .iter()
+            .filter_map(|&seq| match &trace.ops[seq] {
+                TraceOp::Write { offset, .. } => Some(*offset),
+                TraceOp::Truncate { len, .. } => Some(*len),
+                _ => None,
+            })
+            .min()
+    }
+
     /// The data variants of one volatile file, besides whole and lost.
-    fn torn_variants(&self, inode: InodeId, write_prefixes: usize) -> Vec<FileData> {
+    fn torn_variants(&self, trace: &Trace, inode: InodeId, write_prefixes: usize) -> Vec<FileData> {
         let current = &self.current[inode];
         let len = current.len();
         let mut out = Vec::new();
@@ -234,11 +235,16 @@ impl DataAt {
             }
         }
         let durable = &self.durable[inode];
-        let first_change = current
+        let first_difference = current
             .iter()
             .zip(durable.iter())
             .position(|(a, b)| a != b)
             .unwrap_or(durable.len().min(len));
+        let first_change = self
+            .first_unsynced_offset(trace, inode)
+            .map_or(first_difference, |offset| {
+                first_difference.min(clamp(offset, len))
+            });
         if first_change < len {
             out.push(FileData::ZeroedFrom((first_change / 4096 * 4096) as u64));
             if len > 4096 {
@@ -255,6 +261,26 @@ impl DataAt {
         out.retain(|variant| *variant != FileData::FirstWrites(0));
         out.dedup();
         out
+    }
+}
+
+/// Applies the data operations `seqs` of `trace` to `bytes`, in order.
+fn replay(trace: &Trace, bytes: &mut Vec<u8>, seqs: &[usize]) {
+    for &seq in seqs {
+        match &trace.ops[seq] {
+            TraceOp::Write {
+                offset,
+                len,
+                data_at,
+                ..
+            } => {
+                if let Some(data) = trace.write_bytes(*data_at, *len) {
+                    write_at(bytes, *offset, data);
+                }
+            }
+            TraceOp::Truncate { len, .. } => resize(bytes, *len),
+            _ => {}
+        }
     }
 }
 
@@ -312,7 +338,15 @@ pub fn crash_states(
             let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
             let names = namespace(trace, crash_point, &pending, &chosen);
             let everything = subset.len() == pending.len();
-            for files in variants(&names, &data, everything, limits.write_prefixes, unread) {
+            let choices = variants(
+                trace,
+                &names,
+                &data,
+                everything,
+                limits.write_prefixes,
+                unread,
+            );
+            for files in choices {
                 let state = build_state(
                     trace,
                     &data,
@@ -404,6 +438,7 @@ fn namespace(
 
 /// Per-inode data choices for one namespace.
 fn variants(
+    trace: &Trace,
     names: &BTreeMap<String, Node>,
     data: &DataAt,
     each_torn: bool,
@@ -413,9 +448,9 @@ fn variants(
     let mut volatile: Vec<InodeId> = names
         .iter()
         .filter_map(|(path, node)| match node {
-            Node::File(inode)
-                if data.current[*inode] != data.durable[*inode] && !unread.covers(path) =>
-            {
+            // Unsynced operations put a file at risk even when its bytes are back to
+            // the durable ones: a crash may keep the truncation and lose the rewrite.
+            Node::File(inode) if !data.unsynced[*inode].is_empty() && !unread.covers(path) => {
                 Some(*inode)
             }
             _ => None,
@@ -433,7 +468,7 @@ fn variants(
     if each_torn {
         for &inode in &volatile {
             let mut alone = vec![FileData::Lost];
-            alone.extend(data.torn_variants(inode, write_prefixes));
+            alone.extend(data.torn_variants(trace, inode, write_prefixes));
             for variant in alone {
                 let mut choice = whole.clone();
                 choice.insert(inode, variant);
@@ -645,5 +680,70 @@ mod tests {
         };
         let error = crash_states(&trace, limits, &Unread::default()).unwrap_err();
         assert!(matches!(error, ModelError::TooManyStates { limit: 2 }));
+    }
+
+    /// The contents of `path` in each state (`None`: absent).
+    fn contents_of(trace: &Trace, states: &[CrashState], path: &str) -> Vec<Option<Vec<u8>>> {
+        states
+            .iter()
+            .map(|state| {
+                state_files(trace, state)
+                    .into_iter()
+                    .find(|(p, _)| p == path)
+                    .and_then(|(_, bytes)| bytes)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_truncation_and_rewrite_of_the_same_bytes_without_fsync_can_leave_an_empty_file() {
+        let rewrite = |fsync: bool| {
+            let mut trace = Trace {
+                initial: BTreeMap::from([("ckpt".to_owned(), InitialEntry::File(0))]),
+                initial_contents: vec![OLD.to_vec()],
+                inode_count: 1,
+                data: OLD.to_vec(),
+                ..Trace::default()
+            };
+            trace.ops.push(TraceOp::Truncate { inode: 0, len: 0 });
+            trace.ops.push(TraceOp::Write {
+                inode: 0,
+                offset: 0,
+                len: OLD.len() as u64,
+                data_at: 0,
+            });
+            if fsync {
+                trace.ops.push(TraceOp::Fsync { inode: 0 });
+            }
+            // A later entry: a state holding it was cut after the rewrite completed (a
+            // crash between truncation and write empties the file anyway).
+            trace.ops.push(TraceOp::Mkdir {
+                path: "done".into(),
+            });
+            let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+            let after: Vec<CrashState> = states
+                .into_iter()
+                .filter(|s| s.entries.contains_key("done"))
+                .collect();
+            assert!(!after.is_empty());
+            contents_of(&trace, &after, "ckpt")
+        };
+        let contents = rewrite(false);
+        assert!(
+            contents.iter().any(|c| c.as_deref() == Some(&[][..])),
+            "{contents:?}"
+        );
+        assert!(
+            contents
+                .iter()
+                .any(|c| c.as_deref() == Some(&[0u8; OLD.len()][..])),
+            "zeroed from the rewrite's offset: {contents:?}"
+        );
+        // Once fsynced, the rewrite is durable: only the old bytes remain possible.
+        let contents = rewrite(true);
+        assert!(
+            contents.iter().all(|c| c.as_deref() == Some(OLD)),
+            "{contents:?}"
+        );
     }
 }
