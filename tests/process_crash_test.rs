@@ -6,6 +6,8 @@
 //! - the model catches broken writers (no fsync, remove-before-rename, in-place rewrite)
 //!   and passes the correct one; threads and child processes are all recorded;
 //! - a file truncated and rewritten with its own bytes can be left empty;
+//! - the report says whether the subsets of pending operations were sampled, and how
+//!   many were enumerated of how many, in JSON and in words;
 //! - bad input: a failing writer, a hanging check, a hanging writer, an escaping writer,
 //!   unmodelled system calls, a trace over the limits, a used output directory — each a
 //!   specific error, exit 1, nothing left running.
@@ -467,5 +469,70 @@ fn a_file_truncated_and_rewritten_with_the_same_bytes_can_be_left_empty() {
             .iter()
             .any(|c| c["message"] == "ckpt: damaged (0 bytes)"),
         "{classes:?}"
+    );
+}
+
+/// A writer that creates and removes `f` `rounds` times, never fsyncing its directory:
+/// `2 * rounds` entry operations pending at the end, but only two distinct states.
+fn churn(rounds: usize) -> [String; 3] {
+    [
+        "python3".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "import os\nfor _ in range({rounds}):\n    open('f', 'w').close()\n    os.unlink('f')"
+        ),
+    ]
+}
+
+#[test]
+fn the_report_says_whether_subsets_were_sampled_and_how_many_were_enumerated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Two rounds: at most four pending operations, every subset enumerated.
+    let small = churn(2);
+    let small: Vec<&str> = small.iter().map(String::as_str).collect();
+    let output = crash_test(&dir.path().join("small"), &["--check", "true"], &small);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report_small = report(&output);
+    assert_eq!(report_small["trace_operations"], 4);
+    assert_eq!(report_small["sampled"], false);
+    // 2^0 + 2^1 + 2^2 + 2^3 + 2^4 subsets over the five crash points.
+    assert_eq!(report_small["subsets_total"], 31);
+    assert_eq!(report_small["subsets_checked"], 31);
+    assert_eq!(report_small["exhaustive"], true);
+
+    // Six rounds: twelve pending at the end, more than are enumerated in full, although
+    // every distinct state is still checked.
+    let large = churn(6);
+    let large: Vec<&str> = large.iter().map(String::as_str).collect();
+    let output = crash_test(&dir.path().join("large"), &["--check", "true"], &large);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report_large = report(&output);
+    assert_eq!(report_large["trace_operations"], 12);
+    assert_eq!(report_large["states"], report_large["states_total"]);
+    assert_eq!(report_large["sampled"], true);
+    assert_eq!(report_large["subsets_total"], (1u64 << 13) - 1);
+    let checked = report_large["subsets_checked"].as_u64().expect("checked");
+    assert!(
+        (1u64 << 11) - 1 < checked && checked < (1u64 << 13) - 1,
+        "{checked}"
+    );
+    assert_eq!(report_large["exhaustive"], false);
+
+    // The words say the same.
+    let output = Command::new(SHARDLIFT)
+        .arg("crash-test")
+        .arg("--out")
+        .arg(dir.path().join("words"))
+        .args(["--check", "true", "--"])
+        .args(&large)
+        .output()
+        .expect("run shardlift crash-test");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let words = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        words.contains(&format!(
+            "{checked} of 8191 subsets of pending entry operations enumerated (sampled)"
+        )) && words.contains("not exhaustive"),
+        "{words}"
     );
 }

@@ -13,7 +13,8 @@
 //!
 //! Crash points are every operation boundary. Subsets of pending entry operations: all
 //! when at most `all_subsets_up_to` are pending, else every prefix, every omit-one and
-//! seeded samples. Per-file data variants are taken where every pending operation
+//! seeded samples; [`SubsetCoverage`] says how many subsets were built of how many
+//! there are. Per-file data variants are taken where every pending operation
 //! happened (the namespace with the most names); every other subset gets "all whole" and
 //! "all lost". States are deduplicated by a digest of what a loader can see: every path,
 //! its kind and its bytes.
@@ -321,20 +322,69 @@ pub enum ModelError {
     },
 }
 
+/// How much of the subsets of pending entry operations an enumeration covered, summed
+/// over its crash points.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SubsetCoverage {
+    /// Distinct subsets whose crash states were built.
+    pub enumerated: u64,
+    /// Every subset there is (2 to the number of pending entry operations, per crash
+    /// point); `None` when the sum exceeds `u64::MAX`.
+    pub total: Option<u64>,
+}
+
+impl SubsetCoverage {
+    /// Whether some subsets were left out (sampled instead of all enumerated).
+    pub fn sampled(&self) -> bool {
+        self.total != Some(self.enumerated)
+    }
+
+    fn add_crash_point(&mut self, pending: usize, enumerated: usize) {
+        self.enumerated = self.enumerated.saturating_add(enumerated as u64);
+        // checked_shl refuses shifts of 64 and more: 2^pending does not fit then.
+        let all = u32::try_from(pending)
+            .ok()
+            .and_then(|pending| 1u64.checked_shl(pending));
+        self.total = self
+            .total
+            .and_then(|total| all.and_then(|all| total.checked_add(all)));
+    }
+}
+
+/// The distinct crash states of a trace and what the enumeration covered.
+#[derive(Clone, Debug)]
+pub struct CrashStates {
+    /// Every distinct crash state, in order of first appearance (crash point).
+    pub states: Vec<CrashState>,
+    /// The subsets of pending entry operations enumerated, of all there are.
+    pub subsets: SubsetCoverage,
+}
+
 /// Every distinct crash state of `trace`, in order of first appearance (crash point).
 pub fn crash_states(
     trace: &Trace,
     limits: ModelLimits,
     unread: &Unread,
-) -> Result<Vec<CrashState>, ModelError> {
+) -> Result<CrashStates, ModelError> {
     trace.validate().map_err(ModelError::BadTrace)?;
     let mut rng = SplitMix64::keyed(limits.subsets.seed, "shardlift/crash-test/subsets", 0);
     let mut seen: HashSet<Digest> = HashSet::new();
     let mut out = Vec::new();
+    let mut coverage = SubsetCoverage {
+        enumerated: 0,
+        total: Some(0),
+    };
     let mut data = DataAt::initial(trace);
     let mut pending: Vec<usize> = Vec::new();
     for crash_point in 0..=trace.ops.len() {
-        for subset in subsets(pending.len(), limits.subsets, &mut rng) {
+        // Sampling may draw a subset twice; coverage counts distinct ones.
+        let mut drawn: HashSet<Vec<usize>> = HashSet::new();
+        let distinct: Vec<Vec<usize>> = subsets(pending.len(), limits.subsets, &mut rng)
+            .into_iter()
+            .filter(|subset| drawn.insert(subset.clone()))
+            .collect();
+        coverage.add_crash_point(pending.len(), distinct.len());
+        for subset in distinct {
             let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
             let names = namespace(trace, crash_point, &pending, &chosen);
             let everything = subset.len() == pending.len();
@@ -380,7 +430,10 @@ pub fn crash_states(
             },
         }
     }
-    Ok(out)
+    Ok(CrashStates {
+        states: out,
+        subsets: coverage,
+    })
 }
 
 /// The names after the durable entry operations and the chosen pending ones of the
@@ -608,7 +661,9 @@ mod tests {
     #[test]
     fn a_correct_replace_leaves_the_old_or_the_new_checkpoint_in_every_state() {
         let trace = replace_trace(true);
-        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default())
+            .unwrap()
+            .states;
         let contents = ckpt_contents(&trace, &states);
         assert!(contents.iter().any(|c| c.as_deref() == Some(OLD)));
         assert!(contents.iter().any(|c| c.as_deref() == Some(NEW)));
@@ -623,7 +678,9 @@ mod tests {
     #[test]
     fn a_replace_without_fsync_can_leave_an_empty_or_torn_checkpoint() {
         let trace = replace_trace(false);
-        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default())
+            .unwrap()
+            .states;
         let contents = ckpt_contents(&trace, &states);
         assert!(
             contents.iter().any(|c| c.as_deref() == Some(&[][..])),
@@ -640,7 +697,9 @@ mod tests {
     #[test]
     fn states_are_distinct_and_start_from_the_initial_image() {
         let trace = replace_trace(false);
-        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default())
+            .unwrap()
+            .states;
         let digests: HashSet<Digest> = states.iter().map(|s| s.digest).collect();
         assert_eq!(digests.len(), states.len());
         assert_eq!(states[0].crash_point, 0);
@@ -658,9 +717,13 @@ mod tests {
             }
         }
         trace.initial.insert("staging".into(), InitialEntry::Dir);
-        let all = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let all = crash_states(&trace, ModelLimits::default(), &Unread::default())
+            .unwrap()
+            .states;
         let unread = Unread::new(&["staging/".to_owned()]);
-        let fewer = crash_states(&trace, ModelLimits::default(), &unread).unwrap();
+        let fewer = crash_states(&trace, ModelLimits::default(), &unread)
+            .unwrap()
+            .states;
         assert!(fewer.len() < all.len(), "{} vs {}", fewer.len(), all.len());
         assert!(unread.covers("staging") && unread.covers("staging/x"));
         assert!(!unread.covers("staging2") && !unread.covers("stag"));
@@ -720,7 +783,9 @@ mod tests {
             trace.ops.push(TraceOp::Mkdir {
                 path: "done".into(),
             });
-            let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+            let states = crash_states(&trace, ModelLimits::default(), &Unread::default())
+                .unwrap()
+                .states;
             let after: Vec<CrashState> = states
                 .into_iter()
                 .filter(|s| s.entries.contains_key("done"))
@@ -745,5 +810,71 @@ mod tests {
             contents.iter().all(|c| c.as_deref() == Some(OLD)),
             "{contents:?}"
         );
+    }
+
+    /// `count` creates of new files, no directory fsync: `count` pending at the end.
+    fn creates(count: usize) -> Trace {
+        let mut trace = Trace {
+            inode_count: count,
+            ..Trace::default()
+        };
+        for inode in 0..count {
+            trace.ops.push(TraceOp::Create {
+                path: format!("f{inode}"),
+                inode,
+            });
+        }
+        trace
+    }
+
+    #[test]
+    fn subset_coverage_counts_what_was_enumerated() {
+        let limits = ModelLimits::default();
+        let full = limits.subsets.all_subsets_up_to;
+        // Up to the full-enumeration bound every subset is built: 2^0 + ... + 2^full.
+        let all = crash_states(&creates(full), limits, &Unread::default()).unwrap();
+        let expected = (1u64 << (full + 1)) - 1;
+        assert_eq!(
+            all.subsets,
+            SubsetCoverage {
+                enumerated: expected,
+                total: Some(expected)
+            }
+        );
+        assert!(!all.subsets.sampled());
+
+        // Two more pending operations: the last two crash points are sampled.
+        let some = crash_states(&creates(full + 2), limits, &Unread::default()).unwrap();
+        let total = (1u64 << (full + 3)) - 1;
+        assert_eq!(some.subsets.total, Some(total));
+        assert!(some.subsets.sampled());
+        assert!(some.subsets.enumerated > expected, "{:?}", some.subsets);
+        assert!(some.subsets.enumerated < total, "{:?}", some.subsets);
+
+        // 2^64 subsets at the last crash point: the total is beyond u64.
+        let huge = crash_states(&creates(64), limits, &Unread::default()).unwrap();
+        assert_eq!(huge.subsets.total, None);
+        assert!(huge.subsets.sampled());
+    }
+
+    #[test]
+    fn full_enumeration_below_the_bound_is_not_sampling() {
+        // With a bound of 1, two pending operations still have all four subsets built
+        // (prefixes and omit-ones cover them): coverage says what was built.
+        let limits = ModelLimits {
+            subsets: EnumerationLimits {
+                all_subsets_up_to: 1,
+                samples: 0,
+                ..EnumerationLimits::default()
+            },
+            ..ModelLimits::default()
+        };
+        let two = crash_states(&creates(2), limits, &Unread::default()).unwrap();
+        assert_eq!(two.subsets.total, Some(7));
+        assert_eq!(two.subsets.enumerated, 7);
+        assert!(!two.subsets.sampled());
+        let three = crash_states(&creates(3), limits, &Unread::default()).unwrap();
+        assert_eq!(three.subsets.total, Some(15));
+        assert!(three.subsets.sampled(), "{:?}", three.subsets);
     }
 }
