@@ -5,7 +5,8 @@
 //!   file-system seam announces for the same publish (the control: no failing state);
 //! - the model catches broken writers (no fsync, remove-before-rename, in-place rewrite)
 //!   and passes the correct one; threads and child processes are all recorded;
-//! - a file truncated and rewritten with its own bytes can be left empty;
+//! - a rename another thread completes while sync(2) runs stays pending after the sync
+//!   returns; a file truncated and rewritten with its own bytes can be left empty;
 //! - the report says whether the subsets of pending operations were sampled, and how
 //!   many were enumerated of how many, in JSON and in words;
 //! - bad input: a failing writer, a hanging check, a hanging writer, an escaping writer,
@@ -434,6 +435,81 @@ fn a_failing_setup_and_an_unsupported_starting_image_are_errors() {
     assert!(
         text.contains("neither a regular file nor a directory"),
         "{text}"
+    );
+}
+
+/// A two-thread writer whose rename completes while its other thread is inside sync(2)
+/// (tests/crash_test/writer.py `overlap`): the sync was entered before the rename, so it
+/// does not make it durable, and a crash after the sync returned can still lose it.
+#[test]
+fn a_rename_completed_while_another_thread_syncs_stays_pending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let writer = writer_py();
+    let w = writer.to_str().expect("utf-8 path");
+    let check = format!("python3 {w} check-overlap");
+    let output = crash_test(&out, &["--check", &check], &["python3", w, "overlap", "20"]);
+    let stdout = std::fs::read_to_string(out.join("writer.stdout")).unwrap_or_default();
+    assert!(
+        stdout.contains("overlapped the sync"),
+        "the writer could not make its rename overlap the sync: {stdout} {}",
+        stderr(&output)
+    );
+    let report = report(&output);
+    assert!(report["writer"]["tasks"].as_u64().expect("tasks") >= 2);
+
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(out.join("trace.json")).expect("trace.json"))
+            .expect("trace JSON");
+    let operations = trace["operations"].as_array().expect("operations");
+    let (sync_seq, entered_after) = operations
+        .iter()
+        .rev()
+        .find(|op| op["op"] == "sync_all")
+        .map(|op| {
+            (
+                op["seq"].as_u64().expect("seq"),
+                op["entered_after"].as_u64().expect("entered_after"),
+            )
+        })
+        .expect("a recorded sync");
+    let rename = operations
+        .iter()
+        .find(|op| {
+            op["op"] == "rename" && {
+                let seq = op["seq"].as_u64().expect("seq");
+                entered_after <= seq && seq < sync_seq
+            }
+        })
+        .unwrap_or_else(|| panic!("no rename between the sync's entry and exit: {trace}"));
+    let renamed = format!(
+        "#{} rename {} -> {}",
+        rename["seq"],
+        rename["from"].as_str().expect("from"),
+        rename["to"].as_str().expect("to")
+    );
+
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let failures = report["failures"].as_array().expect("failures");
+    let lost_after_sync = failures.iter().find(|failure| {
+        failure["crash_point"].as_u64().expect("crash_point") > sync_seq
+            && failure["dropped_operations"]
+                .as_array()
+                .expect("dropped")
+                .iter()
+                .any(|dropped| dropped.as_str() == Some(renamed.as_str()))
+    });
+    assert!(
+        lost_after_sync.is_some(),
+        "no state after the sync returned lacks {renamed}: {report}"
+    );
+    let classes = report["failure_classes"].as_array().expect("classes");
+    assert!(
+        classes.iter().any(|c| c["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("the sync did not cover it")),
+        "{classes:?}"
     );
 }
 

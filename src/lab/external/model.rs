@@ -9,7 +9,9 @@
 //! - an entry operation (create, link, mkdir, rename, unlink, rmdir) is durable once the
 //!   directory holding the new entry is fsynced after it; before that any subset of the
 //!   pending ones may have happened, applied in program order; a rename is atomic;
-//! - an entry whose parent directory is absent is lost.
+//! - an entry whose parent directory is absent is lost;
+//! - a durability call (fsync, sync) covers only the operations completed before it was
+//!   entered: another thread's operation that completed while it ran stays pending.
 //!
 //! Crash points are every operation boundary. Subsets of pending entry operations: all
 //! when at most `all_subsets_up_to` are pending, else every prefix, every omit-one and
@@ -177,16 +179,31 @@ impl DataAt {
                 resize(&mut self.current[*inode], *len);
                 self.unsynced[*inode].push(seq);
             }
-            TraceOp::Fsync { inode } => {
-                self.durable[*inode] = self.current[*inode].clone();
-                self.unsynced[*inode].clear();
-            }
-            TraceOp::SyncAll => {
-                self.durable = self.current.clone();
-                self.unsynced.iter_mut().for_each(Vec::clear);
+            TraceOp::Fsync {
+                inode,
+                entered_after,
+            } => self.make_durable(trace, *inode, *entered_after),
+            TraceOp::SyncAll { entered_after } => {
+                for inode in 0..self.current.len() {
+                    self.make_durable(trace, inode, *entered_after);
+                }
             }
             _ => {}
         }
+    }
+
+    /// Makes the unsynced operations of `inode` completed before index `entered_after`
+    /// durable; later ones (another thread's, completed while the call ran) stay unsynced.
+    fn make_durable(&mut self, trace: &Trace, inode: InodeId, entered_after: usize) {
+        let unsynced = std::mem::take(&mut self.unsynced[inode]);
+        let (covered, later): (Vec<usize>, Vec<usize>) =
+            unsynced.into_iter().partition(|&seq| seq < entered_after);
+        if later.is_empty() {
+            self.durable[inode] = self.current[inode].clone();
+        } else {
+            replay(trace, &mut self.durable[inode], &covered);
+        }
+        self.unsynced[inode] = later;
     }
 
     /// The bytes of `inode` under `data`.
@@ -420,10 +437,16 @@ pub fn crash_states(
         };
         data.apply(trace, crash_point);
         match op {
-            TraceOp::FsyncDir { path } => {
-                pending.retain(|&seq| trace.ops[seq].durable_in() != Some(path.as_str()));
+            // A durability call covers what completed before its entry only.
+            TraceOp::FsyncDir {
+                path,
+                entered_after,
+            } => {
+                pending.retain(|&seq| {
+                    seq >= *entered_after || trace.ops[seq].durable_in() != Some(path.as_str())
+                });
             }
-            TraceOp::SyncAll => pending.clear(),
+            TraceOp::SyncAll { entered_after } => pending.retain(|&seq| seq >= *entered_after),
             _ => match op.durable_in() {
                 Some(dir) if !unread.covers(dir) => pending.push(crash_point),
                 _ => {}
@@ -633,7 +656,10 @@ mod tests {
             data_at: 0,
         });
         if fsync_file {
-            trace.ops.push(TraceOp::Fsync { inode: 1 });
+            trace.ops.push(TraceOp::Fsync {
+                inode: 1,
+                entered_after: trace.ops.len(),
+            });
         }
         trace.ops.push(TraceOp::Rename {
             from: "ckpt.tmp".into(),
@@ -642,6 +668,7 @@ mod tests {
         });
         trace.ops.push(TraceOp::FsyncDir {
             path: String::new(),
+            entered_after: trace.ops.len(),
         });
         trace
     }
@@ -732,7 +759,13 @@ mod tests {
     #[test]
     fn an_inconsistent_trace_and_too_many_states_are_refused() {
         let mut trace = replace_trace(true);
-        trace.ops.insert(0, TraceOp::Fsync { inode: 1 });
+        trace.ops.insert(
+            0,
+            TraceOp::Fsync {
+                inode: 1,
+                entered_after: 0,
+            },
+        );
         let error = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap_err();
         assert!(matches!(error, ModelError::BadTrace(_)), "{error}");
 
@@ -744,7 +777,6 @@ mod tests {
         let error = crash_states(&trace, limits, &Unread::default()).unwrap_err();
         assert!(matches!(error, ModelError::TooManyStates { limit: 2 }));
     }
-
     /// The contents of `path` in each state (`None`: absent).
     fn contents_of(trace: &Trace, states: &[CrashState], path: &str) -> Vec<Option<Vec<u8>>> {
         states
@@ -776,7 +808,10 @@ mod tests {
                 data_at: 0,
             });
             if fsync {
-                trace.ops.push(TraceOp::Fsync { inode: 0 });
+                trace.ops.push(TraceOp::Fsync {
+                    inode: 0,
+                    entered_after: 2,
+                });
             }
             // A later entry: a state holding it was cut after the rewrite completed (a
             // crash between truncation and write empties the file anyway).
@@ -810,6 +845,88 @@ mod tests {
             contents.iter().all(|c| c.as_deref() == Some(OLD)),
             "{contents:?}"
         );
+    }
+
+    /// `b` created and written by another thread while a directory fsync and then a file
+    /// fsync ran (each entered before it), then a marker created after both returned.
+    fn overlapping_trace(entered_before_overlap: bool) -> Trace {
+        let mut trace = Trace {
+            inode_count: 2,
+            data: NEW.to_vec(),
+            ..Trace::default()
+        };
+        // #0 create a, #1 create b (other thread), #2 fsync dir entered before #1,
+        // #3 write b (other thread), #4 fsync b entered before #3, #5 create marker.
+        let (dir_entry, file_entry) = if entered_before_overlap {
+            (1, 3)
+        } else {
+            (2, 4)
+        };
+        trace.ops.push(TraceOp::Create {
+            path: "a".into(),
+            inode: 0,
+        });
+        trace.ops.push(TraceOp::Create {
+            path: "b".into(),
+            inode: 1,
+        });
+        trace.ops.push(TraceOp::FsyncDir {
+            path: String::new(),
+            entered_after: dir_entry,
+        });
+        trace.ops.push(TraceOp::Write {
+            inode: 1,
+            offset: 0,
+            len: NEW.len() as u64,
+            data_at: 0,
+        });
+        trace.ops.push(TraceOp::Fsync {
+            inode: 1,
+            entered_after: file_entry,
+        });
+        trace.ops.push(TraceOp::Mkdir {
+            path: "marker".into(),
+        });
+        trace
+    }
+
+    #[test]
+    fn a_durability_call_covers_only_what_completed_before_its_entry() {
+        let limits = ModelLimits::default();
+        for overlapping in [true, false] {
+            let trace = overlapping_trace(overlapping);
+            let states = crash_states(&trace, limits, &Unread::default())
+                .unwrap()
+                .states;
+            let after_both: Vec<&CrashState> =
+                states.iter().filter(|s| s.crash_point >= 5).collect();
+            let b_absent = after_both.iter().any(|s| !s.entries.contains_key("b"));
+            let b_empty = contents_of(&trace, &states, "b")
+                .iter()
+                .zip(&states)
+                .any(|(c, s)| s.crash_point >= 5 && c.as_deref() == Some(&[][..]));
+            assert_eq!(b_absent, overlapping, "overlapping: {overlapping}");
+            assert_eq!(b_empty, overlapping, "overlapping: {overlapping}");
+            // `a` completed before the directory fsync's entry: durable either way.
+            assert!(after_both.iter().all(|s| s.entries.contains_key("a")));
+        }
+        let trace = overlapping_trace(true);
+        assert_eq!(
+            trace.ops[2].describe_at(2),
+            "fsync dir . (entered before #1: #1 to #1 completed while it ran and are not covered)"
+        );
+        assert_eq!(
+            overlapping_trace(false).ops[2].describe_at(2),
+            "fsync dir ."
+        );
+    }
+
+    #[test]
+    fn a_durability_call_entered_after_later_operations_is_an_inconsistent_trace() {
+        let mut trace = overlapping_trace(false);
+        trace.ops[2] = TraceOp::SyncAll { entered_after: 3 };
+        let error = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap_err();
+        assert!(matches!(error, ModelError::BadTrace(_)), "{error}");
     }
 
     /// `count` creates of new files, no directory fsync: `count` pending at the end.
