@@ -5,6 +5,10 @@
 //!   file-system seam announces for the same publish (the control: no failing state);
 //! - the model catches broken writers (no fsync, remove-before-rename, in-place rewrite)
 //!   and passes the correct one; threads and child processes are all recorded;
+//! - a rename another thread completes while sync(2) runs stays pending after the sync
+//!   returns; a file truncated and rewritten with its own bytes can be left empty;
+//! - the report says whether the subsets of pending operations were sampled, and how
+//!   many were enumerated of how many, in JSON and in words;
 //! - bad input: a failing writer, a hanging check, a hanging writer, an escaping writer,
 //!   unmodelled system calls, a trace over the limits, a used output directory — each a
 //!   specific error, exit 1, nothing left running.
@@ -431,5 +435,180 @@ fn a_failing_setup_and_an_unsupported_starting_image_are_errors() {
     assert!(
         text.contains("neither a regular file nor a directory"),
         "{text}"
+    );
+}
+
+/// A two-thread writer whose rename completes while its other thread is inside sync(2)
+/// (tests/crash_test/writer.py `overlap`): the sync was entered before the rename, so it
+/// does not make it durable, and a crash after the sync returned can still lose it.
+#[test]
+fn a_rename_completed_while_another_thread_syncs_stays_pending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let writer = writer_py();
+    let w = writer.to_str().expect("utf-8 path");
+    let check = format!("python3 {w} check-overlap");
+    let output = crash_test(&out, &["--check", &check], &["python3", w, "overlap", "20"]);
+    let stdout = std::fs::read_to_string(out.join("writer.stdout")).unwrap_or_default();
+    assert!(
+        stdout.contains("overlapped the sync"),
+        "the writer could not make its rename overlap the sync: {stdout} {}",
+        stderr(&output)
+    );
+    let report = report(&output);
+    assert!(report["writer"]["tasks"].as_u64().expect("tasks") >= 2);
+
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(out.join("trace.json")).expect("trace.json"))
+            .expect("trace JSON");
+    let operations = trace["operations"].as_array().expect("operations");
+    let (sync_seq, entered_after) = operations
+        .iter()
+        .rev()
+        .find(|op| op["op"] == "sync_all")
+        .map(|op| {
+            (
+                op["seq"].as_u64().expect("seq"),
+                op["entered_after"].as_u64().expect("entered_after"),
+            )
+        })
+        .expect("a recorded sync");
+    let rename = operations
+        .iter()
+        .find(|op| {
+            op["op"] == "rename" && {
+                let seq = op["seq"].as_u64().expect("seq");
+                entered_after <= seq && seq < sync_seq
+            }
+        })
+        .unwrap_or_else(|| panic!("no rename between the sync's entry and exit: {trace}"));
+    let renamed = format!(
+        "#{} rename {} -> {}",
+        rename["seq"],
+        rename["from"].as_str().expect("from"),
+        rename["to"].as_str().expect("to")
+    );
+
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let failures = report["failures"].as_array().expect("failures");
+    let lost_after_sync = failures.iter().find(|failure| {
+        failure["crash_point"].as_u64().expect("crash_point") > sync_seq
+            && failure["dropped_operations"]
+                .as_array()
+                .expect("dropped")
+                .iter()
+                .any(|dropped| dropped.as_str() == Some(renamed.as_str()))
+    });
+    assert!(
+        lost_after_sync.is_some(),
+        "no state after the sync returned lacks {renamed}: {report}"
+    );
+    let classes = report["failure_classes"].as_array().expect("classes");
+    assert!(
+        classes.iter().any(|c| c["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("the sync did not cover it")),
+        "{classes:?}"
+    );
+}
+
+/// O_TRUNC and a rewrite of the very same bytes, never fsynced: the truncation may
+/// persist without the rewrite even once the rewrite has completed (a state holding the
+/// `rewritten` the writer creates next; a crash between truncation and write empties the
+/// file anyway).
+#[test]
+fn a_file_truncated_and_rewritten_with_the_same_bytes_can_be_left_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let writer = writer_py();
+    let w = writer.to_str().expect("utf-8 path");
+    let setup = format!("python3 {w} atomic 1");
+    let check = format!("python3 {w} check");
+    let output = crash_test(
+        &dir.path().join("out"),
+        &["--setup", &setup, "--check", &check],
+        &["python3", w, "rewrite-same", "1"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let report = report(&output);
+    let failures = report["failures"].as_array().expect("failures");
+    assert!(
+        failures.iter().any(|failure| {
+            let persisted = &failure["persisted"];
+            persisted["ckpt"]["len"] == 0 && persisted.get("rewritten").is_some()
+        }),
+        "no state after the rewrite with an empty ckpt: {report}"
+    );
+    let classes = report["failure_classes"].as_array().expect("classes");
+    assert!(
+        classes
+            .iter()
+            .any(|c| c["message"] == "ckpt: damaged (0 bytes)"),
+        "{classes:?}"
+    );
+}
+
+/// A writer that creates and removes `f` `rounds` times, never fsyncing its directory:
+/// `2 * rounds` entry operations pending at the end, but only two distinct states.
+fn churn(rounds: usize) -> [String; 3] {
+    [
+        "python3".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "import os\nfor _ in range({rounds}):\n    open('f', 'w').close()\n    os.unlink('f')"
+        ),
+    ]
+}
+
+#[test]
+fn the_report_says_whether_subsets_were_sampled_and_how_many_were_enumerated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Two rounds: at most four pending operations, every subset enumerated.
+    let small = churn(2);
+    let small: Vec<&str> = small.iter().map(String::as_str).collect();
+    let output = crash_test(&dir.path().join("small"), &["--check", "true"], &small);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report_small = report(&output);
+    assert_eq!(report_small["trace_operations"], 4);
+    assert_eq!(report_small["sampled"], false);
+    // 2^0 + 2^1 + 2^2 + 2^3 + 2^4 subsets over the five crash points.
+    assert_eq!(report_small["subsets_total"], 31);
+    assert_eq!(report_small["subsets_checked"], 31);
+    assert_eq!(report_small["exhaustive"], true);
+
+    // Six rounds: twelve pending at the end, more than are enumerated in full, although
+    // every distinct state is still checked.
+    let large = churn(6);
+    let large: Vec<&str> = large.iter().map(String::as_str).collect();
+    let output = crash_test(&dir.path().join("large"), &["--check", "true"], &large);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report_large = report(&output);
+    assert_eq!(report_large["trace_operations"], 12);
+    assert_eq!(report_large["states"], report_large["states_total"]);
+    assert_eq!(report_large["sampled"], true);
+    assert_eq!(report_large["subsets_total"], (1u64 << 13) - 1);
+    let checked = report_large["subsets_checked"].as_u64().expect("checked");
+    assert!(
+        (1u64 << 11) - 1 < checked && checked < (1u64 << 13) - 1,
+        "{checked}"
+    );
+    assert_eq!(report_large["exhaustive"], false);
+
+    // The words say the same.
+    let output = Command::new(SHARDLIFT)
+        .arg("crash-test")
+        .arg("--out")
+        .arg(dir.path().join("words"))
+        .args(["--check", "true", "--"])
+        .args(&large)
+        .output()
+        .expect("run shardlift crash-test");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let words = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        words.contains(&format!(
+            "{checked} of 8191 subsets of pending entry operations enumerated (sampled)"
+        )) && words.contains("not exhaustive"),
+        "{words}"
     );
 }

@@ -241,6 +241,9 @@ fn torch_writers_and_the_shardlift_control_match_the_committed_evidence() {
     };
     let report = run(&control, &python);
     assert_eq!(report["failing_states"], 0);
+    // Exhaustive: no subset of pending operations sampled, every distinct state checked.
+    assert_eq!(report["sampled"], false);
+    assert_eq!(report["subsets_checked"], report["subsets_total"]);
     assert_eq!(report["exhaustive"], true);
     compare_or_update(control.name, &evidence(&control, &report, &torch));
 }

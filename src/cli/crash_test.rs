@@ -39,8 +39,8 @@ pub struct CrashTestArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Check at most this many distinct states, spread evenly (the report says when
-    /// it was not exhaustive).
+    /// Check at most this many distinct states, spread evenly (the report says how
+    /// many were checked, and whether the run was exhaustive).
     #[arg(long, default_value_t = CheckLimits::default().max_states)]
     pub max_states: usize,
     /// Refuse a trace with more distinct crash states than this.
@@ -109,12 +109,24 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        let subsets_total = match report.subsets_total {
+            Some(total) => total.to_string(),
+            None => format!("more than {}", u64::MAX),
+        };
         println!(
-            "{} operations traced; {} distinct crash states, {} checked{}; {} failing",
+            "{} operations traced; {} of {} subsets of pending entry operations enumerated{}; \
+             {} distinct crash states, {} checked; {}; {} failing",
             report.trace_operations,
+            report.subsets_checked,
+            subsets_total,
+            if report.sampled { " (sampled)" } else { "" },
             report.states_total,
             report.states,
-            if report.exhaustive { "" } else { " (sampled)" },
+            if report.exhaustive {
+                "exhaustive"
+            } else {
+                "not exhaustive"
+            },
             report.failing_states
         );
         for class in &report.failure_classes {

@@ -2,18 +2,32 @@
 
     python3 writer.py MODE VALUE    # writes ./ckpt holding "value=VALUE" and a body
     python3 writer.py check         # exit 0 iff ./ckpt is whole and VALUE is 1 or 2
+    python3 writer.py overlap ROUNDS   # see below; checked by `check-overlap`
 
 Modes: `atomic` (temp file, fsync, rename, directory fsync: correct), `no-fsync` (the
 same without the file fsync), `remove-first` (removes the old checkpoint before the
 rename, like torch 2.13's FileSystemWriter.finish), `in-place` (truncates and rewrites
 the checkpoint, then fsyncs), `threads` (two threads and a child process write the parts
-of a three-file checkpoint, each fsynced and renamed, then the directory fsynced).
+of a three-file checkpoint, each fsynced and renamed, then the directory fsynced),
+`rewrite-same` (truncates ./ckpt and writes the same bytes again, no fsync, then creates
+./rewritten).
+
+`overlap`: the main thread renames `b-R.tmp` to `b-R` while a second thread is inside
+sync(2), then creates `synced-R` once that sync has returned, as if the sync had made the
+rename durable. The main thread watches the other in /proc (syscall number and state) so
+the rename is known to have completed after the recorder saw the sync's entry (the thread
+was past its entry stop, not in a tracing stop) and before its exit (the thread was still
+inside sync afterwards); a round where that cannot be shown is repeated, up to ROUNDS.
+Dirty pages in $TMPDIR (not modelled) make the sync wait for writeback meanwhile.
+`check-overlap` fails a state holding `synced-R` without `b-R`.
 """
 import os
 import subprocess
 import sys
 import threading
 
+SYS_SYNC = "162"  # x86_64 sync(2), as /proc/TID/syscall prints it
+DIRTY = 16 << 20  # bytes of dirty pages the sync must write back
 BODY = 3000  # bytes: longer than one 512-byte sector
 
 
@@ -71,11 +85,82 @@ def save(mode, value):
             t.join()
         fsync_dir()
         return child.returncode
+    elif mode == "rewrite-same":
+        write_file("ckpt", data, sync=False)
+        # A later entry: a state holding it was cut after the rewrite had completed.
+        open("rewritten", "wb").close()
     elif mode == "part":
         part(sys.argv[2], sys.argv[3])
     else:
         print(f"unknown mode {mode}")
         return 2
+    return 0
+
+
+def task_syscall(tid):
+    """The system call `tid` is stopped or blocked in ("running" or a number)."""
+    try:
+        with open(f"/proc/self/task/{tid}/syscall") as f:
+            return f.read().split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def task_state(tid):
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def overlap_round(r):
+    """One attempt; whether the rename completed inside the other thread's sync."""
+    write_file(f"b-{r}.tmp", payload(r), sync=False)
+    syncer = {}
+    entering = threading.Event()
+    returned = threading.Event()
+
+    def sync_thread():
+        syncer["tid"] = threading.get_native_id()
+        with open(os.path.join(os.environ["TMPDIR"], "dirty"), "wb") as f:
+            f.write(b"\0" * DIRTY)
+        entering.set()
+        os.sync()
+        returned.set()
+
+    thread = threading.Thread(target=sync_thread)
+    thread.start()
+    entering.wait()
+    tid = syncer["tid"]
+    # Inside sync and past the entry stop: the recorder has stamped the sync's entry.
+    while not returned.is_set():
+        if task_syscall(tid) == SYS_SYNC and task_state(tid) not in ("t", "gone"):
+            break
+    os.rename(f"b-{r}.tmp", f"b-{r}")
+    # Still inside sync once the rename returned: its exit had not been recorded yet.
+    overlapped = task_syscall(tid) == SYS_SYNC
+    thread.join()
+    if overlapped:
+        open(f"synced-{r}", "wb").close()
+    return overlapped
+
+
+def overlap(rounds):
+    for r in range(1, int(rounds) + 1):
+        if overlap_round(r):
+            print(f"the rename of round {r} overlapped the sync")
+            return 0
+    print(f"no rename overlapped the sync in {rounds} rounds")
+    return 3
+
+
+def check_overlap():
+    for name in sorted(os.listdir(".")):
+        if name.startswith("synced-") and not os.path.exists("b-" + name[len("synced-"):]):
+            print(f"{name} without b-{name[len('synced-'):]}: the sync did not cover it")
+            return 1
+    print("consistent")
     return 0
 
 
@@ -102,6 +187,10 @@ def check():
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         sys.exit(check())
+    if sys.argv[1] == "check-overlap":
+        sys.exit(check_overlap())
+    if sys.argv[1] == "overlap":
+        sys.exit(overlap(sys.argv[2]))
     if sys.argv[1] == "part":
         part(sys.argv[2], sys.argv[3])
         sys.exit(0)

@@ -227,8 +227,8 @@ fn check_one(
         last_operation: state
             .crash_point
             .checked_sub(1)
-            .and_then(|seq| trace.ops.get(seq))
-            .map(|op| format!("#{} {}", state.crash_point - 1, op.describe())),
+            .and_then(|seq| Some((seq, trace.ops.get(seq)?)))
+            .map(|(seq, op)| format!("#{seq} {}", op.describe_at(seq))),
         dropped_operations: state
             .dropped_operations
             .iter()

@@ -30,7 +30,7 @@ use crate::supervise::process::{ChildSpec, ExitOutcome, Role, SupervisedChild};
 
 pub use check::{CheckLimits, CheckOutcome, Failure, FailureClass};
 pub use error::CrashTestError;
-pub use model::{CrashState, FileData, ModelLimits, StateEntry, Unread};
+pub use model::{CrashState, FileData, ModelLimits, StateEntry, SubsetCoverage, Unread};
 pub use recorder::{RecordLimits, FOLLOWED};
 pub use trace::{Trace, TraceOp};
 
@@ -93,7 +93,18 @@ pub struct CrashTestReport {
     pub states_total: usize,
     /// Distinct crash states checked (all of them unless over `--max-states`).
     pub states: usize,
-    /// Whether every distinct state was checked.
+    /// Whether the subsets of pending entry operations were sampled: at some crash
+    /// point more were pending than are enumerated in full, so some subsets (and the
+    /// crash states only they lead to) were never built.
+    pub sampled: bool,
+    /// Distinct subsets of pending entry operations whose crash states were built,
+    /// summed over the crash points.
+    pub subsets_checked: u64,
+    /// Every subset there is (2 to the number of pending entry operations, summed over
+    /// the crash points); `null` when that exceeds 2^64 - 1.
+    pub subsets_total: Option<u64>,
+    /// Whether nothing was left out: no subset was sampled and every distinct state was
+    /// checked.
     pub exhaustive: bool,
     /// States whose check exited 0.
     pub passing_states: usize,
@@ -146,7 +157,7 @@ pub fn run(
         run.syscalls,
         run.tasks
     ));
-    let states = model::crash_states(
+    let model::CrashStates { states, subsets } = model::crash_states(
         &run.trace,
         config.model,
         &model::Unread::new(&config.unread),
@@ -173,7 +184,10 @@ pub fn run(
         trace_digest: run.trace.digest(),
         states_total: states.len(),
         states: checked.checked,
-        exhaustive: checked.checked == states.len(),
+        sampled: subsets.sampled(),
+        subsets_checked: subsets.enumerated,
+        subsets_total: subsets.total,
+        exhaustive: !subsets.sampled() && checked.checked == states.len(),
         passing_states: checked.checked - checked.failures.len(),
         failing_states: checked.failures.len(),
         failure_classes: check::classes(&checked.failures),

@@ -2,17 +2,21 @@
 //! (RFC 0001 §Failure model, `lab::powerloss`):
 //!
 //! - a file's data and size are durable once it is fsynced (or after `sync`); before
-//!   that a crash may leave it whole, as last fsynced ("lost"), cut at a 512- or 4096-byte
-//!   boundary ("short"), with its unsynced range or last sector read as zeros ("zeroed"),
-//!   or with only the first of its unsynced writes ("torn");
+//!   that, while it has unsynced writes or truncations (even ones that leave its bytes
+//!   as they were), a crash may leave it whole, as last fsynced ("lost"), cut at a 512-
+//!   or 4096-byte boundary ("short"), with its unsynced range or last sector read as
+//!   zeros ("zeroed"), or with only the first of its unsynced writes ("torn");
 //! - an entry operation (create, link, mkdir, rename, unlink, rmdir) is durable once the
 //!   directory holding the new entry is fsynced after it; before that any subset of the
 //!   pending ones may have happened, applied in program order; a rename is atomic;
-//! - an entry whose parent directory is absent is lost.
+//! - an entry whose parent directory is absent is lost;
+//! - a durability call (fsync, sync) covers only the operations completed before it was
+//!   entered: another thread's operation that completed while it ran stays pending.
 //!
 //! Crash points are every operation boundary. Subsets of pending entry operations: all
 //! when at most `all_subsets_up_to` are pending, else every prefix, every omit-one and
-//! seeded samples. Per-file data variants are taken where every pending operation
+//! seeded samples; [`SubsetCoverage`] says how many subsets were built of how many
+//! there are. Per-file data variants are taken where every pending operation
 //! happened (the namespace with the most names); every other subset gets "all whole" and
 //! "all lost". States are deduplicated by a digest of what a loader can see: every path,
 //! its kind and its bytes.
@@ -175,16 +179,31 @@ impl DataAt {
                 resize(&mut self.current[*inode], *len);
                 self.unsynced[*inode].push(seq);
             }
-            TraceOp::Fsync { inode } => {
-                self.durable[*inode] = self.current[*inode].clone();
-                self.unsynced[*inode].clear();
-            }
-            TraceOp::SyncAll => {
-                self.durable = self.current.clone();
-                self.unsynced.iter_mut().for_each(Vec::clear);
+            TraceOp::Fsync {
+                inode,
+                entered_after,
+            } => self.make_durable(trace, *inode, *entered_after),
+            TraceOp::SyncAll { entered_after } => {
+                for inode in 0..self.current.len() {
+                    self.make_durable(trace, inode, *entered_after);
+                }
             }
             _ => {}
         }
+    }
+
+    /// Makes the unsynced operations of `inode` completed before index `entered_after`
+    /// durable; later ones (another thread's, completed while the call ran) stay unsynced.
+    fn make_durable(&mut self, trace: &Trace, inode: InodeId, entered_after: usize) {
+        let unsynced = std::mem::take(&mut self.unsynced[inode]);
+        let (covered, later): (Vec<usize>, Vec<usize>) =
+            unsynced.into_iter().partition(|&seq| seq < entered_after);
+        if later.is_empty() {
+            self.durable[inode] = self.current[inode].clone();
+        } else {
+            replay(trace, &mut self.durable[inode], &covered);
+        }
+        self.unsynced[inode] = later;
     }
 
     /// The bytes of `inode` under `data`.
@@ -202,29 +221,29 @@ impl DataAt {
             }
             FileData::FirstWrites(count) => {
                 let mut out = self.durable[inode].clone();
-                for &seq in self.unsynced[inode].iter().take(count) {
-                    match &trace.ops[seq] {
-                        TraceOp::Write {
-                            offset,
-                            len,
-                            data_at,
-                            ..
-                        } => {
-                            if let Some(bytes) = trace.write_bytes(*data_at, *len) {
-                                write_at(&mut out, *offset, bytes);
-                            }
-                        }
-                        TraceOp::Truncate { len, .. } => resize(&mut out, *len),
-                        _ => {}
-                    }
-                }
+                let unsynced = &self.unsynced[inode];
+                replay(trace, &mut out, &unsynced[..count.min(unsynced.len())]);
                 out
             }
         })
     }
 
+    /// The lowest offset an unsynced operation of `inode` wrote or cut at, if any: from
+    /// there on the file may differ from its durable bytes after a crash, even where its
+    /// current bytes equal them (a truncation and a rewrite of the same bytes).
+    fn first_unsynced_offset(&self, trace: &Trace, inode: InodeId) -> Option<u64> {
+        self.unsynced[inode]
+            .iter()
+            .filter_map(|&seq| match &trace.ops[seq] {
+                TraceOp::Write { offset, .. } => Some(*offset),
+                TraceOp::Truncate { len, .. } => Some(*len),
+                _ => None,
+            })
+            .min()
+    }
+
     /// The data variants of one volatile file, besides whole and lost.
-    fn torn_variants(&self, inode: InodeId, write_prefixes: usize) -> Vec<FileData> {
+    fn torn_variants(&self, trace: &Trace, inode: InodeId, write_prefixes: usize) -> Vec<FileData> {
         let current = &self.current[inode];
         let len = current.len();
         let mut out = Vec::new();
@@ -234,11 +253,16 @@ impl DataAt {
             }
         }
         let durable = &self.durable[inode];
-        let first_change = current
+        let first_difference = current
             .iter()
             .zip(durable.iter())
             .position(|(a, b)| a != b)
             .unwrap_or(durable.len().min(len));
+        let first_change = self
+            .first_unsynced_offset(trace, inode)
+            .map_or(first_difference, |offset| {
+                first_difference.min(clamp(offset, len))
+            });
         if first_change < len {
             out.push(FileData::ZeroedFrom((first_change / 4096 * 4096) as u64));
             if len > 4096 {
@@ -255,6 +279,26 @@ impl DataAt {
         out.retain(|variant| *variant != FileData::FirstWrites(0));
         out.dedup();
         out
+    }
+}
+
+/// Applies the data operations `seqs` of `trace` to `bytes`, in order.
+fn replay(trace: &Trace, bytes: &mut Vec<u8>, seqs: &[usize]) {
+    for &seq in seqs {
+        match &trace.ops[seq] {
+            TraceOp::Write {
+                offset,
+                len,
+                data_at,
+                ..
+            } => {
+                if let Some(data) = trace.write_bytes(*data_at, *len) {
+                    write_at(bytes, *offset, data);
+                }
+            }
+            TraceOp::Truncate { len, .. } => resize(bytes, *len),
+            _ => {}
+        }
     }
 }
 
@@ -295,24 +339,81 @@ pub enum ModelError {
     },
 }
 
+/// How much of the subsets of pending entry operations an enumeration covered, summed
+/// over its crash points.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SubsetCoverage {
+    /// Distinct subsets whose crash states were built.
+    pub enumerated: u64,
+    /// Every subset there is (2 to the number of pending entry operations, per crash
+    /// point); `None` when the sum exceeds `u64::MAX`.
+    pub total: Option<u64>,
+}
+
+impl SubsetCoverage {
+    /// Whether some subsets were left out (sampled instead of all enumerated).
+    pub fn sampled(&self) -> bool {
+        self.total != Some(self.enumerated)
+    }
+
+    fn add_crash_point(&mut self, pending: usize, enumerated: usize) {
+        self.enumerated = self.enumerated.saturating_add(enumerated as u64);
+        // checked_shl refuses shifts of 64 and more: 2^pending does not fit then.
+        let all = u32::try_from(pending)
+            .ok()
+            .and_then(|pending| 1u64.checked_shl(pending));
+        self.total = self
+            .total
+            .and_then(|total| all.and_then(|all| total.checked_add(all)));
+    }
+}
+
+/// The distinct crash states of a trace and what the enumeration covered.
+#[derive(Clone, Debug)]
+pub struct CrashStates {
+    /// Every distinct crash state, in order of first appearance (crash point).
+    pub states: Vec<CrashState>,
+    /// The subsets of pending entry operations enumerated, of all there are.
+    pub subsets: SubsetCoverage,
+}
+
 /// Every distinct crash state of `trace`, in order of first appearance (crash point).
 pub fn crash_states(
     trace: &Trace,
     limits: ModelLimits,
     unread: &Unread,
-) -> Result<Vec<CrashState>, ModelError> {
+) -> Result<CrashStates, ModelError> {
     trace.validate().map_err(ModelError::BadTrace)?;
     let mut rng = SplitMix64::keyed(limits.subsets.seed, "shardlift/crash-test/subsets", 0);
     let mut seen: HashSet<Digest> = HashSet::new();
     let mut out = Vec::new();
+    let mut coverage = SubsetCoverage {
+        enumerated: 0,
+        total: Some(0),
+    };
     let mut data = DataAt::initial(trace);
     let mut pending: Vec<usize> = Vec::new();
     for crash_point in 0..=trace.ops.len() {
-        for subset in subsets(pending.len(), limits.subsets, &mut rng) {
+        // Sampling may draw a subset twice; coverage counts distinct ones.
+        let mut drawn: HashSet<Vec<usize>> = HashSet::new();
+        let distinct: Vec<Vec<usize>> = subsets(pending.len(), limits.subsets, &mut rng)
+            .into_iter()
+            .filter(|subset| drawn.insert(subset.clone()))
+            .collect();
+        coverage.add_crash_point(pending.len(), distinct.len());
+        for subset in distinct {
             let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
             let names = namespace(trace, crash_point, &pending, &chosen);
             let everything = subset.len() == pending.len();
-            for files in variants(&names, &data, everything, limits.write_prefixes, unread) {
+            let choices = variants(
+                trace,
+                &names,
+                &data,
+                everything,
+                limits.write_prefixes,
+                unread,
+            );
+            for files in choices {
                 let state = build_state(
                     trace,
                     &data,
@@ -336,17 +437,26 @@ pub fn crash_states(
         };
         data.apply(trace, crash_point);
         match op {
-            TraceOp::FsyncDir { path } => {
-                pending.retain(|&seq| trace.ops[seq].durable_in() != Some(path.as_str()));
+            // A durability call covers what completed before its entry only.
+            TraceOp::FsyncDir {
+                path,
+                entered_after,
+            } => {
+                pending.retain(|&seq| {
+                    seq >= *entered_after || trace.ops[seq].durable_in() != Some(path.as_str())
+                });
             }
-            TraceOp::SyncAll => pending.clear(),
+            TraceOp::SyncAll { entered_after } => pending.retain(|&seq| seq >= *entered_after),
             _ => match op.durable_in() {
                 Some(dir) if !unread.covers(dir) => pending.push(crash_point),
                 _ => {}
             },
         }
     }
-    Ok(out)
+    Ok(CrashStates {
+        states: out,
+        subsets: coverage,
+    })
 }
 
 /// The names after the durable entry operations and the chosen pending ones of the
@@ -404,6 +514,7 @@ fn namespace(
 
 /// Per-inode data choices for one namespace.
 fn variants(
+    trace: &Trace,
     names: &BTreeMap<String, Node>,
     data: &DataAt,
     each_torn: bool,
@@ -413,9 +524,9 @@ fn variants(
     let mut volatile: Vec<InodeId> = names
         .iter()
         .filter_map(|(path, node)| match node {
-            Node::File(inode)
-                if data.current[*inode] != data.durable[*inode] && !unread.covers(path) =>
-            {
+            // Unsynced operations put a file at risk even when its bytes are back to
+            // the durable ones: a crash may keep the truncation and lose the rewrite.
+            Node::File(inode) if !data.unsynced[*inode].is_empty() && !unread.covers(path) => {
                 Some(*inode)
             }
             _ => None,
@@ -433,7 +544,7 @@ fn variants(
     if each_torn {
         for &inode in &volatile {
             let mut alone = vec![FileData::Lost];
-            alone.extend(data.torn_variants(inode, write_prefixes));
+            alone.extend(data.torn_variants(trace, inode, write_prefixes));
             for variant in alone {
                 let mut choice = whole.clone();
                 choice.insert(inode, variant);
@@ -545,7 +656,10 @@ mod tests {
             data_at: 0,
         });
         if fsync_file {
-            trace.ops.push(TraceOp::Fsync { inode: 1 });
+            trace.ops.push(TraceOp::Fsync {
+                inode: 1,
+                entered_after: trace.ops.len(),
+            });
         }
         trace.ops.push(TraceOp::Rename {
             from: "ckpt.tmp".into(),
@@ -554,6 +668,7 @@ mod tests {
         });
         trace.ops.push(TraceOp::FsyncDir {
             path: String::new(),
+            entered_after: trace.ops.len(),
         });
         trace
     }
@@ -573,7 +688,9 @@ mod tests {
     #[test]
     fn a_correct_replace_leaves_the_old_or_the_new_checkpoint_in_every_state() {
         let trace = replace_trace(true);
-        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default())
+            .unwrap()
+            .states;
         let contents = ckpt_contents(&trace, &states);
         assert!(contents.iter().any(|c| c.as_deref() == Some(OLD)));
         assert!(contents.iter().any(|c| c.as_deref() == Some(NEW)));
@@ -588,7 +705,9 @@ mod tests {
     #[test]
     fn a_replace_without_fsync_can_leave_an_empty_or_torn_checkpoint() {
         let trace = replace_trace(false);
-        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default())
+            .unwrap()
+            .states;
         let contents = ckpt_contents(&trace, &states);
         assert!(
             contents.iter().any(|c| c.as_deref() == Some(&[][..])),
@@ -605,7 +724,9 @@ mod tests {
     #[test]
     fn states_are_distinct_and_start_from_the_initial_image() {
         let trace = replace_trace(false);
-        let states = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let states = crash_states(&trace, ModelLimits::default(), &Unread::default())
+            .unwrap()
+            .states;
         let digests: HashSet<Digest> = states.iter().map(|s| s.digest).collect();
         assert_eq!(digests.len(), states.len());
         assert_eq!(states[0].crash_point, 0);
@@ -623,9 +744,13 @@ mod tests {
             }
         }
         trace.initial.insert("staging".into(), InitialEntry::Dir);
-        let all = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+        let all = crash_states(&trace, ModelLimits::default(), &Unread::default())
+            .unwrap()
+            .states;
         let unread = Unread::new(&["staging/".to_owned()]);
-        let fewer = crash_states(&trace, ModelLimits::default(), &unread).unwrap();
+        let fewer = crash_states(&trace, ModelLimits::default(), &unread)
+            .unwrap()
+            .states;
         assert!(fewer.len() < all.len(), "{} vs {}", fewer.len(), all.len());
         assert!(unread.covers("staging") && unread.covers("staging/x"));
         assert!(!unread.covers("staging2") && !unread.covers("stag"));
@@ -634,7 +759,13 @@ mod tests {
     #[test]
     fn an_inconsistent_trace_and_too_many_states_are_refused() {
         let mut trace = replace_trace(true);
-        trace.ops.insert(0, TraceOp::Fsync { inode: 1 });
+        trace.ops.insert(
+            0,
+            TraceOp::Fsync {
+                inode: 1,
+                entered_after: 0,
+            },
+        );
         let error = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap_err();
         assert!(matches!(error, ModelError::BadTrace(_)), "{error}");
 
@@ -645,5 +776,222 @@ mod tests {
         };
         let error = crash_states(&trace, limits, &Unread::default()).unwrap_err();
         assert!(matches!(error, ModelError::TooManyStates { limit: 2 }));
+    }
+    /// The contents of `path` in each state (`None`: absent).
+    fn contents_of(trace: &Trace, states: &[CrashState], path: &str) -> Vec<Option<Vec<u8>>> {
+        states
+            .iter()
+            .map(|state| {
+                state_files(trace, state)
+                    .into_iter()
+                    .find(|(p, _)| p == path)
+                    .and_then(|(_, bytes)| bytes)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_truncation_and_rewrite_of_the_same_bytes_without_fsync_can_leave_an_empty_file() {
+        let rewrite = |fsync: bool| {
+            let mut trace = Trace {
+                initial: BTreeMap::from([("ckpt".to_owned(), InitialEntry::File(0))]),
+                initial_contents: vec![OLD.to_vec()],
+                inode_count: 1,
+                data: OLD.to_vec(),
+                ..Trace::default()
+            };
+            trace.ops.push(TraceOp::Truncate { inode: 0, len: 0 });
+            trace.ops.push(TraceOp::Write {
+                inode: 0,
+                offset: 0,
+                len: OLD.len() as u64,
+                data_at: 0,
+            });
+            if fsync {
+                trace.ops.push(TraceOp::Fsync {
+                    inode: 0,
+                    entered_after: 2,
+                });
+            }
+            // A later entry: a state holding it was cut after the rewrite completed (a
+            // crash between truncation and write empties the file anyway).
+            trace.ops.push(TraceOp::Mkdir {
+                path: "done".into(),
+            });
+            let states = crash_states(&trace, ModelLimits::default(), &Unread::default())
+                .unwrap()
+                .states;
+            let after: Vec<CrashState> = states
+                .into_iter()
+                .filter(|s| s.entries.contains_key("done"))
+                .collect();
+            assert!(!after.is_empty());
+            contents_of(&trace, &after, "ckpt")
+        };
+        let contents = rewrite(false);
+        assert!(
+            contents.iter().any(|c| c.as_deref() == Some(&[][..])),
+            "{contents:?}"
+        );
+        assert!(
+            contents
+                .iter()
+                .any(|c| c.as_deref() == Some(&[0u8; OLD.len()][..])),
+            "zeroed from the rewrite's offset: {contents:?}"
+        );
+        // Once fsynced, the rewrite is durable: only the old bytes remain possible.
+        let contents = rewrite(true);
+        assert!(
+            contents.iter().all(|c| c.as_deref() == Some(OLD)),
+            "{contents:?}"
+        );
+    }
+
+    /// `b` created and written by another thread while a directory fsync and then a file
+    /// fsync ran (each entered before it), then a marker created after both returned.
+    fn overlapping_trace(entered_before_overlap: bool) -> Trace {
+        let mut trace = Trace {
+            inode_count: 2,
+            data: NEW.to_vec(),
+            ..Trace::default()
+        };
+        // #0 create a, #1 create b (other thread), #2 fsync dir entered before #1,
+        // #3 write b (other thread), #4 fsync b entered before #3, #5 create marker.
+        let (dir_entry, file_entry) = if entered_before_overlap {
+            (1, 3)
+        } else {
+            (2, 4)
+        };
+        trace.ops.push(TraceOp::Create {
+            path: "a".into(),
+            inode: 0,
+        });
+        trace.ops.push(TraceOp::Create {
+            path: "b".into(),
+            inode: 1,
+        });
+        trace.ops.push(TraceOp::FsyncDir {
+            path: String::new(),
+            entered_after: dir_entry,
+        });
+        trace.ops.push(TraceOp::Write {
+            inode: 1,
+            offset: 0,
+            len: NEW.len() as u64,
+            data_at: 0,
+        });
+        trace.ops.push(TraceOp::Fsync {
+            inode: 1,
+            entered_after: file_entry,
+        });
+        trace.ops.push(TraceOp::Mkdir {
+            path: "marker".into(),
+        });
+        trace
+    }
+
+    #[test]
+    fn a_durability_call_covers_only_what_completed_before_its_entry() {
+        let limits = ModelLimits::default();
+        for overlapping in [true, false] {
+            let trace = overlapping_trace(overlapping);
+            let states = crash_states(&trace, limits, &Unread::default())
+                .unwrap()
+                .states;
+            let after_both: Vec<&CrashState> =
+                states.iter().filter(|s| s.crash_point >= 5).collect();
+            let b_absent = after_both.iter().any(|s| !s.entries.contains_key("b"));
+            let b_empty = contents_of(&trace, &states, "b")
+                .iter()
+                .zip(&states)
+                .any(|(c, s)| s.crash_point >= 5 && c.as_deref() == Some(&[][..]));
+            assert_eq!(b_absent, overlapping, "overlapping: {overlapping}");
+            assert_eq!(b_empty, overlapping, "overlapping: {overlapping}");
+            // `a` completed before the directory fsync's entry: durable either way.
+            assert!(after_both.iter().all(|s| s.entries.contains_key("a")));
+        }
+        let trace = overlapping_trace(true);
+        assert_eq!(
+            trace.ops[2].describe_at(2),
+            "fsync dir . (entered before #1: #1 to #1 completed while it ran and are not covered)"
+        );
+        assert_eq!(
+            overlapping_trace(false).ops[2].describe_at(2),
+            "fsync dir ."
+        );
+    }
+
+    #[test]
+    fn a_durability_call_entered_after_later_operations_is_an_inconsistent_trace() {
+        let mut trace = overlapping_trace(false);
+        trace.ops[2] = TraceOp::SyncAll { entered_after: 3 };
+        let error = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap_err();
+        assert!(matches!(error, ModelError::BadTrace(_)), "{error}");
+    }
+
+    /// `count` creates of new files, no directory fsync: `count` pending at the end.
+    fn creates(count: usize) -> Trace {
+        let mut trace = Trace {
+            inode_count: count,
+            ..Trace::default()
+        };
+        for inode in 0..count {
+            trace.ops.push(TraceOp::Create {
+                path: format!("f{inode}"),
+                inode,
+            });
+        }
+        trace
+    }
+
+    #[test]
+    fn subset_coverage_counts_what_was_enumerated() {
+        let limits = ModelLimits::default();
+        let full = limits.subsets.all_subsets_up_to;
+        // Up to the full-enumeration bound every subset is built: 2^0 + ... + 2^full.
+        let all = crash_states(&creates(full), limits, &Unread::default()).unwrap();
+        let expected = (1u64 << (full + 1)) - 1;
+        assert_eq!(
+            all.subsets,
+            SubsetCoverage {
+                enumerated: expected,
+                total: Some(expected)
+            }
+        );
+        assert!(!all.subsets.sampled());
+
+        // Two more pending operations: the last two crash points are sampled.
+        let some = crash_states(&creates(full + 2), limits, &Unread::default()).unwrap();
+        let total = (1u64 << (full + 3)) - 1;
+        assert_eq!(some.subsets.total, Some(total));
+        assert!(some.subsets.sampled());
+        assert!(some.subsets.enumerated > expected, "{:?}", some.subsets);
+        assert!(some.subsets.enumerated < total, "{:?}", some.subsets);
+
+        // 2^64 subsets at the last crash point: the total is beyond u64.
+        let huge = crash_states(&creates(64), limits, &Unread::default()).unwrap();
+        assert_eq!(huge.subsets.total, None);
+        assert!(huge.subsets.sampled());
+    }
+
+    #[test]
+    fn full_enumeration_below_the_bound_is_not_sampling() {
+        // With a bound of 1, two pending operations still have all four subsets built
+        // (prefixes and omit-ones cover them): coverage says what was built.
+        let limits = ModelLimits {
+            subsets: EnumerationLimits {
+                all_subsets_up_to: 1,
+                samples: 0,
+                ..EnumerationLimits::default()
+            },
+            ..ModelLimits::default()
+        };
+        let two = crash_states(&creates(2), limits, &Unread::default()).unwrap();
+        assert_eq!(two.subsets.total, Some(7));
+        assert_eq!(two.subsets.enumerated, 7);
+        assert!(!two.subsets.sampled());
+        let three = crash_states(&creates(3), limits, &Unread::default()).unwrap();
+        assert_eq!(three.subsets.total, Some(15));
+        assert!(three.subsets.sampled(), "{:?}", three.subsets);
     }
 }

@@ -14,7 +14,14 @@
 //! tree is SIGKILLed before the call runs. At exit, a call that succeeded becomes a
 //! [`TraceOp`]; written bytes are read from the writer's memory (`/proc/TID/mem`).
 //!
-//! Invariants: operations are appended in completion order; every limit (operations,
+//! A durability call (fsync, fdatasync, sync, syncfs) is stamped at its entry with the
+//! number of operations completed so far, and appended at its exit: an operation another
+//! thread completes while it runs lands between the two and stays pending, because the
+//! kernel does not promise that a call already running covers it. `sync_file_range`
+//! promises no durability at all and is not a durability call here.
+//!
+//! Invariants: operations are appended in completion order; a durability call's entry
+//! stamp is the trace length when the recorder saw its entry; every limit (operations,
 //! bytes, time) is checked before the trace grows; every tracee is reaped before
 //! [`record`] returns.
 //!
@@ -566,7 +573,9 @@ impl Recorder {
                 )
             }
             libc::SYS_fsync | libc::SYS_fdatasync => self.fsync_entry(tid, a[0]),
-            libc::SYS_sync | libc::SYS_syncfs => Ok(Pending::Op(TraceOp::SyncAll)),
+            libc::SYS_sync | libc::SYS_syncfs => Ok(Pending::Op(TraceOp::SyncAll {
+                entered_after: self.entry_stamp(),
+            })),
             libc::SYS_truncate => {
                 let path = self.path_arg(tid, AT_FDCWD, a[0])?;
                 match self.scope.place(&path) {
@@ -861,10 +870,22 @@ impl Recorder {
         }
     }
 
+    /// The trace length now: what a durability call entered now can make durable.
+    fn entry_stamp(&self) -> usize {
+        self.trace.ops.len()
+    }
+
     fn fsync_entry(&mut self, tid: Pid, fd: u64) -> Result<Pending, CrashTestError> {
+        let entered_after = self.entry_stamp();
         Ok(match self.fd_place(tid, fd)? {
-            FdPlace::InsideFile(inode) => Pending::Op(TraceOp::Fsync { inode }),
-            FdPlace::InsideDir(path) => Pending::Op(TraceOp::FsyncDir { path }),
+            FdPlace::InsideFile(inode) => Pending::Op(TraceOp::Fsync {
+                inode,
+                entered_after,
+            }),
+            FdPlace::InsideDir(path) => Pending::Op(TraceOp::FsyncDir {
+                path,
+                entered_after,
+            }),
             FdPlace::OutsideFile(_) | FdPlace::Other => Pending::Nothing,
         })
     }

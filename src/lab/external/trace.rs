@@ -2,9 +2,16 @@
 //! scratch directory, in completion order, with paths relative to that directory
 //! (`/`-separated; `""` is the directory itself) and file identity by inode.
 //!
+//! A durability call (`fsync`, `fdatasync`, `sync`, `syncfs`) completes after other
+//! threads may have completed operations of their own: it sits in the trace where it
+//! completed, and names with `entered_after` how many operations had completed when it
+//! was entered. Only those can it make durable; the ones that completed while it ran
+//! stay pending.
+//!
 //! Invariants (asserted by the recorder and checked by [`Trace::validate`]): every inode
 //! an operation names is either in the initial image or created earlier in the trace;
-//! write data is stored once, in `data`, and each `Write` names its slice exactly.
+//! write data is stored once, in `data`, and each `Write` names its slice exactly; a
+//! durability call's `entered_after` is at most its own index.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -57,15 +64,21 @@ pub enum TraceOp {
         /// The new length, in bytes.
         len: u64,
     },
-    /// `fsync` or `fdatasync` of a regular file: its data and size are durable.
+    /// `fsync` or `fdatasync` of a regular file: its data and size as of the call's
+    /// entry are durable.
     Fsync {
         /// The file's inode.
         inode: InodeId,
+        /// Operations completed when the call was entered (see the module doc).
+        entered_after: usize,
     },
-    /// `fsync` of a directory: every entry operation in it so far is durable.
+    /// `fsync` of a directory: every entry operation in it completed before the call was
+    /// entered is durable.
     FsyncDir {
         /// The directory, relative to the scratch directory (`""` for itself).
         path: String,
+        /// Operations completed when the call was entered (see the module doc).
+        entered_after: usize,
     },
     /// `rename`, `renameat`, `renameat2` (`RENAME_NOREPLACE` or no flag) of a file.
     Rename {
@@ -86,8 +99,11 @@ pub enum TraceOp {
         /// The path, relative to the scratch directory.
         path: String,
     },
-    /// `sync` or `syncfs`: everything so far is durable.
-    SyncAll,
+    /// `sync` or `syncfs`: everything completed before the call was entered is durable.
+    SyncAll {
+        /// Operations completed when the call was entered (see the module doc).
+        entered_after: usize,
+    },
 }
 
 impl TraceOp {
@@ -105,7 +121,31 @@ impl TraceOp {
             | TraceOp::Truncate { .. }
             | TraceOp::Fsync { .. }
             | TraceOp::FsyncDir { .. }
-            | TraceOp::SyncAll => None,
+            | TraceOp::SyncAll { .. } => None,
+        }
+    }
+
+    /// For a durability call (`fsync`, `fdatasync`, `sync`, `syncfs`): how many trace
+    /// operations had completed when it was entered, the only ones it makes durable.
+    pub fn entered_after(&self) -> Option<usize> {
+        match self {
+            TraceOp::Fsync { entered_after, .. }
+            | TraceOp::FsyncDir { entered_after, .. }
+            | TraceOp::SyncAll { entered_after } => Some(*entered_after),
+            _ => None,
+        }
+    }
+
+    /// [`Self::describe`] for the operation at index `seq`, naming the operations a
+    /// durability call does not cover because they completed while it ran.
+    pub fn describe_at(&self, seq: usize) -> String {
+        match self.entered_after() {
+            Some(entered_after) if entered_after < seq => format!(
+                "{} (entered before #{entered_after}: #{entered_after} to #{} completed while it ran and are not covered)",
+                self.describe(),
+                seq - 1
+            ),
+            _ => self.describe(),
         }
     }
 
@@ -119,8 +159,8 @@ impl TraceOp {
                 inode, offset, len, ..
             } => format!("write inode {inode} [{offset}, +{len})"),
             TraceOp::Truncate { inode, len } => format!("truncate inode {inode} to {len}"),
-            TraceOp::Fsync { inode } => format!("fsync inode {inode}"),
-            TraceOp::FsyncDir { path } => format!("fsync dir {}", display_dir(path)),
+            TraceOp::Fsync { inode, .. } => format!("fsync inode {inode}"),
+            TraceOp::FsyncDir { path, .. } => format!("fsync dir {}", display_dir(path)),
             TraceOp::Rename {
                 from,
                 to,
@@ -131,7 +171,7 @@ impl TraceOp {
             }
             TraceOp::Unlink { path } => format!("unlink {path}"),
             TraceOp::Rmdir { path } => format!("rmdir {path}"),
-            TraceOp::SyncAll => "sync".to_owned(),
+            TraceOp::SyncAll { .. } => "sync".to_owned(),
         }
     }
 }
@@ -197,6 +237,12 @@ impl Trace {
             }
         }
         for (seq, op) in self.ops.iter().enumerate() {
+            if op
+                .entered_after()
+                .is_some_and(|entered_after| entered_after > seq)
+            {
+                return Err(format!("op {seq}: entered after operations that follow it"));
+            }
             let named = match op {
                 TraceOp::Create { inode, .. } => {
                     let slot = known
@@ -207,7 +253,7 @@ impl Trace {
                 }
                 TraceOp::Link { inode, .. }
                 | TraceOp::Truncate { inode, .. }
-                | TraceOp::Fsync { inode } => Some(*inode),
+                | TraceOp::Fsync { inode, .. } => Some(*inode),
                 TraceOp::Write {
                     inode,
                     data_at,
