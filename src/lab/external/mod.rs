@@ -35,7 +35,7 @@ pub use recorder::{RecordLimits, FOLLOWED};
 pub use trace::{Trace, TraceOp};
 
 /// The persistence model, in words, as the report states it.
-pub const MODEL: &str = "un-fsynced file data may be whole, lost (as last fsynced), short (cut at a 512- or 4096-byte boundary), zeroed (from the first unsynced byte or in the last 4 KiB sector) or torn (only the first unsynced writes); a create, link, mkdir, rename, unlink or rmdir is durable only once the directory holding the new entry is fsynced, before that any subset of the pending ones happened, in program order; a rename is atomic; sync makes everything durable; an entry whose parent directory is absent is lost";
+pub const MODEL: &str = "un-fsynced file data may be whole, lost (as last fsynced), short (cut at a 512- or 4096-byte boundary), zeroed (from the first unsynced byte or in the last 4 KiB sector) or torn (only the first unsynced writes); a create, link, mkdir, rename, unlink or rmdir is durable only once the directory holding the new entry is fsynced, before that any subset of the pending ones happened, in program order; a rename is atomic; sync makes everything durable; an entry whose parent directory is absent is lost; a file with unsynced writes or truncations is at risk even when its bytes equal the durable ones; an fsync or sync covers only the operations completed before it was entered: another thread's operation that completed while it ran stays pending";
 
 /// Everything one crash test needs.
 #[derive(Clone, Debug)]
