@@ -3,6 +3,7 @@ use std::path::Path;
 use std::process::Command;
 
 use shardlift::core::topology::Topology;
+use shardlift::lab::matrix::Invariant;
 use shardlift::lab::powerloss::tree_digest;
 use shardlift::lab::{kill_publisher_at, kill_publisher_at_occurrence, recover_in_child, LabError};
 use shardlift::store::layout::synthetic_state;
@@ -237,10 +238,23 @@ fn crash_matrix_passes() {
     assert!(count("distinct_states") > 0);
     assert!(count("distinct_states") <= count("crash_images"));
     let scenarios = summary["power_loss_scenarios"].as_array().expect("a");
-    assert_eq!(scenarios.len(), 9);
+    assert_eq!(scenarios.len(), 13);
     for scenario in scenarios {
-        // Exhaustive: every distinct state was checked.
+        // Every distinct state was checked.
         assert_eq!(scenario["states_checked"], scenario["distinct_states"]);
+        // What was enumerated is said: exhaustive exactly when not sampled.
+        let (checked, total) = (
+            count_of(scenario, "subsets_checked"),
+            count_of(scenario, "subsets_total"),
+        );
+        assert!(checked > 0 && checked <= total, "{scenario}");
+        let sampled = scenario["sampled"].as_bool().expect("sampled");
+        assert_eq!(sampled, checked < total, "{scenario}");
+        assert_eq!(
+            sampled,
+            count_of(scenario, "max_pending") > count_of(scenario, "all_subsets_up_to"),
+            "{scenario}"
+        );
     }
     assert!(count("corruption_cases") >= 50);
     let by_kind: u64 = summary["corruption_by_file_kind"]
@@ -254,13 +268,13 @@ fn crash_matrix_passes() {
         .as_str()
         .is_some_and(|c| c.contains("page cache")));
     let mutants = &summary["mutants"];
-    assert_eq!(mutants["total"].as_u64().expect("n"), 18);
+    assert_eq!(mutants["total"].as_u64().expect("n"), 23);
     assert_eq!(mutants["killed"], mutants["total"]);
     assert_eq!(mutants["survived"], serde_json::json!([]));
     // Every registered mutant ran, in order, was checked against at least one state or
-    // corruption case, and was caught with a violation, next to the rule it breaks. (Each
-    // one's `--mutant` run is the same `run_mutant`; the process lane runs seven of them
-    // through the CLI.)
+    // corruption case, and was caught by a violation of the invariant it is expected to
+    // break, next to the rule it breaks. (Each one's `--mutant` run is the same
+    // `run_mutant`; the process lane runs seven of them through the CLI.)
     let names = run(&["crash-matrix", "--list-mutants"]);
     assert!(names.status.success());
     let names: Vec<String> = String::from_utf8_lossy(&names.stdout)
@@ -279,13 +293,16 @@ fn crash_matrix_passes() {
             detail["breaks"].as_str().is_some_and(|b| !b.is_empty()),
             "{name}"
         );
-        assert!(count_of(detail, "violations") >= 1, "{name} survived");
-        assert!(
-            detail["first_violation"]
-                .as_str()
-                .is_some_and(|v| !v.is_empty()),
-            "{name}"
-        );
+        let expected = detail["expected_invariant"].as_str().expect("expected");
+        let killed_by = detail["killed_by"].as_array().expect("killed_by");
+        assert!(!killed_by.is_empty(), "{name} survived");
+        for violation in killed_by {
+            assert_eq!(violation["invariant"], expected, "{name}");
+            assert!(
+                violation["detail"].as_str().is_some_and(|d| !d.is_empty()),
+                "{name}"
+            );
+        }
         assert!(
             count_of(detail, "crash_states") + count_of(detail, "corruption_cases") > 0,
             "{name} checked nothing"
@@ -306,28 +323,41 @@ fn single_mutants_exit_one_naming_the_broken_invariant() {
     let names = run(&["crash-matrix", "--list-mutants"]);
     assert!(names.status.success());
     let listed = String::from_utf8_lossy(&names.stdout).lines().count();
-    assert_eq!(listed, 18, "{listed} mutants");
-    for (mutant, invariant) in [
+    assert_eq!(listed, 23, "{listed} mutants");
+    for (mutant, invariant, detail) in [
         (
             "commit-written-in-place",
+            "complete-bytes-visible",
             "is visible with incomplete bytes",
         ),
         (
             "skip-commits-directory-fsync",
+            "committed-not-lost",
             "was lost after its commits/ fsync",
         ),
-        ("latest-before-commit", "LATEST is Ahead"),
+        (
+            "latest-before-commit",
+            "latest-never-ahead-or-garbage",
+            "LATEST is Some(Ahead)",
+        ),
         (
             "reuse-non-durable-directory",
+            "committed-not-lost",
             "was lost after its commits/ fsync",
         ),
         (
             "skip-found-object-directory-fsync",
+            "committed-not-lost",
             "was lost after its commits/ fsync",
         ),
-        ("recovery-trusts-latest", "LATEST changed the answer"),
+        (
+            "recovery-trusts-latest",
+            "latest-never-changes-the-answer",
+            "LATEST changed the answer",
+        ),
         (
             "recovery-skips-object-digests",
+            "selected-generation-loads",
             "selected generation does not load",
         ),
     ] {
@@ -335,12 +365,18 @@ fn single_mutants_exit_one_naming_the_broken_invariant() {
         assert_eq!(out.status.code(), Some(1), "{mutant} survived");
         let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
         assert_eq!(outcome["killed"], true);
-        let violations = outcome["violations"].as_array().expect("list");
+        assert_eq!(outcome["expected_invariant"], invariant, "{mutant}");
+        let killed_by = outcome["killed_by"].as_array().expect("list");
+        assert!(!killed_by.is_empty(), "{mutant}");
         assert!(
-            violations
+            killed_by.iter().all(|v| v["invariant"] == invariant),
+            "{mutant}: {killed_by:?}"
+        );
+        assert!(
+            killed_by
                 .iter()
-                .any(|v| v.as_str().is_some_and(|s| s.contains(invariant))),
-            "{mutant}: {violations:?}"
+                .any(|v| v["detail"].as_str().is_some_and(|s| s.contains(detail))),
+            "{mutant}: {killed_by:?}"
         );
     }
     let unknown = run(&["crash-matrix", "--mutant", "no-such-mutant"]);
@@ -372,7 +408,10 @@ fn kill_section_recovery_checks_are_counted() {
         child_recovery_violations(EXE.as_ref(), &root, &roots, Some(selected), "injected")
             .expect("checks run");
     assert!(
-        injected.iter().any(|v| v.contains("not the published one")),
+        injected
+            .iter()
+            .any(|v| v.invariant == Invariant::SelectedGenerationLoads
+                && v.detail.contains("not the published one")),
         "{injected:?}"
     );
 }

@@ -9,7 +9,8 @@ use shardlift::core::progress::NoProgress;
 use shardlift::core::topology::Topology;
 use shardlift::lab::corruption::list_files;
 use shardlift::lab::matrix::{
-    power_loss_scenario, Action, CheckPlan, ModelFaults, ScenarioOutcome, CONCURRENT_LIMITS,
+    power_loss_scenario, Action, CheckPlan, Invariant, ModelFaults, ScenarioOutcome,
+    CONCURRENT_LIMITS,
 };
 use shardlift::lab::powerloss::{
     tree_digest, KilledWriterFiles, MarkingHooks, Op, Recording, RecordingFs,
@@ -196,6 +197,7 @@ fn hunting_plan() -> CheckPlan {
         max_states: 0,
         threads: 2,
         stop_after_violations: Some(1),
+        stop_counting: None,
     }
 }
 
@@ -295,7 +297,9 @@ fn assert_loses_generation_1(outcomes: &[ScenarioOutcome]) {
             outcome
                 .violations
                 .iter()
-                .any(|v| v.contains("generation 1 was lost after its commits/ fsync")),
+                .any(|v| v.invariant == Invariant::CommittedNotLost
+                    && v.detail
+                        .contains("generation 1 was lost after its commits/ fsync")),
             "{:#?}",
             outcome.violations
         );
@@ -433,7 +437,7 @@ fn a_concurrent_publish_without_its_fan_out_directory_fsyncs_is_caught() {
         outcome
             .violations
             .iter()
-            .any(|v| v.contains("generation 1")),
+            .any(|v| v.detail.contains("generation 1")),
         "{:#?}",
         outcome.violations
     );

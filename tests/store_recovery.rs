@@ -5,7 +5,7 @@ use shardlift::core::digest::Digest;
 use shardlift::core::topology::Topology;
 use shardlift::lab::matrix::{
     build_corruption_base, corruption_case, corruption_cases, generation_expectation,
-    power_loss_scenario, Action, CheckPlan, ModelFaults, ScenarioOutcome,
+    power_loss_scenario, Action, CheckPlan, Invariant, ModelFaults, ScenarioOutcome,
 };
 use shardlift::lab::powerloss::{tree_digest, EnumerationLimits};
 use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};
@@ -237,7 +237,8 @@ fn power_loss_catches_a_writer_that_skips_the_commits_fsync() {
         outcome
             .violations
             .iter()
-            .any(|v| v.contains("lost after its commits/ fsync")),
+            .any(|v| v.invariant == Invariant::CommittedNotLost
+                && v.detail.contains("lost after its commits/ fsync")),
         "{:#?}",
         outcome.violations
     );
@@ -255,7 +256,8 @@ fn power_loss_catches_a_writer_that_advances_latest_first() {
         outcome
             .violations
             .iter()
-            .any(|v| v.contains("LATEST is Ahead")),
+            .any(|v| v.invariant == Invariant::LatestNeverAheadOrGarbage
+                && v.detail.contains("LATEST is Some(Ahead)")),
         "{:#?}",
         outcome.violations
     );

@@ -701,8 +701,22 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
         for v in &summary.violations {
             println!("VIOLATION: {v}");
         }
+        for detail in &mutants.details {
+            println!(
+                "mutant {}: expected {}; {} of {} violations break it{}",
+                detail.name,
+                detail.expected_invariant,
+                detail.killed_by.len(),
+                detail.violations,
+                if detail.killed_by.is_empty() {
+                    " (SURVIVED)"
+                } else {
+                    ""
+                }
+            );
+        }
         println!(
-            "{} of {} mutants killed; survived: {:?}",
+            "{} of {} mutants killed by their expected invariant; survived: {:?}",
             mutants.killed, mutants.total, mutants.survived
         );
         println!("caveat: {}", summary.caveat);
@@ -746,10 +760,12 @@ fn run_one_mutant(
         print_json(&outcome)?;
     } else {
         println!(
-            "mutant {}: {} crash states, {} violations",
+            "mutant {}: {} crash states, {} violations, {} of its expected invariant {}",
             outcome.name,
             outcome.crash_states,
-            outcome.violations.len()
+            outcome.violations.len(),
+            outcome.killed_by.len(),
+            outcome.expected_invariant
         );
         for v in &outcome.violations {
             println!("VIOLATION: {v}");
@@ -757,14 +773,17 @@ fn run_one_mutant(
     }
     if outcome.killed {
         anyhow::bail!(
-            "mutant {} broke the model's invariants ({} violations): caught",
+            "mutant {} broke its expected invariant {} ({} violations of it): caught",
             outcome.name,
-            outcome.violations.len()
+            outcome.expected_invariant,
+            outcome.killed_by.len()
         );
     }
     eprintln!(
-        "crash-matrix: mutant {} SURVIVED: the model cannot see this bug",
-        outcome.name
+        "crash-matrix: mutant {} SURVIVED: no violation of its expected invariant {} ({} of others)",
+        outcome.name,
+        outcome.expected_invariant,
+        outcome.violations.len()
     );
     Ok(())
 }

@@ -198,7 +198,7 @@ pub struct KillReport {
     pub unacknowledged: BarrierEvent,
     /// The signal that ended it (SIGKILL, unless it had died first).
     pub signal: Option<i32>,
-    /// Whether it was reaped (always, once killed).
+    /// Whether it was seen reaped: its wait returned an exit status.
     pub reaped: bool,
     /// Its exit record.
     pub exit: ExitRecord,
@@ -411,6 +411,9 @@ fn drive_publisher(
                     stop.filter(|&(b, o)| (b, o) == (event.barrier, event.occurrence))
                 {
                     let exit = publisher.child.kill_and_reap()?;
+                    // Reaped when the child's wait returned its exit status (the record
+                    // exists only then).
+                    let reaped = publisher.child.exit_record().is_some();
                     let candidate_visible = store.commit_visible(candidate_generation)?;
                     return Ok(PublisherEnd::Killed(KillReport {
                         target,
@@ -418,7 +421,7 @@ fn drive_publisher(
                         acknowledged,
                         unacknowledged: event,
                         signal: exit_signal(&exit),
-                        reaped: true,
+                        reaped,
                         exit,
                         candidate_generation,
                         candidate_visible,

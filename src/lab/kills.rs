@@ -30,7 +30,9 @@ use crate::lab::harness::{
     drive_operations, run_free_publisher, OperationEvent, OperationKind, OperationsEnd,
     PublisherExit,
 };
-use crate::lab::matrix::{child_recovery_violations, scratch_dir, MatrixConfig};
+use crate::lab::matrix::{
+    child_recovery_violations, scratch_dir, Invariant, MatrixConfig, Violation,
+};
 use crate::store::barrier::NoHooks;
 use crate::store::codec::commit_rel_path;
 use crate::store::layout::synthetic_state;
@@ -52,12 +54,14 @@ const CALIBRATION_RUNS: usize = 3;
 pub struct OperationKills {
     /// Operations in the recorded (unkilled) publish.
     pub trace_operations: u64,
-    /// Kills made, one before each traced operation.
+    /// Kills that landed: the publisher, stopped before a traced operation and sent
+    /// SIGKILL, was seen (by its reaped exit status) to die of SIGKILL. One is aimed
+    /// before each traced operation.
     pub kills: u64,
     /// The recorded trace (temp names as the traced run spelled them).
     pub trace: Vec<OperationEvent>,
-    /// One line per invariant violated (none: the store held).
-    pub violations: Vec<String>,
+    /// One per invariant violated (none: the store held).
+    pub violations: Vec<Violation>,
 }
 
 /// What the random-instant kills did and found.
@@ -68,8 +72,8 @@ pub struct RandomKills {
     pub finished_first: u64,
     /// Landed kills after which the candidate's commit record was visible.
     pub candidate_visible: u64,
-    /// One line per invariant violated (none: the store held).
-    pub violations: Vec<String>,
+    /// One per invariant violated (none: the store held).
+    pub violations: Vec<Violation>,
 }
 
 /// A durable generation 0 (state A) to publish state B over, and every published root.
@@ -129,7 +133,7 @@ impl KillBase {
         root: &Path,
         ended: &PublisherExit,
         context: &str,
-    ) -> Result<Vec<String>, LabError> {
+    ) -> Result<Vec<Violation>, LabError> {
         let expected = if ended.candidate_visible {
             Some(ended.candidate_generation)
         } else {
@@ -178,10 +182,12 @@ pub fn operation_kill_phase(
         .iter()
         .position(|op| op.to.as_deref() == Some(commit_rel.as_str()));
     if commit_rename.is_none() {
-        violations.push(format!(
-            "operation trace: no rename installs {commit_rel} (RFC 0001 §4)"
+        violations.push(Violation::new(
+            Invariant::KillTranscriptMatches,
+            format!("operation trace: no rename installs {commit_rel} (RFC 0001 §4)"),
         ));
     }
+    let mut landed = 0u64;
     let expected_trace: Vec<_> = trace.iter().map(comparable).collect();
     progress.phase(
         "crash-matrix: kills before every operation of a publish",
@@ -206,33 +212,45 @@ pub fn operation_kill_phase(
         {
             OperationsEnd::Killed(report) => report,
             OperationsEnd::Completed(..) => {
-                violations.push(format!("{context}: the publisher was not killed"));
+                violations.push(Violation::new(
+                    Invariant::PublisherKilledAndReaped,
+                    format!("{context}: the publisher was not killed"),
+                ));
                 continue;
             }
         };
-        if report.ended.signal != Some(9) {
-            violations.push(format!(
-                "{context}: publisher not killed by signal 9 ({})",
-                report.ended.exit.outcome
+        if report.ended.signal == Some(9) {
+            landed += 1;
+        } else {
+            violations.push(Violation::new(
+                Invariant::PublisherKilledAndReaped,
+                format!(
+                    "{context}: publisher not killed by signal 9 ({})",
+                    report.ended.exit.outcome
+                ),
             ));
         }
         let performed: Vec<_> = report.performed.iter().map(comparable).collect();
         if performed.as_slice() != &expected_trace[..index]
             || comparable(&report.killed_before) != expected_trace[index]
         {
-            violations.push(format!(
-                "{context}: the operations performed differ from the recorded trace"
+            violations.push(Violation::new(
+                Invariant::KillTranscriptMatches,
+                format!("{context}: the operations performed differ from the recorded trace"),
             ));
         }
         let visible_by_trace = commit_rename.is_some_and(|rename| index > rename);
         if report.ended.candidate_visible != visible_by_trace {
-            violations.push(format!(
-                "{context}: candidate visible = {}, but the trace installs it {}",
-                report.ended.candidate_visible,
-                match commit_rename {
-                    Some(rename) => format!("at operation {rename}"),
-                    None => "never".to_owned(),
-                }
+            violations.push(Violation::new(
+                Invariant::CandidateVisibleAsTheProtocolSays,
+                format!(
+                    "{context}: candidate visible = {}, but the trace installs it {}",
+                    report.ended.candidate_visible,
+                    match commit_rename {
+                        Some(rename) => format!("at operation {rename}"),
+                        None => "never".to_owned(),
+                    }
+                ),
             ));
         }
         violations.extend(base.recovery_violations(exe, &root, &report.ended, &context)?);
@@ -241,7 +259,7 @@ pub fn operation_kill_phase(
     progress.finish();
     Ok(OperationKills {
         trace_operations: trace.len() as u64,
-        kills: trace.len() as u64,
+        kills: landed,
         trace,
         violations,
     })
@@ -318,9 +336,9 @@ pub fn random_kill_phase(
             // Killed after `done` (while exiting) or exited first: the publish completed.
             (Some(9), true) => tally.finished_first += 1,
             (None, true) if ended.exit.outcome.success() => tally.finished_first += 1,
-            _ => tally.violations.push(format!(
-                "{context}: publisher ended with {}",
-                ended.exit.outcome
+            _ => tally.violations.push(Violation::new(
+                Invariant::PublisherKilledAndReaped,
+                format!("{context}: publisher ended with {}", ended.exit.outcome),
             )),
         }
         tally
@@ -330,9 +348,12 @@ pub fn random_kill_phase(
     progress.advance(tally.kills);
     progress.finish();
     if tally.kills < RANDOM_KILLS {
-        tally.violations.push(format!(
-            "only {} of {RANDOM_KILLS} random kills landed before the publisher finished in {runs} runs",
-            tally.kills
+        tally.violations.push(Violation::new(
+            Invariant::RandomKillsLanded,
+            format!(
+                "only {} of {RANDOM_KILLS} random kills landed before the publisher finished in {runs} runs",
+                tally.kills
+            ),
         ));
     }
     Ok(tally)

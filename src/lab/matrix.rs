@@ -17,8 +17,8 @@ use crate::lab::corruption::{copy_tree, list_files, Damage, FileOffset};
 use crate::lab::error::LabError;
 use crate::lab::harness::{kill_publisher_at_occurrence, recover_in_child, KillReport};
 use crate::lab::powerloss::{
-    tree_digest, CrashState, EnumerationLimits, ImageEntry, KilledWriterFiles, MarkingHooks,
-    Recording, RecordingFs,
+    tree_digest, CrashState, Enumeration, EnumerationLimits, ImageEntry, KilledWriterFiles,
+    MarkingHooks, Recording, RecordingFs,
 };
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, NoHooks};
 use crate::store::codec::{commit_rel_path, object_rel_path};
@@ -31,6 +31,124 @@ use crate::store::writer::{
 };
 use crate::store::ObjectCheck;
 use crate::store::StoreError;
+
+/// An invariant the crash matrix checks (RFC 0001 §5 and §8), one per kind of violation.
+/// Every violation names the one it breaks; a mutant is killed only by a violation of the
+/// invariant it is expected to break.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Invariant {
+    /// The checker itself ran (a temp dir was created, an image materialized, no checker
+    /// thread panicked).
+    CheckCompleted,
+    /// Recovery answers: it never fails nor panics on a crash or corruption image.
+    RecoveryCompletes,
+    /// Recovery changes nothing in the store.
+    RecoveryChangesNothing,
+    /// Recovery gives the same answer every time (twice in a row, in a child process and
+    /// in-process).
+    RecoveryIsDeterministic,
+    /// The selected generation loads, with the logical-state root it was published with.
+    SelectedGenerationLoads,
+    /// LATEST never changes recovery's answer.
+    LatestNeverChangesTheAnswer,
+    /// The selected generation is the previous one or the candidate.
+    SelectedPreviousOrCandidate,
+    /// The newest generation whose files are all intact is selected (a visible record
+    /// whose objects verify is selected; a damaged one is not).
+    NewestIntactSelected,
+    /// Nothing committed is lost: the previous durable generation, the candidate once its
+    /// `commits/` fsync (step 12) completed, and the record it committed.
+    CommittedNotLost,
+    /// LATEST is never `ahead` of the commits nor `garbage` after a crash (RFC 0001 §6).
+    LatestNeverAheadOrGarbage,
+    /// Once its `refs/` fsync (step 16) completed, LATEST is durable: a power cut leaves it
+    /// `consistent`.
+    LatestDurableAfterItsFsync,
+    /// A name in `objects/` or `commits/` is visible only with its complete bytes.
+    CompleteBytesVisible,
+    /// A loader refuses a damaged generation.
+    DamagedGenerationNeverLoads,
+    /// A loader's error names the offending file.
+    LoadErrorNamesTheFile,
+    /// A killed publisher died of SIGKILL and was reaped.
+    PublisherKilledAndReaped,
+    /// A killed publisher's acknowledged events or performed operations are exactly those
+    /// before the kill.
+    KillTranscriptMatches,
+    /// The candidate's commit record is visible after a kill exactly when the protocol
+    /// says so (after the rename that installs it).
+    CandidateVisibleAsTheProtocolSays,
+    /// Enough random-instant kills landed before the publisher finished.
+    RandomKillsLanded,
+}
+
+impl Invariant {
+    /// Its kebab-case name, as the JSON spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::CheckCompleted => "check-completed",
+            Invariant::RecoveryCompletes => "recovery-completes",
+            Invariant::RecoveryChangesNothing => "recovery-changes-nothing",
+            Invariant::RecoveryIsDeterministic => "recovery-is-deterministic",
+            Invariant::SelectedGenerationLoads => "selected-generation-loads",
+            Invariant::LatestNeverChangesTheAnswer => "latest-never-changes-the-answer",
+            Invariant::SelectedPreviousOrCandidate => "selected-previous-or-candidate",
+            Invariant::NewestIntactSelected => "newest-intact-selected",
+            Invariant::CommittedNotLost => "committed-not-lost",
+            Invariant::LatestNeverAheadOrGarbage => "latest-never-ahead-or-garbage",
+            Invariant::LatestDurableAfterItsFsync => "latest-durable-after-its-fsync",
+            Invariant::CompleteBytesVisible => "complete-bytes-visible",
+            Invariant::DamagedGenerationNeverLoads => "damaged-generation-never-loads",
+            Invariant::LoadErrorNamesTheFile => "load-error-names-the-file",
+            Invariant::PublisherKilledAndReaped => "publisher-killed-and-reaped",
+            Invariant::KillTranscriptMatches => "kill-transcript-matches",
+            Invariant::CandidateVisibleAsTheProtocolSays => {
+                "candidate-visible-as-the-protocol-says"
+            }
+            Invariant::RandomKillsLanded => "random-kills-landed",
+        }
+    }
+}
+
+impl std::fmt::Display for Invariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One invariant violated: which, and where and how.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// The invariant broken.
+    pub invariant: Invariant,
+    /// Where (scenario, crash point, case) and how.
+    pub detail: String,
+}
+
+impl Violation {
+    /// A violation of `invariant`, described by `detail`.
+    pub fn new(invariant: Invariant, detail: impl Into<String>) -> Self {
+        Violation {
+            invariant,
+            detail: detail.into(),
+        }
+    }
+
+    /// The same violation with `prefix: ` before its detail.
+    pub fn within(self, prefix: &str) -> Self {
+        Violation {
+            detail: format!("{prefix}: {}", self.detail),
+            ..self
+        }
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{}] {}", self.invariant, self.detail)
+    }
+}
 
 /// A fresh scratch directory: under `$SHARDLIFT_SCRATCH` if set, else `/dev/shm` (tmpfs:
 /// the matrix creates and deletes thousands of small trees), else the system temp dir.
@@ -144,6 +262,29 @@ pub enum Action {
         /// Whether the publish may install its objects concurrently.
         concurrent: bool,
     },
+    /// Publish this state at this topology (a genesis publish) through the bare relative
+    /// root `store`, the recorded directory standing for the working directory: its
+    /// parent is `.`, which the writer must fsync like any other parent.
+    PublishBareRelativeRoot(Box<LogicalState>, Topology),
+    /// Publish this state at this topology into a store holding wrong bytes (the right
+    /// length, one byte changed) at the address of one of its objects: the writer finds
+    /// a file there that does not verify and must replace it.
+    PublishOverWrongBytes(Box<LogicalState>, Topology),
+    /// Two writers race for one generation: the second claims it, then the first
+    /// publishes it whole, then the second goes on to its commit, which the protocol
+    /// refuses (generation taken). The candidate is the first writer's.
+    PublishRacing {
+        /// The first writer's state, which commits.
+        first: Box<LogicalState>,
+        /// The second writer's state, whose commit finds the generation taken.
+        second: Box<LogicalState>,
+        /// Both writers' topology.
+        topology: Topology,
+    },
+    /// Repair LATEST after a writer of this state at this topology was killed between its
+    /// commit record's rename and its `commits/` fsync: the record is visible and verifies
+    /// but its name is not durable, and LATEST still names the previous generation.
+    RepairAfterKilledCommit(Box<LogicalState>, Topology),
 }
 
 /// Subset enumeration for a concurrent publish, and for one over a killed writer's
@@ -185,6 +326,39 @@ pub fn over_killed_objects(seed: u64, files: KilledWriterFiles) -> Result<Action
     })
 }
 
+/// The publish over generation 0 onto wrong bytes at one of its objects' addresses that
+/// the matrix and the `trust-found-object-bytes` mutant run: a four-worker publish of a
+/// 12-object state (32 768-element chunks).
+pub fn over_wrong_bytes(seed: u64) -> Result<Action, LabError> {
+    Ok(Action::PublishOverWrongBytes(
+        Box::new(synthetic_state(seed, 5, 32_768)),
+        topology(4)?,
+    ))
+}
+
+/// The two writers racing for generation 1 over generation 0 that the matrix and the
+/// `commit-rename-replaces` mutant run: the first publishes a 12-object state, the second
+/// republishes generation 0's state on two workers (every object found, a new manifest
+/// and record), so their records differ.
+pub fn two_writers_racing(seed: u64) -> Result<Action, LabError> {
+    let (a, _) = matrix_states(seed);
+    Ok(Action::PublishRacing {
+        first: Box::new(synthetic_state(seed, 6, 32_768)),
+        second: Box::new(a),
+        topology: topology(2)?,
+    })
+}
+
+/// The LATEST repair over generation 0 after a writer of a 12-object state was killed
+/// between its commit rename and its `commits/` fsync, that the matrix and the
+/// `repair-without-commits-fsync` mutant run.
+pub fn repair_after_killed_commit(seed: u64) -> Result<Action, LabError> {
+    Ok(Action::RepairAfterKilledCommit(
+        Box::new(synthetic_state(seed, 7, 32_768)),
+        topology(4)?,
+    ))
+}
+
 /// The result of one power-loss scenario.
 #[derive(Clone, Debug, Default)]
 pub struct ScenarioOutcome {
@@ -197,8 +371,11 @@ pub struct ScenarioOutcome {
     pub distinct_states: u64,
     /// States recovery was checked on (all distinct ones unless capped).
     pub states_checked: u64,
-    /// One line per invariant violated (none: the store held).
-    pub violations: Vec<String>,
+    /// What was enumerated: crash points, and subsets of pending operations applied out
+    /// of all of them (exhaustive unless `sampled`).
+    pub enumeration: Enumeration,
+    /// One per invariant violated (none: the store held).
+    pub violations: Vec<Violation>,
 }
 
 /// The deliberate faults a model run is given: none for the matrix, one for each mutant.
@@ -232,7 +409,7 @@ fn recover_guarded(dir: &Path, faults: RecoveryFaults) -> Result<RecoveryReport,
 fn check_recovery_common(
     dir: &Path,
     roots: &BTreeMap<u64, Digest>,
-    violations: &mut Vec<String>,
+    violations: &mut Vec<Violation>,
     context: &str,
     faults: RecoveryFaults,
 ) -> Option<RecoveryReport> {
@@ -240,17 +417,26 @@ fn check_recovery_common(
     let first = match recover_guarded(dir, faults) {
         Ok(r) => r,
         Err(e) => {
-            violations.push(format!("{context}: {e}"));
+            violations.push(Violation::new(
+                Invariant::RecoveryCompletes,
+                format!("{context}: {e}"),
+            ));
             return None;
         }
     };
     let second = recover_guarded(dir, faults);
     let after = tree_digest(dir).ok();
     if before.is_none() || before != after {
-        violations.push(format!("{context}: recovery modified the store"));
+        violations.push(Violation::new(
+            Invariant::RecoveryChangesNothing,
+            format!("{context}: recovery modified the store"),
+        ));
     }
     if second.as_ref() != Ok(&first) {
-        violations.push(format!("{context}: recovery is not idempotent"));
+        violations.push(Violation::new(
+            Invariant::RecoveryIsDeterministic,
+            format!("{context}: recovery is not idempotent"),
+        ));
     }
     if let Some(selected) = &first.selected {
         match catch_unwind(AssertUnwindSafe(|| {
@@ -259,16 +445,23 @@ fn check_recovery_common(
             Ok(Ok((state, _))) => {
                 let root = state.logical_state_root();
                 if roots.get(&selected.generation) != Some(&root) {
-                    violations.push(format!(
-                        "{context}: generation {} loaded with root {root}, not the published one",
-                        selected.generation
+                    violations.push(Violation::new(
+                        Invariant::SelectedGenerationLoads,
+                        format!(
+                            "{context}: generation {} loaded with root {root}, not the published one",
+                            selected.generation
+                        ),
                     ));
                 }
             }
-            Ok(Err(e)) => {
-                violations.push(format!("{context}: selected generation does not load: {e}"))
-            }
-            Err(_) => violations.push(format!("{context}: load panicked")),
+            Ok(Err(e)) => violations.push(Violation::new(
+                Invariant::SelectedGenerationLoads,
+                format!("{context}: selected generation does not load: {e}"),
+            )),
+            Err(_) => violations.push(Violation::new(
+                Invariant::SelectedGenerationLoads,
+                format!("{context}: load panicked"),
+            )),
         }
     }
     // LATEST never changes the answer: hide it and recover again.
@@ -278,7 +471,10 @@ fn check_recovery_common(
         if std::fs::rename(&latest, &hidden).is_ok() {
             match recover_guarded(dir, faults) {
                 Ok(r) if r.selected == first.selected => {}
-                _ => violations.push(format!("{context}: LATEST changed the answer")),
+                _ => violations.push(Violation::new(
+                    Invariant::LatestNeverChangesTheAnswer,
+                    format!("{context}: LATEST changed the answer"),
+                )),
             }
             let _ = std::fs::rename(&hidden, &latest);
         }
@@ -293,7 +489,7 @@ fn check_recovery_common(
 /// A file a killed writer left with its data unsynced ([`KilledWriterFiles::NothingSynced`])
 /// is that writer's until this run fsyncs it or renames its commit record into place, and
 /// is not counted against this run before then.
-fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) -> Vec<String> {
+fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) -> Vec<Violation> {
     let mut violations = Vec::new();
     // Once the run's commit record is renamed into place, a torn file next to it is the
     // run's: it committed without making that file durable.
@@ -302,28 +498,37 @@ fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) 
         .is_some_and(|at| state.crash_point >= at);
     for (path, entry) in &state.image {
         if let ImageEntry::File { inode, .. } = entry {
+            // A file of the durable starting image is not this run's to complete: bytes
+            // planted there (a scenario's outside damage) are the store's, not a write of
+            // the run.
+            if recording.is_initial_inode(*inode) {
+                continue;
+            }
             if !committed && recording.torn_by_earlier_writer(*inode, state.crash_point) {
                 continue;
             }
         }
+        let Some(rel) = recording.in_store(path) else {
+            continue;
+        };
         let Some(bytes) = recording.file_bytes(&state.image, path) else {
             continue;
         };
-        let torn = if let Some(address) = path.strip_prefix("objects/") {
+        let torn = if let Some(address) = rel.strip_prefix("objects/") {
             Digest::of(&bytes).to_hex() != address.replace('/', "")
-        } else if path.starts_with("commits/") && path.ends_with(".json") {
-            crate::store::codec::decode::<crate::store::codec::CommitRecord>(
-                Path::new(path),
-                &bytes,
-            )
-            .is_err()
+        } else if rel.starts_with("commits/") && rel.ends_with(".json") {
+            crate::store::codec::decode::<crate::store::codec::CommitRecord>(Path::new(rel), &bytes)
+                .is_err()
         } else {
             false
         };
         if torn {
-            violations.push(format!(
-                "{context}: {path} is visible with incomplete bytes ({} bytes)",
-                bytes.len()
+            violations.push(Violation::new(
+                Invariant::CompleteBytesVisible,
+                format!(
+                    "{context}: {rel} is visible with incomplete bytes ({} bytes)",
+                    bytes.len()
+                ),
             ));
         }
     }
@@ -333,7 +538,7 @@ fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) 
 fn intact(recording: &Recording, state: &CrashState, expectation: &GenerationExpectation) -> bool {
     expectation.files.iter().all(|(path, digest)| {
         recording
-            .file_bytes(&state.image, path)
+            .file_bytes(&state.image, &recording.store_path(path))
             .is_some_and(|bytes| Digest::of(&bytes) == *digest)
     })
 }
@@ -344,32 +549,52 @@ struct ScenarioChecks<'a> {
     previous: Option<&'a GenerationExpectation>,
     candidate: &'a GenerationExpectation,
     roots: BTreeMap<u64, Digest>,
+    /// Operations issued when the candidate's `commits/` fsync (step 12) completed.
     durable_from: Option<usize>,
+    /// Operations issued when LATEST's `refs/` fsync (step 16) completed.
+    latest_durable_from: Option<usize>,
 }
 
 fn check_crash_state(
     checks: &ScenarioChecks<'_>,
     state: &CrashState,
-    violations: &mut Vec<String>,
+    violations: &mut Vec<Violation>,
 ) {
     let context = format!("power-loss state at op {}", state.crash_point);
     let Ok(dir) = scratch_dir() else {
-        violations.push(format!("{context}: cannot create a temp dir"));
+        violations.push(Violation::new(
+            Invariant::CheckCompleted,
+            format!("{context}: cannot create a temp dir"),
+        ));
         return;
     };
     if let Err(e) = checks.recording.materialize(&state.image, dir.path()) {
-        violations.push(format!("{context}: cannot materialize: {e}"));
+        violations.push(Violation::new(
+            Invariant::CheckCompleted,
+            format!("{context}: cannot materialize: {e}"),
+        ));
         return;
     }
     violations.extend(torn_visible_files(checks.recording, state, &context));
-    let Some(report) = check_recovery_common(
-        dir.path(),
-        &checks.roots,
-        violations,
-        &context,
-        checks.recovery,
-    ) else {
-        return;
+    // Without its root the image holds no store: nothing is selected, nothing to recover.
+    let root_present = checks.recording.has_store_root(&state.image);
+    let (selected, latest) = if root_present {
+        let store_dir = dir.path().join(&checks.recording.store);
+        let Some(report) = check_recovery_common(
+            &store_dir,
+            &checks.roots,
+            violations,
+            &context,
+            checks.recovery,
+        ) else {
+            return;
+        };
+        (
+            report.selected.as_ref().map(|s| s.generation),
+            Some(report.latest.status),
+        )
+    } else {
+        (None, None)
     };
     let candidate_ok = intact(checks.recording, state, checks.candidate);
     let previous_ok = checks
@@ -382,49 +607,75 @@ fn check_crash_state(
     } else {
         None
     };
-    let selected = report.selected.as_ref().map(|s| s.generation);
     let allowed = [
         checks.previous.map(|p| p.generation),
         Some(checks.candidate.generation),
     ];
     if selected.is_some() && !allowed.contains(&selected) {
-        violations.push(format!(
-            "{context}: selected {selected:?}, neither previous nor candidate"
+        violations.push(Violation::new(
+            Invariant::SelectedPreviousOrCandidate,
+            format!("{context}: selected {selected:?}, neither previous nor candidate"),
         ));
     }
     if selected != expected {
-        violations.push(format!(
-            "{context}: selected {selected:?} but the fully intact newest generation is {expected:?}"
+        violations.push(Violation::new(
+            Invariant::NewestIntactSelected,
+            format!(
+                "{context}: selected {selected:?} but the fully intact newest generation is {expected:?}"
+            ),
         ));
     }
+    let lost = if root_present {
+        ""
+    } else {
+        " (the store root itself is absent)"
+    };
     if checks.previous.is_some() && !previous_ok {
-        violations.push(format!(
-            "{context}: the previous durable generation was lost"
+        violations.push(Violation::new(
+            Invariant::CommittedNotLost,
+            format!("{context}: the previous durable generation was lost{lost}"),
         ));
     }
     if let Some(from) = checks.durable_from {
-        if state.crash_point >= from && selected != Some(checks.candidate.generation) {
-            violations.push(format!(
-                "{context}: generation {} was lost after its commits/ fsync",
-                checks.candidate.generation
+        // Committed means its record and every file it names survive, not only a record
+        // of that generation: a second writer's record replacing it loses it too.
+        let kept = selected == Some(checks.candidate.generation) && candidate_ok;
+        if state.crash_point >= from && !kept {
+            violations.push(Violation::new(
+                Invariant::CommittedNotLost,
+                format!(
+                    "{context}: generation {} was lost after its commits/ fsync{lost}",
+                    checks.candidate.generation
+                ),
             ));
         }
     }
-    if matches!(
-        report.latest.status,
-        LatestStatus::Ahead | LatestStatus::Garbage
-    ) {
-        violations.push(format!(
-            "{context}: LATEST is {:?}: the writer exposed a hint ahead of durable commits",
-            report.latest.status
+    if matches!(latest, Some(LatestStatus::Ahead | LatestStatus::Garbage)) {
+        violations.push(Violation::new(
+            Invariant::LatestNeverAheadOrGarbage,
+            format!("{context}: LATEST is {latest:?}: the writer exposed a hint ahead of durable commits"),
         ));
+    }
+    if let Some(from) = checks.latest_durable_from {
+        if state.crash_point >= from && latest != Some(LatestStatus::Consistent) {
+            violations.push(Violation::new(
+                Invariant::LatestDurableAfterItsFsync,
+                format!("{context}: LATEST is {latest:?} after its refs/ fsync completed"),
+            ));
+        }
     }
 }
 
-/// Records one writer run on a copy of `base` (or an empty store) and checks recovery on
-/// every distinct derived crash state (at most `max_states` when nonzero, sampled evenly).
-/// A copied base also gets a killed writer's garbage in `staging/`, named as this
-/// process's own writer would name its first temp file (a restarted container reuses pids).
+/// Where the matrix puts the store under the recorded directory: the recorder images the
+/// store root's parent, so the root's own entry is one the model may lose.
+pub const STORE_DIR_NAME: &str = "store";
+
+/// Records one writer run on a copy of `base` (or a store the run creates) and checks
+/// recovery on every distinct derived crash state (at most `max_states` when nonzero,
+/// sampled evenly). The recorded directory is the store root's parent: the root is part
+/// of the model, created by the run when there is no base. A copied base also gets a
+/// killed writer's garbage in `staging/`, named as this process's own writer would name
+/// its first temp file (a restarted container reuses pids).
 pub fn power_loss_scenario(
     base: Option<&Path>,
     action: &Action,
@@ -433,20 +684,21 @@ pub fn power_loss_scenario(
     plan: CheckPlan,
 ) -> Result<ScenarioOutcome, LabError> {
     let work = scratch_dir()?;
-    let root = work.path().join("store");
-    std::fs::create_dir(&root)?;
+    let root = work.path().join(STORE_DIR_NAME);
     let (previous, mut roots) = match base {
         Some(base) => {
+            std::fs::create_dir(&root)?;
             let seeded = seed_from_base(base, &root)?;
             plant_staging_garbage(&root)?;
             seeded
         }
         None => (None, BTreeMap::new()),
     };
-    let (candidate, recording) = record_action(&root, action, faults.writer)?;
+    let (candidate, recording) = record_action(work.path(), &root, action, faults.writer)?;
     roots.insert(candidate.generation, candidate.logical_state_root);
     let durable_from = recording.mark_of(Barrier::CommitAfterDirectoryFsync);
-    let images = recording.crash_states(limits);
+    let latest_durable_from = recording.mark_of(Barrier::LatestAfterDirectoryFsync);
+    let (images, enumeration) = recording.crash_states_counted(limits);
     let crash_images = images.len() as u64;
     let distinct = distinct_states(&recording, images);
     let distinct_count = distinct.len() as u64;
@@ -466,6 +718,7 @@ pub fn power_loss_scenario(
         candidate: &candidate,
         roots,
         durable_from,
+        latest_durable_from,
     };
     let (violations, states_checked) = check_crash_states(&checks, &states, plan);
     Ok(ScenarioOutcome {
@@ -473,6 +726,7 @@ pub fn power_loss_scenario(
         crash_images,
         distinct_states: distinct_count,
         states_checked,
+        enumeration,
         violations,
     })
 }
@@ -612,25 +866,37 @@ fn fan_out_dirs(root: &Path) -> Result<BTreeSet<String>, LabError> {
     Ok(dirs)
 }
 
-/// Runs `action` on `root` through the recording file system: the generation it
-/// committed and the recorded operations.
+/// Runs `action` on the store `root` (the entry [`STORE_DIR_NAME`] of `parent`) through
+/// a file system recording `parent`: the generation it committed and the recorded
+/// operations.
 fn record_action(
+    parent: &Path,
     root: &Path,
     action: &Action,
     faults: WriterFaults,
 ) -> Result<(GenerationExpectation, Recording), LabError> {
+    let in_parent = |rel: &str| format!("{STORE_DIR_NAME}/{rel}");
+    let recorder = |fs: RecordingFs| fs.with_store_at(STORE_DIR_NAME);
     let fs = match action {
         Action::PublishOverKilledLayout(..) => {
+            // The killed writer created the layout (and the root, when there was none) and
+            // fsynced none of it.
+            let mut dirs: Vec<String> = LAYOUT_DIRS.iter().map(|d| in_parent(d)).collect();
+            if !root.exists() {
+                std::fs::create_dir(root)?;
+                dirs.push(STORE_DIR_NAME.to_owned());
+            }
             for dir in LAYOUT_DIRS {
                 std::fs::create_dir(root.join(dir))?;
             }
-            RecordingFs::with_non_durable_dirs(root, &LAYOUT_DIRS)?
+            let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+            recorder(RecordingFs::with_non_durable_dirs(parent, &dirs)?)
         }
         Action::RepairLatest => {
             std::fs::remove_file(root.join(LATEST_REL_PATH))?;
-            RecordingFs::new(root)?
+            recorder(RecordingFs::new(parent)?)
         }
-        Action::PublishConcurrent(..) => RecordingFs::new(root)?.allowing_threads(),
+        Action::PublishConcurrent(..) => recorder(RecordingFs::new(parent)?.allowing_threads()),
         Action::PublishOverKilledObjects {
             state,
             topology,
@@ -640,29 +906,57 @@ fn record_action(
             let (dirs, objects) = install_as_killed_writer(root, state, *topology)?;
             // A killed RFC writer fsynced `objects/` for each fan-out directory before
             // renaming into it; one that synced nothing may have left them non-durable.
-            let dirs: Vec<&str> = match files {
+            let dirs: Vec<String> = match files {
                 KilledWriterFiles::DataSynced => Vec::new(),
-                KilledWriterFiles::NothingSynced => dirs.iter().map(String::as_str).collect(),
+                KilledWriterFiles::NothingSynced => dirs.iter().map(|d| in_parent(d)).collect(),
             };
+            let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+            let objects: Vec<String> = objects.iter().map(|o| in_parent(o)).collect();
             let objects: Vec<&str> = objects.iter().map(String::as_str).collect();
-            let recorder = RecordingFs::with_non_durable_entries(root, &dirs, &objects, *files)?;
+            let fs = recorder(RecordingFs::with_non_durable_entries(
+                parent, &dirs, &objects, *files,
+            )?);
             if *concurrent {
-                recorder.allowing_threads()
+                fs.allowing_threads()
             } else {
-                recorder
+                fs
             }
         }
-        _ => RecordingFs::new(root)?,
+        Action::PublishOverWrongBytes(state, topology) => {
+            plant_wrong_bytes(root, state, *topology)?;
+            recorder(RecordingFs::new(parent)?)
+        }
+        Action::RepairAfterKilledCommit(state, topology) => {
+            let record = commit_as_killed_writer(root, state, *topology)?;
+            recorder(RecordingFs::with_non_durable_entries(
+                parent,
+                &[],
+                &[in_parent(&record).as_str()],
+                KilledWriterFiles::DataSynced,
+            )?)
+        }
+        Action::Publish(..)
+        | Action::Reshard(..)
+        | Action::PublishBareRelativeRoot(..)
+        | Action::PublishRacing { .. } => recorder(RecordingFs::new(parent)?),
     };
+    let mut candidate = None;
     let generation = {
         let mut hooks = MarkingHooks(&fs);
         match action {
             Action::Publish(state, topology)
             | Action::PublishOverKilledLayout(state, topology)
             | Action::PublishConcurrent(state, topology)
+            | Action::PublishOverWrongBytes(state, topology)
             | Action::PublishOverKilledObjects {
                 state, topology, ..
             } => publish_with(&fs, root, state, *topology, &mut hooks, faults)?.generation,
+            Action::PublishBareRelativeRoot(state, topology) => {
+                // The recorder resolves a relative path in the recorded directory, as if it
+                // were the working directory: the writer's root is the bare name.
+                let bare = Path::new(STORE_DIR_NAME);
+                publish_with(&fs, bare, state, *topology, &mut hooks, faults)?.generation
+            }
             Action::Reshard(generation, topology) => {
                 reshard_with(
                     &fs,
@@ -675,23 +969,59 @@ fn record_action(
                 )?
                 .generation
             }
-            Action::RepairLatest => {
+            Action::RepairLatest | Action::RepairAfterKilledCommit(..) => {
                 let report = crate::store::recovery::recover_with(&fs, root)?;
                 let selected = report.selected.ok_or_else(|| {
                     LabError::Model("a LATEST repair needs a valid generation".into())
                 })?;
-                crate::store::writer::Writer::repair_latest(
+                crate::store::writer::Writer::repair_latest_with(
                     &fs,
                     root,
                     &mut hooks,
                     selected.generation,
                     selected.commit_digest,
+                    faults,
                 )?;
                 selected.generation
             }
+            Action::PublishRacing {
+                first,
+                second,
+                topology,
+            } => {
+                let mut race = RaceHook {
+                    fs: &fs,
+                    root,
+                    first,
+                    topology: *topology,
+                    faults,
+                    committed: None,
+                };
+                match publish_with(&fs, root, second, *topology, &mut race, faults) {
+                    // The protocol: the second writer finds the generation taken.
+                    Err(StoreError::GenerationTaken { .. }) => {}
+                    // A writer whose rename replaces goes on and commits over it.
+                    Ok(_) if faults.commit_rename_replaces => {}
+                    Ok(summary) => {
+                        return Err(LabError::Model(format!(
+                            "the second racing writer committed generation {} too",
+                            summary.generation
+                        )))
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+                let (generation, expectation) = race
+                    .committed
+                    .ok_or_else(|| LabError::Model("the first racing writer never ran".into()))??;
+                candidate = Some(expectation);
+                generation
+            }
         }
     };
-    let candidate = generation_expectation(root, generation)?;
+    let candidate = match candidate {
+        Some(candidate) => candidate,
+        None => recorded_expectation(root, generation)?,
+    };
     let recording = fs.finish();
     // The concurrent scenario must check a concurrent run: a writer that went sequential
     // (a hook that observes, a file system threads may not share) reports object barriers.
@@ -718,6 +1048,144 @@ fn record_action(
     Ok((candidate, recording))
 }
 
+/// What a generation's commit record and manifest name (read from `root`, the objects
+/// not verified): the files it needs intact. The candidate of a writer that committed
+/// without checking what it found is described this way, since it never verifies.
+fn recorded_expectation(root: &Path, generation: u64) -> Result<GenerationExpectation, LabError> {
+    use crate::store::codec::{decode, CommitRecord, ManifestRecord};
+    let commit_rel = commit_rel_path(generation);
+    let commit_bytes = std::fs::read(root.join(&commit_rel))?;
+    let record: CommitRecord = decode(Path::new(&commit_rel), &commit_bytes)?;
+    let manifest_rel = object_rel_path(&record.manifest);
+    let manifest_bytes = std::fs::read(root.join(&manifest_rel))?;
+    let manifest: ManifestRecord = decode(Path::new(&manifest_rel), &manifest_bytes)?;
+    let mut files = vec![
+        (commit_rel, Digest::of(&commit_bytes)),
+        (manifest_rel, record.manifest),
+    ];
+    for chunk in &manifest.chunks {
+        for (_, digest) in chunk.digests() {
+            files.push((object_rel_path(&digest), digest));
+        }
+    }
+    Ok(GenerationExpectation {
+        generation,
+        logical_state_root: manifest.logical_state_root,
+        files,
+    })
+}
+
+/// The hook of the second of two racing writers: at its first barrier (its generation
+/// claimed, nothing committed) the first writer publishes the same generation whole, with
+/// the recorder's marks; the second then goes on to its commit.
+struct RaceHook<'a> {
+    fs: &'a RecordingFs,
+    root: &'a Path,
+    first: &'a LogicalState,
+    topology: Topology,
+    faults: WriterFaults,
+    /// The first writer's generation and what it committed, once it ran.
+    committed: Option<Result<(u64, GenerationExpectation), LabError>>,
+}
+
+impl BarrierHook for RaceHook<'_> {
+    fn reached(&mut self, _event: &BarrierEvent) -> Result<(), String> {
+        if self.committed.is_none() {
+            let mut hooks = MarkingHooks(self.fs);
+            let first = publish_with(
+                self.fs,
+                self.root,
+                self.first,
+                self.topology,
+                &mut hooks,
+                self.faults,
+            )
+            .map_err(LabError::from)
+            .and_then(|summary| {
+                recorded_expectation(self.root, summary.generation)
+                    .map(|expectation| (summary.generation, expectation))
+            });
+            self.committed = Some(first);
+        }
+        Ok(())
+    }
+}
+
+/// Plants wrong bytes (the right length, one byte changed) at the address of one object
+/// of `state` that `root` does not hold, as outside damage would: the publish finds a file
+/// at that address whose bytes do not verify, and must replace it (RFC 0001 §4).
+fn plant_wrong_bytes(
+    root: &Path,
+    state: &LogicalState,
+    topology: Topology,
+) -> Result<(), LabError> {
+    let scratch = scratch_dir()?;
+    let elsewhere = scratch.path().join(STORE_DIR_NAME);
+    publish_with(
+        &RealFs,
+        &elsewhere,
+        state,
+        topology,
+        &mut NoHooks,
+        WriterFaults::NONE,
+    )?;
+    let held = object_files(root)?;
+    let target = object_files(&elsewhere)?
+        .into_iter()
+        .find(|file| !held.contains(file))
+        .ok_or_else(|| LabError::Model("every object of the state is already held".into()))?;
+    let mut bytes = std::fs::read(elsewhere.join(&target))?;
+    let middle = bytes.len() / 2;
+    let byte = bytes
+        .get_mut(middle)
+        .ok_or_else(|| LabError::Model(format!("{target} is empty")))?;
+    *byte ^= 0xff;
+    let path = root.join(&target);
+    if let Some(fan_dir) = path.parent() {
+        std::fs::create_dir_all(fan_dir)?;
+    }
+    std::fs::write(path, bytes)?;
+    Ok(())
+}
+
+/// Stops a writer right after its commit record's rename, before its `commits/` fsync.
+struct StopAfterCommitRename;
+
+impl BarrierHook for StopAfterCommitRename {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+        if event.barrier == Barrier::CommitAfterRename {
+            return Err("the killed writer's last step".into());
+        }
+        Ok(())
+    }
+}
+
+/// Publishes `state` on `root` (not recorded) up to its commit record's rename, as a
+/// writer killed before its `commits/` fsync: every object and the manifest durable, the
+/// record visible with its data durable, its name not. Returns the record's path relative
+/// to `root`.
+fn commit_as_killed_writer(
+    root: &Path,
+    state: &LogicalState,
+    topology: Topology,
+) -> Result<String, LabError> {
+    let generation = crate::store::writer::next_generation(&RealFs, root)?;
+    match publish_with(
+        &RealFs,
+        root,
+        state,
+        topology,
+        &mut StopAfterCommitRename,
+        WriterFaults::NONE,
+    ) {
+        Err(StoreError::Stopped { .. }) => Ok(commit_rel_path(generation)),
+        Err(error) => Err(error.into()),
+        Ok(_) => Err(LabError::Model(
+            "the killed writer's publish was not stopped at its commit rename".into(),
+        )),
+    }
+}
+
 /// At most `max_states` of `states`, evenly spaced (all of them when `max_states` is 0).
 fn sample_evenly(states: Vec<CrashState>, max_states: usize) -> Vec<CrashState> {
     if states.len() > max_states && max_states > 0 {
@@ -737,9 +1205,12 @@ pub struct CheckPlan {
     pub max_states: usize,
     /// Threads checking states.
     pub threads: usize,
-    /// Stop once this many violations are found (a mutant is killed by the first one);
-    /// `None` checks every state.
+    /// Stop once this many violations are found (a mutant is killed by the first one of
+    /// its expected invariant); `None` checks every state.
     pub stop_after_violations: Option<usize>,
+    /// Count only violations of this invariant towards `stop_after_violations` (`None`:
+    /// every violation counts).
+    pub stop_counting: Option<Invariant>,
 }
 
 impl CheckPlan {
@@ -749,6 +1220,7 @@ impl CheckPlan {
             max_states: 0,
             threads,
             stop_after_violations: None,
+            stop_counting: None,
         }
     }
 }
@@ -759,7 +1231,7 @@ fn check_crash_states(
     checks: &ScenarioChecks<'_>,
     states: &[CrashState],
     plan: CheckPlan,
-) -> (Vec<String>, u64) {
+) -> (Vec<Violation>, u64) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = plan.threads.max(1);
     let found_total = AtomicUsize::new(0);
@@ -782,7 +1254,11 @@ fn check_crash_states(
                         let before = found.len();
                         check_crash_state(checks, state, &mut found);
                         checked += 1;
-                        found_total.fetch_add(found.len() - before, Ordering::Relaxed);
+                        let counted = found[before..]
+                            .iter()
+                            .filter(|v| plan.stop_counting.is_none_or(|i| v.invariant == i))
+                            .count();
+                        found_total.fetch_add(counted, Ordering::Relaxed);
                     }
                     (found, checked)
                 })
@@ -794,7 +1270,10 @@ fn check_crash_states(
                     violations.extend(found);
                     checked_total += checked;
                 }
-                Err(_) => violations.push("a checker thread panicked".into()),
+                Err(_) => violations.push(Violation::new(
+                    Invariant::CheckCompleted,
+                    "a checker thread panicked",
+                )),
             }
         }
     });
@@ -821,7 +1300,7 @@ pub fn process_kill_case(
     state: &LogicalState,
     barrier: Barrier,
     occurrence: u32,
-) -> Result<Vec<String>, LabError> {
+) -> Result<Vec<Violation>, LabError> {
     let work = scratch_dir()?;
     let root = work.path().join("store");
     let (previous, mut roots) = match base {
@@ -873,12 +1352,15 @@ fn kill_transcript_violations(
     barrier: Barrier,
     occurrence: u32,
     context: &str,
-) -> Vec<String> {
+) -> Vec<Violation> {
     let mut violations = Vec::new();
     if report.signal != Some(9) || !report.reaped {
-        violations.push(format!(
-            "{context}: publisher not killed by signal 9 ({:?})",
-            report.exit
+        violations.push(Violation::new(
+            Invariant::PublisherKilledAndReaped,
+            format!(
+                "{context}: publisher not killed by signal 9 and reaped (reaped: {}, {:?})",
+                report.reaped, report.exit
+            ),
         ));
     }
     if report.unacknowledged.barrier != barrier
@@ -890,15 +1372,19 @@ fn kill_transcript_violations(
             .enumerate()
             .any(|(i, e)| e.seq != i as u64)
     {
-        violations.push(format!(
-            "{context}: acknowledged transcript does not end right before the target"
+        violations.push(Violation::new(
+            Invariant::KillTranscriptMatches,
+            format!("{context}: acknowledged transcript does not end right before the target"),
         ));
     }
     if report.candidate_visible != barrier.commit_visible() {
-        violations.push(format!(
-            "{context}: candidate visible = {}, protocol says {}",
-            report.candidate_visible,
-            barrier.commit_visible()
+        violations.push(Violation::new(
+            Invariant::CandidateVisibleAsTheProtocolSays,
+            format!(
+                "{context}: candidate visible = {}, protocol says {}",
+                report.candidate_visible,
+                barrier.commit_visible()
+            ),
         ));
     }
     violations
@@ -913,24 +1399,31 @@ pub fn child_recovery_violations(
     roots: &BTreeMap<u64, Digest>,
     expected: Option<u64>,
     context: &str,
-) -> Result<Vec<String>, LabError> {
+) -> Result<Vec<Violation>, LabError> {
     let mut violations = Vec::new();
     let before = tree_digest(root)?;
     let first = recover_in_child(exe, root).map_err(LabError::during(context))?;
     if tree_digest(root)? != before {
-        violations.push(format!("{context}: recovery modified the store"));
+        violations.push(Violation::new(
+            Invariant::RecoveryChangesNothing,
+            format!("{context}: recovery modified the store"),
+        ));
     }
     let selected = first.selected.as_ref().map(|s| s.generation);
     if selected != expected {
-        violations.push(format!(
-            "{context}: selected {selected:?}, expected {expected:?}"
+        violations.push(Violation::new(
+            Invariant::NewestIntactSelected,
+            format!("{context}: selected {selected:?}, expected {expected:?}"),
         ));
     }
     if matches!(
         first.latest.status,
         LatestStatus::Ahead | LatestStatus::Garbage
     ) {
-        violations.push(format!("{context}: LATEST is {:?}", first.latest.status));
+        violations.push(Violation::new(
+            Invariant::LatestNeverAheadOrGarbage,
+            format!("{context}: LATEST is {:?}", first.latest.status),
+        ));
     }
     // The in-process checks (idempotence, LATEST never changes the answer, the selected
     // generation loads with its published root) count like every other: a failed
@@ -938,7 +1431,10 @@ pub fn child_recovery_violations(
     let in_process =
         check_recovery_common(root, roots, &mut violations, context, RecoveryFaults::NONE);
     if in_process.is_some_and(|r| r.selected != first.selected) {
-        violations.push(format!("{context}: in-process and child recovery disagree"));
+        violations.push(Violation::new(
+            Invariant::RecoveryIsDeterministic,
+            format!("{context}: in-process and child recovery disagree"),
+        ));
     }
     Ok(violations)
 }
@@ -1090,7 +1586,7 @@ pub fn corruption_case(
     damage: &Damage,
     expectations: &[GenerationExpectation],
     faults: RecoveryFaults,
-) -> Result<Vec<String>, LabError> {
+) -> Result<Vec<Violation>, LabError> {
     let work = scratch_dir()?;
     let root = work.path().join("store");
     std::fs::create_dir(&root)?;
@@ -1118,19 +1614,21 @@ pub fn corruption_case(
         .max();
     let selected = report.selected.as_ref().map(|s| s.generation);
     if selected != expected {
-        violations.push(format!(
-            "{context}: selected {selected:?}, expected {expected:?}"
+        violations.push(Violation::new(
+            Invariant::NewestIntactSelected,
+            format!("{context}: selected {selected:?}, expected {expected:?}"),
         ));
     }
     for e in expectations.iter().filter(|e| !intact(e)) {
         match crate::store::load_generation(&root, e.generation) {
-            Ok(_) => violations.push(format!(
-                "{context}: damaged generation {} loaded",
-                e.generation
+            Ok(_) => violations.push(Violation::new(
+                Invariant::DamagedGenerationNeverLoads,
+                format!("{context}: damaged generation {} loaded", e.generation),
             )),
-            Err(error) if error.path().is_none() => {
-                violations.push(format!("{context}: error names no file: {error}"))
-            }
+            Err(error) if error.path().is_none() => violations.push(Violation::new(
+                Invariant::LoadErrorNamesTheFile,
+                format!("{context}: error names no file: {error}"),
+            )),
             Err(_) => {}
         }
     }
@@ -1150,14 +1648,27 @@ pub struct ScenarioFigures {
     pub distinct_states: u64,
     /// See [`ScenarioOutcome::states_checked`].
     pub states_checked: u64,
+    /// Whether some crash point had more pending operations than the enumeration limit,
+    /// so its subsets were sampled (prefixes, all-but-one, seeded samples), not all
+    /// applied: the scenario's enumeration is then not exhaustive.
+    pub sampled: bool,
+    /// The limit: every subset is applied where at most this many operations are pending.
+    pub all_subsets_up_to: u64,
+    /// Most operations pending at one crash point.
+    pub max_pending: u64,
+    /// Distinct subsets of pending operations applied, summed over the crash points.
+    pub subsets_checked: u64,
+    /// Subsets there are (2^pending per crash point), summed over the crash points,
+    /// saturating at `u64::MAX`; equal to `subsets_checked` when not `sampled`.
+    pub subsets_total: u64,
 }
 
 /// What one phase of the matrix ran (kills, states or cases) and the violations it found.
 pub struct PhaseTally {
     /// Kills, states or cases run.
     pub count: u64,
-    /// One line per invariant violated (none: the store held).
-    pub violations: Vec<String>,
+    /// One per invariant violated (none: the store held).
+    pub violations: Vec<Violation>,
 }
 
 /// Process kills: every barrier, plus the last occurrence of each object barrier and a
@@ -1203,16 +1714,18 @@ pub fn process_kill_phase(
 pub struct PowerLossTally {
     /// Each scenario's counts, in the order run.
     pub scenarios: Vec<ScenarioFigures>,
-    /// Violations of every scenario, each prefixed with its scenario's name.
-    pub violations: Vec<String>,
+    /// Violations of every scenario, each detail prefixed with its scenario's name.
+    pub violations: Vec<Violation>,
 }
 
 /// Power loss: genesis publish, publish over a durable generation, reshard, a
 /// deduplicating republish, a genesis publish with small chunks, a publish into a layout a
 /// killed writer left non-durable, a LATEST repair, a publish over a generation with
-/// objects installed concurrently, and a publish onto the objects a killed writer of the
+/// objects installed concurrently, a publish onto the objects a killed writer of the
 /// same state installed and never synced (found at their addresses, made durable only by
-/// this run).
+/// this run), a genesis publish through a bare relative root, a publish onto wrong bytes
+/// at one of its objects' addresses, two writers racing for one generation, and a LATEST
+/// repair after a writer killed between its commit rename and its `commits/` fsync.
 pub fn power_loss_phase(
     base: &Path,
     a: &LogicalState,
@@ -1221,7 +1734,7 @@ pub fn power_loss_phase(
     faults: ModelFaults,
     progress: &mut dyn Progress,
 ) -> Result<PowerLossTally, LabError> {
-    let scenarios: [(&'static str, Option<&Path>, Action); 9] = [
+    let scenarios: [(&'static str, Option<&Path>, Action); 13] = [
         (
             "genesis publish",
             None,
@@ -1275,6 +1788,30 @@ pub fn power_loss_phase(
             Some(base),
             over_killed_objects(config.seed, KilledWriterFiles::NothingSynced)?,
         ),
+        (
+            // The root's own entry is made durable by fsyncing ".", the recorded directory.
+            "genesis publish through a bare relative root",
+            None,
+            Action::PublishBareRelativeRoot(Box::new(a.clone()), topology(4)?),
+        ),
+        (
+            // The writer finds a file at one object's address that does not verify and
+            // replaces it (RFC 0001 §4 step 3).
+            "publish over generation 0 onto wrong bytes at an object's address",
+            Some(base),
+            over_wrong_bytes(config.seed)?,
+        ),
+        (
+            // The second writer's commit finds generation 1 taken and fails.
+            "two writers racing for generation 1",
+            Some(base),
+            two_writers_racing(config.seed)?,
+        ),
+        (
+            "repair LATEST after a writer killed before its commits/ fsync",
+            Some(base),
+            repair_after_killed_commit(config.seed)?,
+        ),
     ];
     let mut tally = PowerLossTally {
         scenarios: Vec::new(),
@@ -1294,19 +1831,23 @@ pub fn power_loss_phase(
                 max_states: config.max_states_per_scenario,
                 threads: config.threads,
                 stop_after_violations: None,
+                stop_counting: None,
             },
         )?;
+        let limits = limits_for(action, config.seed);
         tally.scenarios.push(ScenarioFigures {
             name,
             trace_operations: outcome.trace_operations,
             crash_images: outcome.crash_images,
             distinct_states: outcome.distinct_states,
             states_checked: outcome.states_checked,
+            sampled: outcome.enumeration.sampled,
+            all_subsets_up_to: limits.all_subsets_up_to as u64,
+            max_pending: outcome.enumeration.max_pending,
+            subsets_checked: outcome.enumeration.subsets_checked,
+            subsets_total: outcome.enumeration.subsets_total,
         });
-        let named = outcome
-            .violations
-            .into_iter()
-            .map(|v| format!("{name}: {v}"));
+        let named = outcome.violations.into_iter().map(|v| v.within(name));
         tally.violations.extend(named);
         progress.advance(done as u64 + 1);
     }
@@ -1322,8 +1863,8 @@ pub struct CorruptionTally {
     pub by_file_kind: BTreeMap<&'static str, u64>,
     /// Cases per kind of damage ([`crate::lab::corruption::Damage::label`]).
     pub by_damage: BTreeMap<&'static str, u64>,
-    /// One line per invariant violated (none: the store held).
-    pub violations: Vec<String>,
+    /// One per invariant violated (none: the store held).
+    pub violations: Vec<Violation>,
 }
 
 /// Corruption: every case applied to a copy of a healthy three-generation store, with
@@ -1383,5 +1924,208 @@ fn file_kind(path: &str, expectations: &[GenerationExpectation]) -> &'static str
         "temp_file"
     } else {
         "unknown_entry"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Generation 0 (state A on four workers) in a scratch store.
+    fn base() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = scratch_dir().expect("scratch");
+        let root = dir.path().join("base");
+        let (a, _) = matrix_states(0x5eed);
+        publish_with(
+            &RealFs,
+            &root,
+            &a,
+            topology(4).expect("topology"),
+            &mut NoHooks,
+            WriterFaults::NONE,
+        )
+        .expect("base");
+        (dir, root)
+    }
+
+    fn run(base: Option<&Path>, action: &Action, writer: WriterFaults) -> ScenarioOutcome {
+        let faults = ModelFaults {
+            writer,
+            recovery: RecoveryFaults::NONE,
+        };
+        power_loss_scenario(
+            base,
+            action,
+            faults,
+            limits_for(action, 0x5eed),
+            CheckPlan::exhaustive(2),
+        )
+        .expect("scenario")
+    }
+
+    fn invariants(outcome: &ScenarioOutcome) -> BTreeSet<Invariant> {
+        outcome.violations.iter().map(|v| v.invariant).collect()
+    }
+
+    /// Whether some checked state lacks the store root after the publish's commits/ fsync.
+    fn root_lost_after_commit(outcome: &ScenarioOutcome) -> bool {
+        outcome.violations.iter().any(|v| {
+            v.invariant == Invariant::CommittedNotLost
+                && v.detail.contains("the store root itself is absent")
+        })
+    }
+
+    #[test]
+    fn a_writer_that_skips_the_root_parent_fsync_can_lose_the_root_and_the_correct_one_cannot() {
+        let (a, _) = matrix_states(0x5eed);
+        let four = topology(4).expect("topology");
+        let skip = WriterFaults {
+            skip_root_parent_fsync: true,
+            ..WriterFaults::NONE
+        };
+        for action in [
+            Action::Publish(Box::new(a.clone()), four),
+            Action::PublishBareRelativeRoot(Box::new(a.clone()), four),
+        ] {
+            let correct = run(None, &action, WriterFaults::NONE);
+            assert!(correct.violations.is_empty(), "{:#?}", correct.violations);
+            assert!(!root_lost_after_commit(&correct));
+            let broken = run(None, &action, skip);
+            assert!(root_lost_after_commit(&broken), "{:#?}", broken.violations);
+        }
+    }
+
+    #[test]
+    fn the_new_scenarios_hold_for_the_correct_writer_and_say_what_they_enumerated() {
+        let (_dir, base) = base();
+        for action in [
+            over_wrong_bytes(0x5eed).expect("action"),
+            two_writers_racing(0x5eed).expect("action"),
+            repair_after_killed_commit(0x5eed).expect("action"),
+        ] {
+            let outcome = run(Some(&base), &action, WriterFaults::NONE);
+            assert!(outcome.violations.is_empty(), "{:#?}", outcome.violations);
+            assert!(outcome.states_checked > 0);
+            let e = outcome.enumeration;
+            assert_eq!(e.crash_points, outcome.trace_operations + 1);
+            assert!(e.subsets_checked >= e.crash_points);
+            assert_eq!(e.sampled, e.subsets_checked < e.subsets_total, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn each_new_writer_fault_breaks_its_invariant_in_its_scenario() {
+        let (_dir, base) = base();
+        let (_, b) = matrix_states(0x5eed);
+        let cases = [
+            (
+                over_wrong_bytes(0x5eed).expect("action"),
+                WriterFaults {
+                    skip_found_object_check: true,
+                    ..WriterFaults::NONE
+                },
+                Invariant::CommittedNotLost,
+            ),
+            (
+                two_writers_racing(0x5eed).expect("action"),
+                WriterFaults {
+                    commit_rename_replaces: true,
+                    ..WriterFaults::NONE
+                },
+                Invariant::CommittedNotLost,
+            ),
+            (
+                repair_after_killed_commit(0x5eed).expect("action"),
+                WriterFaults {
+                    repair_without_commits_fsync: true,
+                    ..WriterFaults::NONE
+                },
+                Invariant::LatestNeverAheadOrGarbage,
+            ),
+            (
+                Action::Publish(Box::new(b), topology(4).expect("topology")),
+                WriterFaults {
+                    skip_latest_directory_fsync: true,
+                    ..WriterFaults::NONE
+                },
+                Invariant::LatestDurableAfterItsFsync,
+            ),
+        ];
+        for (action, faults, invariant) in cases {
+            let outcome = run(Some(&base), &action, faults);
+            assert!(
+                invariants(&outcome).contains(&invariant),
+                "{faults:?}: {:#?}",
+                outcome.violations
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_dropped_refs_fsync_shows_a_stale_latest_after_step_16() {
+        // RFC 0001 §6 lets a crash leave LATEST stale: without its refs/ fsync no other
+        // invariant sees the writer, only LATEST's durability after step 16.
+        let (_dir, base) = base();
+        let (_, b) = matrix_states(0x5eed);
+        let action = Action::Publish(Box::new(b), topology(4).expect("topology"));
+        let outcome = run(
+            Some(&base),
+            &action,
+            WriterFaults {
+                skip_latest_directory_fsync: true,
+                ..WriterFaults::NONE
+            },
+        );
+        assert_eq!(
+            invariants(&outcome),
+            BTreeSet::from([Invariant::LatestDurableAfterItsFsync]),
+            "{:#?}",
+            outcome.violations
+        );
+    }
+
+    #[test]
+    fn the_wrong_bytes_scenario_takes_the_replacing_branch() {
+        let (_dir, base) = base();
+        let work = scratch_dir().expect("scratch");
+        let root = work.path().join(STORE_DIR_NAME);
+        std::fs::create_dir(&root).expect("root");
+        copy_tree(&base, &root).expect("copy");
+        let action = over_wrong_bytes(0x5eed).expect("action");
+        let (_, recording) =
+            record_action(work.path(), &root, &action, WriterFaults::NONE).expect("record");
+        // A file of the starting image in objects/ is renamed over: the planted bytes.
+        let replaced = recording.ops.iter().any(|op| match op {
+            crate::lab::powerloss::Op::Rename { to, .. } => {
+                recording.initial.contains_key(to)
+                    && recording
+                        .in_store(to)
+                        .is_some_and(|r| r.starts_with("objects/"))
+            }
+            _ => false,
+        });
+        assert!(replaced, "no object was replaced");
+    }
+
+    #[test]
+    fn the_second_racing_writer_finds_the_generation_taken() {
+        let (_dir, base) = base();
+        let work = scratch_dir().expect("scratch");
+        let root = work.path().join(STORE_DIR_NAME);
+        std::fs::create_dir(&root).expect("root");
+        copy_tree(&base, &root).expect("copy");
+        let action = two_writers_racing(0x5eed).expect("action");
+        let (candidate, recording) =
+            record_action(work.path(), &root, &action, WriterFaults::NONE).expect("record");
+        assert_eq!(candidate.generation, 1);
+        // The first writer's record is the one on disk, and only one commit was marked.
+        let verified = generation_expectation(&root, 1).expect("generation 1");
+        assert_eq!(verified.files, candidate.files);
+        let commits = recording
+            .marks
+            .iter()
+            .filter(|(b, _)| *b == Barrier::CommitAfterDirectoryFsync)
+            .count();
+        assert_eq!(commits, 1);
     }
 }

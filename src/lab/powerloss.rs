@@ -1,14 +1,22 @@
 //! The power-loss model: record every file-system effect of a writer run, then rebuild
 //! the states a power cut could leave (ALICE-style) and check recovery on each.
 //!
-//! Model (RFC 0001 §Failure model):
+//! Model (RFC 0001 §8, "Power loss"):
 //! - a file's data is durable once the file is fsynced; before that a crash may leave it
 //!   whole, empty, short (cut at a 512- or 4096-byte boundary) or zero-filled (its size
 //!   persisted, all data or its last 4 KiB sector not);
 //! - a create, mkdir, rename or remove is durable once the directory holding the new
 //!   entry is fsynced; before that it may or may not have happened (any subset of the
 //!   pending operations, applied in program order; a rename is atomic);
-//! - an entry whose parent directory is absent is lost.
+//! - an entry whose parent directory is absent is lost;
+//! - the recorded directory itself is durable. The crash matrix records the store root's
+//!   parent ([`RecordingFs::with_store_at`]), so the root's own entry is modelled: a
+//!   writer that creates the root and never fsyncs its parent can lose the whole store.
+//!
+//! Torn data is modelled file by file: in the namespace where every pending operation
+//! happened, each volatile file alone is short or zero-filled (the others whole), and
+//! every volatile file is empty at once; elsewhere volatile files are whole or all
+//! empty.
 //!
 //! Crash points: every operation boundary. Subsets of pending operations: all when there
 //! are at most `EnumerationLimits::all_subsets_up_to` (10 for most scenarios, 4 for the
@@ -18,19 +26,26 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use crate::core::digest::{Digest, FramedHasher};
 use crate::core::rng::SplitMix64;
 
-use crate::durable::fs::{reads_from_real_disk, FileSystem, RealFs};
+use crate::durable::fs::{EntryKind, FileSystem, RealFs};
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
 
 /// Names and what they hold, before data variants are chosen.
 type Namespace = BTreeMap<String, Node>;
 
+/// A namespace and its volatile files (path, inode): what one expansion into data
+/// variants depends on.
+type Expansion = (Namespace, Vec<(String, usize)>);
+
 /// The writer's scratch directory, which recovery never reads.
 const STAGING_DIR: &str = "staging";
 
-/// One recorded file-system effect (paths relative to the store root, `/`-separated).
+/// One recorded file-system effect (paths relative to the recorded directory, the store
+/// root or its parent, `/`-separated).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// A directory created.
@@ -52,7 +67,7 @@ pub enum Op {
     },
     /// A directory's entries made durable.
     FsyncDir {
-        /// The directory (`""` for the store root).
+        /// The directory (`""` for the recorded directory).
         path: String,
     },
     /// A file renamed (with or without replacing the target).
@@ -119,11 +134,15 @@ pub struct Recording {
     /// How many of `ops` an earlier, killed writer issued before the run (its non-durable
     /// directories and files; see [`RecordingFs::with_non_durable_entries`]).
     pub pre_run_ops: usize,
+    /// The store root's path relative to the recorded directory (`""`: the recorded
+    /// directory is the store root; see [`RecordingFs::with_store_at`]).
+    pub store: String,
 }
 
 /// How much of its files a killed writer had made durable (see
 /// [`RecordingFs::with_non_durable_entries`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum KilledWriterFiles {
     /// Each file's data was fsynced, its name not: RFC 0001 §4's writer killed between
     /// an object's rename (step 3) and its directory's fsync (step 4).
@@ -146,6 +165,8 @@ pub struct RecordingFs {
     threads_allowed: bool,
     /// Operations at the start of the log that an earlier, killed writer issued.
     pre_run_ops: usize,
+    /// The store root relative to `root` (`""`: `root` is the store root).
+    store: String,
 }
 
 /// One entry of a crash image: a directory, or a file holding the first `len` bytes of
@@ -203,6 +224,7 @@ impl RecordingFs {
             initial,
             threads_allowed: false,
             pre_run_ops: 0,
+            store: String::new(),
         })
     }
 
@@ -261,12 +283,15 @@ impl RecordingFs {
             }
         }
         let mut dir_ops = Vec::with_capacity(dirs.len());
-        for dir in dirs {
-            if initial.remove(dir) != Some(ImageEntry::Dir) {
+        for dir in &dirs {
+            if initial.remove(*dir) != Some(ImageEntry::Dir) {
                 return Err(std::io::Error::other(format!(
                     "{dir} is not a directory of the initial image"
                 )));
             }
+        }
+        // Listed directories may nest (a killed writer's root and the layout in it).
+        for dir in dirs {
             let prefix = format!("{dir}/");
             if initial.keys().any(|k| k.starts_with(&prefix)) {
                 return Err(std::io::Error::other(format!(
@@ -286,8 +311,33 @@ impl RecordingFs {
         Ok(recorder)
     }
 
+    /// Names the store root the writer under recording uses: `store`, relative to the
+    /// recorded directory (`/`-separated, one entry of it or deeper). Recording the store's
+    /// parent puts the root's own entry in the model: a writer creates it under recording,
+    /// and a power cut loses it unless the parent is fsynced (RFC 0001 §4,
+    /// "Directories"). Paths inside `staging/` are then those under `store/staging/`.
+    pub fn with_store_at(mut self, store: &str) -> Self {
+        self.store = store.trim_matches('/').to_owned();
+        self
+    }
+
+    /// `path` as the real file system sees it: a relative path names an entry of the
+    /// recorded directory, as if that were the working directory (so a writer given the
+    /// bare relative root `store` works there, and its "." is the recorded directory).
+    fn resolve(&self, path: &Path) -> PathBuf {
+        let joined = if path.is_relative() {
+            self.root.join(path)
+        } else {
+            path.to_owned()
+        };
+        joined
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect()
+    }
+
     fn rel(&self, path: &Path) -> std::io::Result<String> {
-        rel_string(&self.root, path)
+        rel_string(&self.root, &self.resolve(path))
             .ok_or_else(|| std::io::Error::other("path outside the recorded root"))
     }
 
@@ -328,6 +378,7 @@ impl RecordingFs {
             inodes: log.inodes,
             marks: log.marks,
             pre_run_ops: self.pre_run_ops,
+            store: self.store,
         }
     }
 }
@@ -342,7 +393,7 @@ impl FileSystem for RecordingFs {
     fn create_dir(&self, path: &Path) -> std::io::Result<()> {
         let rel = self.rel(path)?;
         let mut log = self.lock_log();
-        RealFs.create_dir(path)?;
+        RealFs.create_dir(&self.resolve(path))?;
         log.names.insert(rel.clone(), Node::Dir);
         log.ops.push(Op::Mkdir { path: rel });
         Ok(())
@@ -351,7 +402,7 @@ impl FileSystem for RecordingFs {
     fn write_new_file(&self, path: &Path, bytes: &[u8], read_only: bool) -> std::io::Result<()> {
         let rel = self.rel(path)?;
         let mut log = self.lock_log();
-        RealFs.write_new_file(path, bytes, read_only)?;
+        RealFs.write_new_file(&self.resolve(path), bytes, read_only)?;
         let inode = log.inodes.len();
         log.inodes.push(bytes.to_vec());
         log.names.insert(rel.clone(), Node::File(inode));
@@ -373,11 +424,14 @@ impl FileSystem for RecordingFs {
     }
 
     fn fsync_dir(&self, path: &Path) -> std::io::Result<()> {
-        // The recorded root itself is durable by assumption (the model images only what
-        // is below it), so fsyncing one of its ancestors changes nothing the model sees.
-        if self.root.starts_with(path) && self.root != path {
-            return RealFs.fsync_dir(path);
+        // The recorded directory itself is durable by assumption (the model images only
+        // what is below it), so fsyncing one of its ancestors changes nothing the model
+        // sees.
+        let path = self.resolve(path);
+        if self.root.starts_with(&path) && self.root != path {
+            return RealFs.fsync_dir(&path);
         }
+        let path = path.as_path();
         let rel = self.rel(path)?;
         self.lock_log().ops.push(Op::FsyncDir { path: rel });
         Ok(())
@@ -386,7 +440,7 @@ impl FileSystem for RecordingFs {
     fn rename_noreplace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         let (rel_from, rel_to) = (self.rel(from)?, self.rel(to)?);
         let mut log = self.lock_log();
-        RealFs.rename_noreplace(from, to)?;
+        RealFs.rename_noreplace(&self.resolve(from), &self.resolve(to))?;
         note_rename(&mut log, rel_from, rel_to);
         Ok(())
     }
@@ -394,7 +448,7 @@ impl FileSystem for RecordingFs {
     fn rename_replace(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         let (rel_from, rel_to) = (self.rel(from)?, self.rel(to)?);
         let mut log = self.lock_log();
-        RealFs.rename_replace(from, to)?;
+        RealFs.rename_replace(&self.resolve(from), &self.resolve(to))?;
         note_rename(&mut log, rel_from, rel_to);
         Ok(())
     }
@@ -402,13 +456,35 @@ impl FileSystem for RecordingFs {
     fn remove_file(&self, path: &Path) -> std::io::Result<()> {
         let rel = self.rel(path)?;
         let mut log = self.lock_log();
-        RealFs.remove_file(path)?;
+        RealFs.remove_file(&self.resolve(path))?;
         log.names.remove(&rel);
         log.ops.push(Op::Remove { path: rel });
         Ok(())
     }
 
-    reads_from_real_disk!();
+    fn read_file(&self, path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+        RealFs.read_file(&self.resolve(path), cap)
+    }
+
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        RealFs.list_dir(&self.resolve(path))
+    }
+
+    fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>> {
+        RealFs.entry_kind(&self.resolve(path))
+    }
+
+    fn regular_file_len(&self, path: &Path) -> std::io::Result<Option<u64>> {
+        RealFs.regular_file_len(&self.resolve(path))
+    }
+
+    fn regular_file_lens_in(
+        &self,
+        dir: &Path,
+        names: &[&str],
+    ) -> std::io::Result<Vec<Option<u64>>> {
+        RealFs.regular_file_lens_in(&self.resolve(dir), names)
+    }
 
     fn shared(&self) -> Option<&(dyn FileSystem + Sync)> {
         self.threads_allowed.then_some(self)
@@ -459,6 +535,40 @@ impl Default for EnumerationLimits {
     }
 }
 
+/// What [`Recording::crash_states_counted`] enumerated: per crash point (every operation
+/// boundary), the subsets of its pending operations it applied, out of all of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Enumeration {
+    /// Crash points (operation boundaries, the start included).
+    pub crash_points: u64,
+    /// Most operations pending at one crash point.
+    pub max_pending: u64,
+    /// Whether some crash point had more pending operations than
+    /// [`EnumerationLimits::all_subsets_up_to`], so only some of its subsets were applied
+    /// (prefixes, all-but-one and seeded samples): the enumeration is then not exhaustive.
+    pub sampled: bool,
+    /// Distinct subsets of pending operations applied, summed over the crash points.
+    pub subsets_checked: u64,
+    /// Subsets of pending operations there are, summed over the crash points (2^pending
+    /// each), saturating at `u64::MAX`. Equal to `subsets_checked` when not `sampled`.
+    pub subsets_total: u64,
+}
+
+impl Enumeration {
+    fn add_crash_point(&mut self, pending: usize, tried: usize, limits: EnumerationLimits) {
+        self.crash_points += 1;
+        self.max_pending = self.max_pending.max(pending as u64);
+        self.sampled |= pending > limits.all_subsets_up_to;
+        self.subsets_checked = self.subsets_checked.saturating_add(tried as u64);
+        let all = if pending < 64 {
+            1u64 << pending
+        } else {
+            u64::MAX
+        };
+        self.subsets_total = self.subsets_total.saturating_add(all);
+    }
+}
+
 /// A crash image together with the crash point it came from.
 #[derive(Clone, Debug)]
 pub struct CrashState {
@@ -469,6 +579,48 @@ pub struct CrashState {
 }
 
 impl Recording {
+    /// `path` (relative to the recorded directory) relative to the store root, if it is
+    /// the root or below it.
+    pub fn in_store<'p>(&self, path: &'p str) -> Option<&'p str> {
+        if self.store.is_empty() {
+            return Some(path);
+        }
+        if path == self.store {
+            return Some("");
+        }
+        path.strip_prefix(self.store.as_str())?.strip_prefix('/')
+    }
+
+    /// `rel` (relative to the store root, `/`-separated) relative to the recorded
+    /// directory.
+    pub fn store_path(&self, rel: &str) -> String {
+        match (self.store.is_empty(), rel.is_empty()) {
+            (true, _) => rel.to_owned(),
+            (false, true) => self.store.clone(),
+            (false, false) => format!("{}/{rel}", self.store),
+        }
+    }
+
+    /// Whether `path` (relative to the recorded directory) is the store's `staging/` or
+    /// inside it: recovery never reads there.
+    fn in_staging(&self, path: &str) -> bool {
+        self.in_store(path)
+            .is_some_and(|rel| rel == STAGING_DIR || rel.starts_with("staging/"))
+    }
+
+    /// Whether an image holds the store root (a directory).
+    pub fn has_store_root(&self, image: &Image) -> bool {
+        self.store.is_empty() || image.get(&self.store) == Some(&ImageEntry::Dir)
+    }
+
+    /// Whether `inode` is a file of the durable starting image (not written by the run nor
+    /// by a killed writer before it).
+    pub fn is_initial_inode(&self, inode: usize) -> bool {
+        self.initial
+            .values()
+            .any(|entry| matches!(entry, ImageEntry::File { inode: i, .. } if *i == inode))
+    }
+
     /// Whether the file `inode` is one an earlier, killed writer left before the run
     /// (a pre-run create) whose data no operation of `ops[..crash_point]` fsynced: its
     /// torn bytes are that writer's, not the run's.
@@ -487,31 +639,61 @@ impl Recording {
 
     /// Every distinct crash image over all crash points, pending subsets and data variants.
     pub fn crash_states(&self, limits: EnumerationLimits) -> Vec<CrashState> {
-        let mut seen: HashSet<Image> = HashSet::new();
+        self.crash_states_counted(limits).0
+    }
+
+    /// As [`Recording::crash_states`], with what was enumerated to get them.
+    pub fn crash_states_counted(
+        &self,
+        limits: EnumerationLimits,
+    ) -> (Vec<CrashState>, Enumeration) {
+        let mut enumeration = Enumeration::default();
+        // Each image once, at the latest crash point that produces it: the checks that
+        // depend on the crash point (a generation must survive once its commits/ fsync was
+        // issued) are strictest there.
+        let mut seen: HashMap<Image, usize> = HashMap::new();
         // A namespace with the same volatile files yields the same data variants wherever
-        // it recurs, so each is expanded once.
-        let mut expanded: HashSet<(Namespace, Vec<(String, usize)>)> = HashSet::new();
-        let mut out = Vec::new();
+        // it recurs, so each is expanded once; where it recurs, its images move to the
+        // later crash point.
+        let mut expanded: HashMap<Expansion, Vec<usize>> = HashMap::new();
+        let mut out: Vec<CrashState> = Vec::new();
         let mut rng = SplitMix64::keyed(limits.seed, "shardlift/powerloss/subsets", 0);
         for crash_point in 0..=self.ops.len() {
             let prefix = &self.ops[..crash_point];
             let (durable, pending) = self.classify(prefix);
-            for subset in subsets(pending.len(), limits, &mut rng) {
+            let tried = subsets(pending.len(), limits, &mut rng);
+            enumeration.add_crash_point(pending.len(), tried.len(), limits);
+            for subset in tried {
                 let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
                 let namespace = self.apply(prefix, &durable, &chosen);
                 let volatile = self.volatile_files(prefix, &namespace);
-                if !expanded.insert((namespace.clone(), volatile.clone())) {
+                let key = (namespace, volatile);
+                if let Some(indices) = expanded.get(&key) {
+                    for &index in indices {
+                        out[index].crash_point = crash_point;
+                    }
                     continue;
                 }
                 let every_pending_applied = subset.len() == pending.len();
-                for image in self.data_variants(&namespace, &volatile, every_pending_applied) {
-                    if seen.insert(image.clone()) {
-                        out.push(CrashState { crash_point, image });
-                    }
+                let mut indices = Vec::new();
+                for image in self.data_variants(&key.0, &key.1, every_pending_applied) {
+                    let index = match seen.get(&image) {
+                        Some(&index) => {
+                            out[index].crash_point = crash_point;
+                            index
+                        }
+                        None => {
+                            seen.insert(image.clone(), out.len());
+                            out.push(CrashState { crash_point, image });
+                            out.len() - 1
+                        }
+                    };
+                    indices.push(index);
                 }
+                expanded.insert(key, indices);
             }
         }
-        out
+        (out, enumeration)
     }
 
     /// Which metadata ops of the prefix are durable, and the indices of pending ones.
@@ -526,7 +708,7 @@ impl Recording {
             let Some(dir) = op.durable_in() else {
                 continue;
             };
-            if dir == STAGING_DIR || dir.starts_with("staging/") {
+            if self.in_staging(dir) {
                 durable[i] = true;
                 continue;
             }
@@ -622,7 +804,7 @@ impl Recording {
                 Node::File(inode)
                     if !initial_inodes.contains(inode)
                         && !synced.contains(inode)
-                        && !path.starts_with("staging/") =>
+                        && !self.in_staging(path) =>
                 {
                     Some((path.clone(), *inode))
                 }
@@ -701,7 +883,7 @@ impl Recording {
     pub fn visible_digest(&self, image: &Image) -> Digest {
         let mut hasher = FramedHasher::new("shardlift/powerloss/visible-image/v1");
         for (path, entry) in image {
-            if path == STAGING_DIR || path.starts_with("staging/") {
+            if self.in_staging(path) {
                 continue;
             }
             hasher.field(path.as_bytes());
@@ -786,6 +968,9 @@ pub(crate) fn subsets(
     for _ in 0..limits.samples {
         out.push((0..n).filter(|_| rng.next_u64() & 1 == 1).collect());
     }
+    // Each subset once, in the order first drawn (a sample may repeat a prefix).
+    let mut drawn = HashSet::new();
+    out.retain(|subset| drawn.insert(subset.clone()));
     out
 }
 
@@ -844,6 +1029,34 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn the_enumeration_says_what_it_applied() {
+        let limits = EnumerationLimits {
+            all_subsets_up_to: 3,
+            samples: 4,
+            seed: 1,
+        };
+        let mut e = Enumeration::default();
+        let mut rng = SplitMix64::keyed(1, "test", 0);
+        for pending in [0usize, 3, 5] {
+            let tried = subsets(pending, limits, &mut rng);
+            let distinct: HashSet<&Vec<usize>> = tried.iter().collect();
+            assert_eq!(distinct.len(), tried.len(), "each subset once");
+            e.add_crash_point(pending, tried.len(), limits);
+        }
+        assert_eq!(e.crash_points, 3);
+        assert_eq!(e.max_pending, 5);
+        assert!(e.sampled);
+        assert_eq!(e.subsets_total, 1 + 8 + 32);
+        // 1 + 8 exhaustive; at 5 pending: 6 prefixes, 5 all-but-one (one is a prefix),
+        // and up to 4 samples.
+        assert!(e.subsets_checked >= 1 + 8 + 10 && e.subsets_checked < e.subsets_total);
+        let mut huge = Enumeration::default();
+        huge.add_crash_point(64, 1, limits);
+        huge.add_crash_point(3, 8, limits);
+        assert_eq!(huge.subsets_total, u64::MAX, "saturates");
     }
 
     #[test]

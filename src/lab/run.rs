@@ -11,14 +11,14 @@ use crate::lab::error::LabError;
 use crate::lab::kills::{operation_kill_phase, random_kill_phase};
 use crate::lab::matrix::{
     corruption_phase, matrix_states, power_loss_phase, process_kill_phase, scratch_dir,
-    MatrixConfig, ModelFaults, ScenarioFigures,
+    MatrixConfig, ModelFaults, ScenarioFigures, Violation,
 };
 use crate::store::barrier::{Barrier, NoHooks};
 use crate::store::recovery::RecoveryFaults;
 use crate::store::writer::{publish_with, WriterFaults};
 
 /// The page-cache caveat every report carries.
-pub const PAGE_CACHE_CAVEAT: &str = "process kills (at barriers, before every operation, at random instants) leave the page cache intact: they test isolation and recovery from a dead writer, not durability; durability is tested by the power-loss model, which rebuilds what a power cut could leave on disk under the persistence model of RFC 0001 \u{a7}2";
+pub const PAGE_CACHE_CAVEAT: &str = "process kills (at barriers, before every operation, at random instants) leave the page cache intact: they test isolation and recovery from a dead writer, not durability; durability is tested by the power-loss model, which rebuilds what a power cut could leave on disk under the persistence model of RFC 0001 \u{a7}8";
 
 /// What one crash-matrix run did and found (printed as JSON); the run fails when
 /// `violations` is not empty.
@@ -28,7 +28,8 @@ pub struct MatrixSummary {
     pub barriers: Vec<&'static str>,
     /// Operations in the recorded publish that the operation-boundary kills cut.
     pub trace_operations: u64,
-    /// Real SIGKILLs, one before each operation of that publish.
+    /// Real SIGKILLs that landed (the publisher was seen to die of SIGKILL), aimed one
+    /// before each operation of that publish.
     pub op_boundary_kills: u64,
     /// That publish, operation by operation, as the publisher child reported it.
     pub operation_trace: Vec<crate::lab::harness::OperationEvent>,
@@ -56,7 +57,7 @@ pub struct MatrixSummary {
     /// [`PAGE_CACHE_CAVEAT`].
     pub caveat: &'static str,
     /// Every invariant violation of every phase (none: the store held).
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
 }
 
 /// Runs everything and returns the summary (violations listed, not raised).
@@ -86,7 +87,7 @@ pub fn run_matrix(
         RecoveryFaults::NONE,
         progress,
     )?;
-    let violations: Vec<String> = [
+    let violations: Vec<Violation> = [
         barrier_kills.violations,
         operation_kills.violations,
         random_kills.violations,

@@ -73,6 +73,14 @@ pub struct WriterFaults {
     /// Leave the fan-out directory of an object found at its address out of the directory
     /// fsyncs: trust a killed writer's rename into it to be durable.
     pub skip_found_object_directory_fsync: bool,
+    /// Keep an object found at its address without checking its bytes: trust whatever
+    /// file holds the name to be the object.
+    pub skip_found_object_check: bool,
+    /// Install the commit record with a rename that replaces: a writer racing for a
+    /// generation another already committed overwrites that record.
+    pub commit_rename_replaces: bool,
+    /// Skip the fsync of `refs/` after LATEST's rename (step 16).
+    pub skip_latest_directory_fsync: bool,
 }
 
 impl WriterFaults {
@@ -112,6 +120,9 @@ impl WriterFaults {
         objects_durable_after_commit: false,
         skip_found_object_fsync: false,
         skip_found_object_directory_fsync: false,
+        skip_found_object_check: false,
+        commit_rename_replaces: false,
+        skip_latest_directory_fsync: false,
     };
 }
 
@@ -471,7 +482,12 @@ impl<'a> Writer<'a> {
             self.fsync_file(&temp)?;
         }
         self.emit(Barrier::CommitAfterFileFsync, &rel)?;
-        match self.fs.rename_noreplace(&temp, &target) {
+        let renamed = if self.faults.commit_rename_replaces {
+            self.fs.rename_replace(&temp, &target)
+        } else {
+            self.fs.rename_noreplace(&temp, &target)
+        };
+        match renamed {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 let _ = self.fs.remove_file(&temp);
@@ -545,7 +561,9 @@ impl<'a> Writer<'a> {
             .rename_replace(&temp, &target)
             .map_err(|e| StoreError::io(&target, e))?;
         self.emit(Barrier::LatestAfterRename, LATEST_REL_PATH)?;
-        self.fsync_dir(&self.root.join("refs"))?;
+        if !self.faults.skip_latest_directory_fsync {
+            self.fsync_dir(&self.root.join("refs"))?;
+        }
         self.emit(Barrier::LatestAfterDirectoryFsync, LATEST_REL_PATH)?;
         Ok(())
     }
@@ -780,7 +798,9 @@ fn place_object(
         Ok(()) => Ok(Placed::Written),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
             let existing = fs.read_file(target, MAX_MANIFEST_BYTES);
-            if matches!(&existing, Ok(b) if Digest::of(b) == digest) {
+            if faults.skip_found_object_check
+                || matches!(&existing, Ok(b) if Digest::of(b) == digest)
+            {
                 fs.remove_file(temp).map_err(|e| StoreError::io(temp, e))?;
                 if !faults.skip_found_object_fsync {
                     fs.fsync_file(target)
