@@ -603,21 +603,26 @@ fn recovery_read_failed_on_an_object_of_the_newest_generation() {
     recovery_fails_on_an_unreadable(&root, &name, &manifest);
 }
 
-#[test]
-fn committed_latest_not_advanced_says_the_generation_is_committed() {
-    let (_dir, root) = store_with_genesis();
-    let latest_before = std::fs::read(root.join("refs/LATEST")).expect("latest");
-    // LATEST's rename is the first step after the commit point that can fail here.
-    let fs = FaultyFs::failing_named(Operation::RenameReplace, "latest");
-    let error = publish_with(
-        &fs,
-        &root,
+/// Publishes generation 1 over the genesis store through a file system on which every
+/// `operation` on a file whose name starts with `prefix` fails; returns the error.
+fn publish_second_failing(root: &Path, operation: Operation, prefix: &str) -> StoreError {
+    publish_with(
+        &FaultyFs::failing_named(operation, prefix),
+        root,
         &synthetic_state(12, 3, 30_000),
         Topology::new(3).expect("t"),
         &mut NoHooks,
         WriterFaults::default(),
     )
-    .expect_err("LATEST fails");
+    .expect_err("the injected fault stops the publish")
+}
+
+#[test]
+fn committed_latest_not_advanced_says_the_generation_is_committed() {
+    let (_dir, root) = store_with_genesis();
+    let latest_before = std::fs::read(root.join("refs/LATEST")).expect("latest");
+    // LATEST's rename is the first step after the commit point that can fail here.
+    let error = publish_second_failing(&root, Operation::RenameReplace, "latest");
     assert!(
         matches!(
             &error,
@@ -640,16 +645,7 @@ fn committed_latest_not_advanced_says_the_generation_is_committed() {
 #[test]
 fn a_failure_before_the_commit_point_is_not_reported_as_committed() {
     let (_dir, root) = store_with_genesis();
-    let fs = FaultyFs::failing_named(Operation::RenameNoreplace, "commit");
-    let error = publish_with(
-        &fs,
-        &root,
-        &synthetic_state(12, 3, 30_000),
-        Topology::new(3).expect("t"),
-        &mut NoHooks,
-        WriterFaults::default(),
-    )
-    .expect_err("commit rename fails");
+    let error = publish_second_failing(&root, Operation::RenameNoreplace, "commit");
     assert!(matches!(error, StoreError::Io { .. }), "{error}");
     let report = store::recover(&root).expect("recover");
     assert_eq!(report.selected.map(|s| s.generation), Some(0));
