@@ -8,6 +8,7 @@
 //! and re-evaluates; each forgery keeps every digest and every torch-free check satisfied
 //! (install recomputes the bindings), so only the re-evaluation can refuse it.
 #![cfg(feature = "torch")]
+mod common;
 
 use std::path::{Path, PathBuf};
 
@@ -27,24 +28,6 @@ use shardlift::store::{self, NoHooks};
 
 /// Images in the synthetic test split: more than the probe's 128 rows.
 const IMAGES: usize = 200;
-
-/// The committed commit-after-rename bundle (the one `evidence/release-*` directory).
-fn committed_bundle() -> PathBuf {
-    let evidence = Path::new(env!("CARGO_MANIFEST_DIR")).join("evidence");
-    let mut releases: Vec<PathBuf> = std::fs::read_dir(&evidence)
-        .expect("evidence/")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| {
-            path.file_name()
-                .is_some_and(|name| name.to_string_lossy().starts_with("release-"))
-        })
-        .collect();
-    assert_eq!(releases.len(), 1, "one committed release: {releases:?}");
-    releases
-        .remove(0)
-        .join("bundles")
-        .join("commit-after-rename")
-}
 
 fn decode<R: CanonicalRecord>(directory: &Path, name: &str) -> R {
     canonical::decode(&std::fs::read(directory.join(name)).expect("read")).expect("decode")
@@ -131,7 +114,7 @@ fn publish_through(store: &Path, state: &LogicalState, workers: u32, generation:
 }
 
 fn run() -> Run {
-    let template = committed_bundle();
+    let template = common::committed_bundle();
     let reference: EvaluationRecord = decode(&template, REFERENCE_EVALUATION);
     let recovered: EvaluationRecord = decode(&template, RECOVERED_EVALUATION);
     let evidence: RecoveryEvidenceRecord = decode(&template, RECOVERY_EVIDENCE);

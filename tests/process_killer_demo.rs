@@ -252,21 +252,6 @@ fn rejected(tamper: impl FnOnce(&Path)) -> (String, String) {
     rejected_copy_of(&runs().bundles["commit-after-rename"], tamper)
 }
 
-/// The committed release evidence's commit-after-rename bundle (needs no run).
-fn committed_bundle() -> PathBuf {
-    let evidence = Path::new(env!("CARGO_MANIFEST_DIR")).join("evidence");
-    let releases: Vec<PathBuf> = std::fs::read_dir(&evidence)
-        .expect("evidence/")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| {
-            path.file_name()
-                .is_some_and(|name| name.to_string_lossy().starts_with("release-"))
-        })
-        .collect();
-    assert_eq!(releases.len(), 1, "one committed release: {releases:?}");
-    releases[0].join("bundles").join("commit-after-rename")
-}
-
 /// As [`rejected`], on a copy of the bundle at `source`.
 fn rejected_copy_of(source: &Path, tamper: impl FnOnce(&Path)) -> (String, String) {
     let scratch = tempfile::tempdir().expect("tempdir");
@@ -457,7 +442,7 @@ fn a_consistent_forgery_with_one_more_correct_answer_is_refused() {
     // Both evaluations are of one state on the pinned test split: their correct counts
     // must be equal, whatever the digests say. The committed bundle verifies as it is and
     // after the re-binding alone, so only the new check refuses the forgery.
-    let committed = committed_bundle();
+    let committed = common::committed_bundle();
     assert!(verify(&committed).status.success());
     let scratch = tempfile::tempdir().expect("tempdir");
     let rebound = scratch.path().join("bundle");
@@ -479,7 +464,7 @@ fn stores_beside_a_bundle_without_the_test_split_are_reported_not_reevaluated() 
     let scratch = tempfile::tempdir().expect("tempdir");
     let run = scratch.path().join("run");
     let bundle = run.join("bundle");
-    copy_bundle(&committed_bundle(), &bundle);
+    copy_bundle(&common::committed_bundle(), &bundle);
     for store in ["reference-store", "crash-store"] {
         std::fs::create_dir(run.join(store)).expect("mkdir");
     }

@@ -63,3 +63,19 @@ pub fn publish_two_trained_steps(
     .expect("publish");
     state
 }
+
+/// The committed release evidence's commit-after-rename bundle (the one
+/// `evidence/release-*` directory; needs no run).
+pub fn committed_bundle() -> PathBuf {
+    let evidence = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("evidence");
+    let releases: Vec<PathBuf> = std::fs::read_dir(&evidence)
+        .expect("evidence/")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("release-"))
+        })
+        .collect();
+    assert_eq!(releases.len(), 1, "one committed release: {releases:?}");
+    releases[0].join("bundles").join("commit-after-rename")
+}
