@@ -35,7 +35,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Every public item of every room is documented (#15); a new room gets no
+// Every public item of every room is documented; a new room gets no
 // `allow(missing_docs)`.
 pub mod core;
 pub mod dataset;

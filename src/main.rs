@@ -1,7 +1,9 @@
 //! The `shardlift` command: a thin layer over the library.
 //!
 //! Exit codes: 0 success; 1 the command ran and failed (a violation, a verification
-//! failure, a dead peer, bad input); 2 the command line itself was wrong.
+//! failure, a dead peer, bad input); 2 the command line itself was wrong, or the command
+//! needs the torch engine and this build has none; 141 stdout's reader went away (as a
+//! shell reports a writer ended by SIGPIPE; nothing is printed).
 use clap::{Parser, Subcommand};
 
 mod cli;
@@ -10,6 +12,10 @@ mod cli;
 /// on fewer workers, bit for bit?
 ///
 /// Machine-readable results go to stdout as JSON; progress goes to stderr.
+///
+/// Exit status: 0 success; 1 the command ran and failed (a violation, a verification
+/// failure, a dead peer, bad input); 2 a wrong command line, or a command that needs the
+/// torch engine in a build without it; 141 stdout was closed by its reader.
 #[derive(Parser, Debug)]
 #[command(name = "shardlift", version, propagate_version = true)]
 struct Cli {
@@ -51,6 +57,15 @@ enum Command {
     /// Run or verify the checkpoint-invariant suite (eleven named scenarios).
     #[command(subcommand)]
     Invariants(cli::invariants::InvariantsCommand),
+    #[cfg(not(feature = "torch"))]
+    /// Needs the torch engine, which this build does not have.
+    Bench(cli::NeedsTorchArgs),
+    #[cfg(not(feature = "torch"))]
+    /// Needs the torch engine, which this build does not have.
+    KillerDemo(cli::NeedsTorchArgs),
+    #[cfg(not(feature = "torch"))]
+    /// Needs the torch engine, which this build does not have.
+    Invariants(cli::NeedsTorchArgs),
     /// Internal: a worker launched by torch.distributed.run for the elastic scenario.
     #[cfg(feature = "torch")]
     #[command(hide = true)]
@@ -82,6 +97,12 @@ fn main() {
         Command::Invariants(command) => cli::invariants::run(command),
         #[cfg(feature = "torch")]
         Command::ElasticWorker(args) => cli::invariants::run_elastic_worker(args),
+        #[cfg(not(feature = "torch"))]
+        Command::Bench(_) => cli::needs_torch("bench"),
+        #[cfg(not(feature = "torch"))]
+        Command::KillerDemo(_) => cli::needs_torch("killer-demo"),
+        #[cfg(not(feature = "torch"))]
+        Command::Invariants(_) => cli::needs_torch("invariants"),
         Command::VerifyBundle(args) => cli::verify_bundle::run(args),
         Command::Worker(args) => cli::train::run_worker(args),
         Command::StoreChild(args) => cli::store::run_child(args),

@@ -65,7 +65,7 @@ const RECORDED_ROOTS: &[RecordedRoot] = &[
     RecordedRoot {
         root: "f9d8733c34a9e066f1ef93788c24736c70890247d35e0fbaf03680edf4e68d55",
         kernel_path: None,
-        machines: "the wave-1 machines, where the trainer's numbers were reproduced bit for \
+        machines: "the first machines, where the trainer's numbers were reproduced bit for \
                    bit outside the project (their CPU was not recorded)",
     },
     RecordedRoot {
@@ -116,24 +116,24 @@ fn check_golden_root(root: &str, path: &str) -> Result<(), String> {
 
 #[test]
 fn the_golden_root_check_refuses_a_root_recorded_for_another_kernel_path() {
-    let [wave1, xeon, epyc] = [&RECORDED_ROOTS[0], &RECORDED_ROOTS[1], &RECORDED_ROOTS[2]];
+    let [first_recorded, xeon, epyc] = [&RECORDED_ROOTS[0], &RECORDED_ROOTS[1], &RECORDED_ROOTS[2]];
     let xeon_path = xeon.kernel_path.expect("recorded path");
     let epyc_path = epyc.kernel_path.expect("recorded path");
     assert_eq!(check_golden_root(xeon.root, xeon_path), Ok(()));
     assert_eq!(check_golden_root(epyc.root, epyc_path), Ok(()));
     // On a recorded path only that path's root passes, not another path's.
-    assert!(check_golden_root(wave1.root, xeon_path).is_err());
+    assert!(check_golden_root(first_recorded.root, xeon_path).is_err());
     assert!(check_golden_root(xeon.root, epyc_path).is_err());
     // On an unrecorded path any recorded root passes, and nothing else.
     assert_eq!(
-        check_golden_root(wave1.root, "AuthenticAMD avx2 fma"),
+        check_golden_root(first_recorded.root, "AuthenticAMD avx2 fma"),
         Ok(())
     );
     assert_eq!(
         check_golden_root(xeon.root, "AuthenticAMD avx2 fma"),
         Ok(())
     );
-    let changed = format!("{}0", &wave1.root[..63]);
+    let changed = format!("{}0", &first_recorded.root[..63]);
     assert!(check_golden_root(&changed, "AuthenticAMD avx2 fma").is_err());
     assert!(check_golden_root(&changed, xeon_path).is_err());
 }

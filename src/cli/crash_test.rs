@@ -107,13 +107,13 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
     let report = external::run(&config, &mut |line| eprintln!("crash-test: {line}"))
         .context("crash-test")?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let subsets_total = match report.subsets_total {
             Some(total) => total.to_string(),
             None => format!("more than {}", u64::MAX),
         };
-        println!(
+        outln!(
             "{} operations traced; {} of {} subsets of pending entry operations enumerated{}; \
              {} distinct crash states, {} checked; {}; {} failing",
             report.trace_operations,
@@ -130,12 +130,15 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
             report.failing_states
         );
         for class in &report.failure_classes {
-            println!(
+            outln!(
                 "  {} state(s), shortest prefix {} operations (e.g. states/{}): {}",
-                class.states, class.smallest_crash_point, class.example_state, class.message
+                class.states,
+                class.smallest_crash_point,
+                class.example_state,
+                class.message
             );
         }
-        println!("report: {}", args.out.join("report.json").display());
+        outln!("report: {}", args.out.join("report.json").display());
     }
     if report.failing_states > 0 {
         std::process::exit(1);

@@ -47,10 +47,10 @@ pub fn run(command: DatasetCommand) -> anyhow::Result<()> {
             if json {
                 let text = serde_json::to_string_pretty(&report)
                     .context("cannot encode the fetch report")?;
-                println!("{text}");
+                outln!("{text}");
             } else {
                 for resource in &report.resources {
-                    println!(
+                    outln!(
                         "{}  {}  {} bytes  {}",
                         resource.payload_sha256,
                         resource.name,

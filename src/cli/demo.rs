@@ -143,7 +143,7 @@ pub fn run_killer_demo(args: KillerDemoArgs) -> anyhow::Result<()> {
             )
         })?;
         all_passed &= record.status == RunStatus::Passed;
-        println!("{}", serde_json::to_string(&record)?);
+        outln!("{}", serde_json::to_string(&record)?);
     }
     if !all_passed {
         anyhow::bail!("a run did not reproduce the expected outcome; see its bundle");

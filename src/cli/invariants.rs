@@ -69,7 +69,7 @@ pub fn run(command: InvariantsCommand) -> anyhow::Result<()> {
         InvariantsCommand::Verify(args) => {
             let summary = shardlift::orchestrate::invariants::evidence::verify_artifact(&args.dir)
                 .with_context(|| format!("verifying {}", args.dir.display()))?;
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({
                     "verified": true,
@@ -114,7 +114,7 @@ fn run_suite(args: RunArgs) -> anyhow::Result<()> {
     let mut progress = super::progress::StderrProgress::new();
     let summary = shardlift::orchestrate::invariants::run_suite(&options, &mut progress)?;
     drop(progress);
-    println!(
+    outln!(
         "{}",
         serde_json::json!({
             "status": summary.status,

@@ -509,15 +509,18 @@ pub(super) fn print_recovery(
     report: &shardlift::store::recovery::RecoveryReport,
 ) -> anyhow::Result<()> {
     match &report.selected {
-        Some(s) => println!(
+        Some(s) => outln!(
             "selected generation {} (step {}, {} workers, root {})",
-            s.generation, s.step, s.workers, s.logical_state_root
+            s.generation,
+            s.step,
+            s.workers,
+            s.logical_state_root
         ),
-        None => println!("no valid generation"),
+        None => outln!("no valid generation"),
     }
-    println!("LATEST: {:?}", report.latest.status);
+    outln!("LATEST: {:?}", report.latest.status);
     for r in &report.rejected {
-        println!("rejected {}: {}", r.file, r.reason);
+        outln!("rejected {}: {}", r.file, r.reason);
     }
     Ok(())
 }
@@ -652,7 +655,7 @@ fn publish_scaled(
             "synthetic_objects": spec.object_count(),
         }));
     }
-    println!(
+    outln!(
         "published generation {} ({} bytes of chunk payloads)",
         summary.generation,
         model_bytes + spec.total_bytes
@@ -669,7 +672,7 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
     };
     if args.list_mutants {
         for mutant in &shardlift::lab::mutants::MUTANTS {
-            println!("{}", mutant.name);
+            outln!("{}", mutant.name);
         }
         return Ok(());
     }
@@ -685,7 +688,7 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
             mutants: &mutants,
         })?;
     } else {
-        println!(
+        outln!(
             "{} barriers; {} barrier kills; {} operations traced, {} operation-boundary kills; {} random kills ({} runs finished first); {} crash images, {} distinct states; {} corruption cases; {} violations",
             summary.barriers.len(),
             summary.barrier_kills,
@@ -699,10 +702,10 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
             summary.violations.len()
         );
         for v in &summary.violations {
-            println!("VIOLATION: {v}");
+            outln!("VIOLATION: {v}");
         }
         for detail in &mutants.details {
-            println!(
+            outln!(
                 "mutant {}: expected {}; {} of {} violations break it{}",
                 detail.name,
                 detail.expected_invariant,
@@ -715,11 +718,13 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
                 }
             );
         }
-        println!(
+        outln!(
             "{} of {} mutants killed by their expected invariant; survived: {:?}",
-            mutants.killed, mutants.total, mutants.survived
+            mutants.killed,
+            mutants.total,
+            mutants.survived
         );
-        println!("caveat: {}", summary.caveat);
+        outln!("caveat: {}", summary.caveat);
     }
     if !summary.violations.is_empty() {
         anyhow::bail!("{} invariant violations", summary.violations.len());
@@ -759,7 +764,7 @@ fn run_one_mutant(
     if json {
         print_json(&outcome)?;
     } else {
-        println!(
+        outln!(
             "mutant {}: {} crash states, {} violations, {} of its expected invariant {}",
             outcome.name,
             outcome.crash_states,
@@ -768,7 +773,7 @@ fn run_one_mutant(
             outcome.expected_invariant
         );
         for v in &outcome.violations {
-            println!("VIOLATION: {v}");
+            outln!("VIOLATION: {v}");
         }
     }
     if outcome.killed {

@@ -194,9 +194,9 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<()> {
         worker_exits: run.worker_exits,
     };
     if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
-        println!(
+        outln!(
             "step {} cursor {} loss {}\nlogical_state_root {}\nledger_digest {}",
             report.step,
             report.cursor,
@@ -221,19 +221,23 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
 #[cfg(feature = "torch")]
 fn print_train_bench(report: &serde_json::Value) {
     let ms = |value: &serde_json::Value| value.as_f64().unwrap_or(f64::NAN);
-    println!(
+    outln!(
         "plain tch step {:.2} ms (median of {} steps, {} profile)",
         ms(&report["plain_tch_step_ms"]),
         report["steps_timed"],
         report["profile"].as_str().unwrap_or("?"),
     );
-    println!(
+    outln!(
         "{:<11} {:>11} {:>7} {:>12} {:>8}",
-        "", "median step", "x plain", "cpu per step", "cpu floor"
+        "",
+        "median step",
+        "x plain",
+        "cpu per step",
+        "cpu floor"
     );
     for row in report["configurations"].as_array().into_iter().flatten() {
         let cpu = &row["cpu_per_step"];
-        println!(
+        outln!(
             "{:<11} {:>8.2} ms {:>6.2}x {:>9.2} ms {:>7.2}x",
             row["configuration"].as_str().unwrap_or("?"),
             ms(&row["step_ms"]),
@@ -242,7 +246,7 @@ fn print_train_bench(report: &serde_json::Value) {
             ms(&cpu["floor_ratio_to_plain_tch"]),
         );
     }
-    println!(
+    outln!(
         "cpu floor: the configuration's CPU per step (all its processes) over {} cores, as a multiple of the plain step",
         report["cores"]
     );
@@ -251,7 +255,7 @@ fn print_train_bench(report: &serde_json::Value) {
             .iter()
             .map(|(name, value)| format!("{name} {:.2}", ms(value)))
             .collect();
-        println!("W4 phases (ms): {}", split.join(", "));
+        outln!("W4 phases (ms): {}", split.join(", "));
     }
 }
 
@@ -325,14 +329,12 @@ pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
                 serde_json::Value::Null
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print_train_bench(&report);
                 if report["glibc_defaults"].is_object() {
-                    println!();
-                    println!(
-                        "under glibc's allocator defaults (GLIBC_TUNABLES= in every process):"
-                    );
+                    outln!();
+                    outln!("under glibc's allocator defaults (GLIBC_TUNABLES= in every process):");
                     print_train_bench(&report["glibc_defaults"]);
                 }
             }
@@ -351,7 +353,7 @@ pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
                 &cache,
                 source_directory.as_deref(),
             )?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
     }

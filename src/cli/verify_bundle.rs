@@ -69,7 +69,7 @@ pub fn run(args: VerifyBundleArgs) -> anyhow::Result<()> {
                     "verify-bundle: the pinned test split did not load from the dataset cache (fill it with `shardlift dataset fetch`, or name another with --cache-directory)"
                 );
             }
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string(&Report {
                     summary: &summary,
@@ -79,7 +79,7 @@ pub fn run(args: VerifyBundleArgs) -> anyhow::Result<()> {
             Ok(())
         }
         Err(error) => {
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({"status": "rejected", "error_kind": error.kind(), "error": error.to_string()})
             );

@@ -304,8 +304,8 @@ pub struct LargeBenchReport {
     pub plain_ms_per_file: f64,
     /// Mean publish time per object, in milliseconds.
     pub publish_ms_per_object: f64,
-    /// `publish.seconds / plain_write_fsync.seconds`: against the sequential baseline #16
-    /// names.
+    /// `publish.seconds / plain_write_fsync.seconds`: against the sequential baseline of
+    /// plain files written and fsynced one after another.
     pub publish_over_plain: f64,
     /// `publish_sequential.seconds / plain_write_fsync.seconds`: the one-at-a-time order
     /// against the one-at-a-time baseline.
@@ -332,7 +332,7 @@ pub struct LargeBenchReport {
     /// The `recovery_over_parallel_sha256` recovery would reach if it cost exactly its
     /// reads plus its hashing, both on `cores_used` threads and one after the other:
     /// `state_bytes / (object_reads_warm.seconds + sha256_parallel_in_memory.seconds)`
-    /// over `sha256_single_core.mb_per_s × cores_used`. Below #16's 0.8, the object
+    /// over `sha256_single_core.mb_per_s × cores_used`. Below the recovery target's 0.8, the object
     /// files' reads alone keep the target out of reach on these cores; it is not a hard
     /// ceiling, as reads that wait rather than compute could overlap the hashing.
     pub reads_plus_hashing_over_parallel_sha256: f64,
