@@ -2,8 +2,10 @@
 //!
 //! Exit codes: 0 success; 1 the command ran and failed (a violation, a verification
 //! failure, a dead peer, bad input); 2 the command line itself was wrong, or the command
-//! needs the torch engine and this build has none; 141 stdout's reader went away (as a
-//! shell reports a writer ended by SIGPIPE; nothing is printed).
+//! needs the torch engine and this build has none; 128 + N the command was asked to
+//! stop by signal N (130 for Ctrl-C, 143 for SIGTERM: its children stopped and reaped,
+//! its scratch removed); 141 stdout's reader went away (as a shell reports a writer ended
+//! by SIGPIPE; nothing is printed).
 use clap::{Parser, Subcommand};
 
 mod cli;
@@ -15,7 +17,8 @@ mod cli;
 ///
 /// Exit status: 0 success; 1 the command ran and failed (a violation, a verification
 /// failure, a dead peer, bad input); 2 a wrong command line, or a command that needs the
-/// torch engine in a build without it; 141 stdout was closed by its reader.
+/// torch engine in a build without it; 130 (143) stopped by Ctrl-C (SIGTERM), children
+/// stopped and scratch removed; 141 stdout was closed by its reader.
 #[derive(Parser, Debug)]
 #[command(name = "shardlift", version, propagate_version = true)]
 struct Cli {
@@ -80,8 +83,32 @@ enum Command {
     StoreChild(cli::store::StoreChildArgs),
 }
 
+/// Ctrl-C and SIGTERM ask the command to stop: long waits see the flag and unwind, so
+/// children are torn down and reaped and temporary directories removed (exit 128 + the
+/// signal). If registration fails the signals keep their default action.
+fn stop_on_interrupt() {
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let slot = shardlift::core::interrupt::signal_slot();
+        let number = usize::try_from(signal).unwrap_or(usize::MAX);
+        if let Err(error) = signal_hook::flag::register_usize(signal, slot, number) {
+            eprintln!("shardlift: warning: cannot handle signal {signal}: {error}");
+        }
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    // Internal children keep the default actions: their supervisor's teardown ends them
+    // with SIGTERM, and a handler would turn that into a wait for the SIGKILL.
+    let internal = matches!(
+        cli.command,
+        Command::CrashTestExec(_) | Command::Worker(_) | Command::StoreChild(_)
+    );
+    #[cfg(feature = "torch")]
+    let internal = internal || matches!(cli.command, Command::ElasticWorker(_));
+    if !internal {
+        stop_on_interrupt();
+    }
     let result = match cli.command {
         Command::Dataset(command) => cli::dataset::run(command),
         Command::Store(command) => cli::store::run(command),
@@ -108,6 +135,10 @@ fn main() {
         Command::StoreChild(args) => cli::store::run_child(args),
     };
     if let Err(error) = result {
+        if let Some(signal) = shardlift::core::interrupt::requested() {
+            eprintln!("shardlift: interrupted by signal {signal}; children stopped and reaped");
+            std::process::exit(128 + signal);
+        }
         eprintln!("shardlift: error: {error:#}");
         std::process::exit(1);
     }

@@ -8,6 +8,7 @@ pub mod barrier;
 pub mod canonical;
 pub mod digest;
 pub mod error_chain;
+pub mod interrupt;
 pub mod ledger;
 pub mod logical;
 pub mod parallel;

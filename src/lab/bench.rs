@@ -15,7 +15,7 @@ use crate::core::progress::Progress;
 use crate::core::topology::Topology;
 
 use crate::core::logical::LogicalState;
-use crate::lab::error::LabError;
+use crate::lab::error::{stop_if_interrupted, LabError};
 use crate::store::barrier::NoHooks;
 use crate::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
 use crate::store::writer::SyntheticSpec;
@@ -84,10 +84,12 @@ pub fn run(
     progress.phase("store bench: publish", Some(states));
     let publish = time_publishes(&store, &plain, states, progress)?;
     progress.finish();
+    stop_if_interrupted()?;
     let last = states - 1;
     progress.phase("store bench: reshard and copy", None);
     let reshard = time_reshard_and_copy(&store, &plain, &work.path().join("copy"), last)?;
     progress.finish();
+    stop_if_interrupted()?;
     let payload_bytes = states * per_state;
     // Recovery verifies every generation: `states` publishes plus the reshard's payloads.
     progress.phase("store bench: recovery and SHA-256", None);
@@ -492,6 +494,7 @@ pub fn run_large(
     // journal commits (`discard` mounts), which would slow the first phase measured.
     rustix::fs::syncfs(std::fs::File::open(work.path())?).map_err(std::io::Error::from)?;
     let plain_s = time_plain_writes(&plain, &objects, progress)?;
+    stop_if_interrupted()?;
     let plain_concurrent_s = time_plain_writes_concurrent(
         &work.path().join("plain-concurrent"),
         &objects,
@@ -513,6 +516,7 @@ pub fn run_large(
         },
     )?;
     let publish_sequential_s = started.elapsed().as_secs_f64();
+    stop_if_interrupted()?;
 
     let started = Instant::now();
     let summary = crate::store::publish_synthetic(
@@ -527,6 +531,7 @@ pub fn run_large(
         },
     )?;
     let publish_s = started.elapsed().as_secs_f64();
+    stop_if_interrupted()?;
     let object_bytes = objects.spec.object_bytes;
     let fsync_probe = probe_fsync(&work.path().join("probe"), object_bytes as usize, 200)?;
 
@@ -537,9 +542,11 @@ pub fn run_large(
     make_cold(&store, options.drop_caches)?;
     let recovery_cold_s = time_recovery(&store, summary.generation)?;
     progress.finish();
+    stop_if_interrupted()?;
 
     let sha_s = time_single_core_sha(&objects, progress);
     let sha_parallel_s = time_parallel_sha(&objects, cores_used)?;
+    stop_if_interrupted()?;
     let reshard = time_reshards(&store, summary.generation, progress)?;
     let (copy_s, copy_cold_s) = time_copies(work.path(), &plain, options.drop_caches, progress)?;
     let timings = LargeTimings {

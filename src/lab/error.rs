@@ -27,6 +27,13 @@ pub enum LabError {
         /// Which occurrence of it (1-based).
         occurrence: u32,
     },
+    /// This process was asked to stop (Ctrl-C, SIGTERM) between two phases of long work;
+    /// the scratch directories are removed as the error unwinds.
+    #[error("interrupted by signal {signal}")]
+    Interrupted {
+        /// The signal that asked this process to stop.
+        signal: i32,
+    },
     /// I/O on the lab's scratch copies and directories failed.
     #[error("crash-lab scratch I/O: {0}")]
     Scratch(#[from] std::io::Error),
@@ -78,6 +85,7 @@ impl LabError {
             LabError::ChildProtocol(_) => "child-protocol",
             LabError::ChildFailed(_) => "child-failed",
             LabError::TargetNotReached { .. } => "target-not-reached",
+            LabError::Interrupted { .. } => "interrupted",
             LabError::Scratch(_) => "io",
             LabError::During { source, .. } => source.kind(),
             LabError::StoreObservation { .. } => "store-observation",
@@ -99,5 +107,14 @@ impl LabError {
 impl From<crate::core::topology::TopologyError> for LabError {
     fn from(error: crate::core::topology::TopologyError) -> Self {
         LabError::Store(StoreError::from(error))
+    }
+}
+
+/// `Err(Interrupted)` once this process has been asked to stop: long CPU- or disk-bound
+/// work calls it between phases, where no child wait would notice the request.
+pub fn stop_if_interrupted() -> Result<(), LabError> {
+    match crate::core::interrupt::requested() {
+        Some(signal) => Err(LabError::Interrupted { signal }),
+        None => Ok(()),
     }
 }

@@ -1822,6 +1822,7 @@ pub fn power_loss_phase(
         Some(scenarios.len() as u64),
     );
     for (done, (name, from, action)) in scenarios.iter().enumerate() {
+        crate::lab::error::stop_if_interrupted()?;
         let outcome = power_loss_scenario(
             *from,
             action,
@@ -1888,6 +1889,7 @@ pub fn corruption_phase(
         violations: Vec::new(),
     };
     for (done, damage) in cases.iter().enumerate() {
+        crate::lab::error::stop_if_interrupted()?;
         let kind = file_kind(damage.target(), &expectations);
         *tally.by_file_kind.entry(kind).or_default() += 1;
         *tally.by_damage.entry(damage.label()).or_default() += 1;

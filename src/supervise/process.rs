@@ -28,6 +28,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+use crate::core::interrupt;
 use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Resource, Rlimit};
 
 pub use rustix::process::Signal;
@@ -453,6 +455,15 @@ pub enum ProcessError {
         /// The deadline that passed, in milliseconds.
         timeout_ms: u64,
     },
+    /// This process was asked to stop (Ctrl-C, SIGTERM) while waiting for a child; the
+    /// child's owner tears it down as the error unwinds.
+    #[error("interrupted by signal {signal} while waiting for {role}")]
+    Interrupted {
+        /// The child being waited for.
+        role: Role,
+        /// The signal that asked this process to stop.
+        signal: i32,
+    },
     /// A `shardlift` child could not set itself up on entry ([`enter_supervised_child`]).
     #[error("a supervised child cannot {what}: {source}")]
     Enter {
@@ -640,21 +651,42 @@ impl SupervisedChild {
     }
 
     /// Waits up to `timeout_ms` for the child to exit, then reaps it. `Ok(None)` if it is
-    /// still running at the deadline.
+    /// still running at the deadline; `Interrupted` (the child left running, for its
+    /// owner's teardown) as soon as this process is asked to stop.
     pub fn wait_timeout(&mut self, timeout_ms: u64) -> Result<Option<&ExitRecord>, ProcessError> {
+        self.wait_for_exit(timeout_ms, true)
+    }
+
+    /// [`Self::wait_timeout`], honouring an interruption only when `interruptible`
+    /// (teardown's own waits are not: they are how an interrupted command stops).
+    fn wait_for_exit(
+        &mut self,
+        timeout_ms: u64,
+        interruptible: bool,
+    ) -> Result<Option<&ExitRecord>, ProcessError> {
         if self.exit.is_some() {
             return Ok(self.exit.as_ref());
         }
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
         loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
+            if let (true, Some(signal)) = (interruptible, interrupt::requested()) {
+                return Err(ProcessError::Interrupted {
+                    role: self.role,
+                    signal,
+                });
+            }
+            let mut remaining = deadline.saturating_duration_since(Instant::now());
+            if interruptible {
+                remaining = remaining.min(Duration::from_millis(interrupt::POLL_SLICE_MS));
+            }
             let timespec = Timespec {
                 tv_sec: remaining.as_secs() as i64,
                 tv_nsec: i64::from(remaining.subsec_nanos()),
             };
             let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
             match poll(&mut fds, Some(&timespec)) {
-                Ok(0) => return Ok(None),
+                Ok(0) if Instant::now() >= deadline => return Ok(None),
+                Ok(0) => continue,
                 Ok(_) => break,
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(errno) => {
@@ -696,11 +728,18 @@ impl SupervisedChild {
         }
     }
 
-    /// SIGKILL now, then reap.
+    /// SIGKILL now, then reap (even when this process has been asked to stop).
     pub fn kill_and_reap(&mut self) -> Result<ExitRecord, ProcessError> {
         self.signal(Signal::KILL)?;
         // SIGKILL cannot be caught; the bound only guards against a wedged kernel.
-        self.wait_deadline(30_000)
+        let timeout_ms = 30_000;
+        match self.wait_for_exit(timeout_ms, false)? {
+            Some(record) => Ok(record.clone()),
+            None => Err(ProcessError::Deadline {
+                role: self.role,
+                timeout_ms,
+            }),
+        }
     }
 
     /// SIGTERM, wait `grace_ms`, then SIGKILL; always reaps.
@@ -709,7 +748,7 @@ impl SupervisedChild {
             return Ok(record.clone());
         }
         self.signal(Signal::TERM)?;
-        if let Some(record) = self.wait_timeout(grace_ms)? {
+        if let Some(record) = self.wait_for_exit(grace_ms, false)? {
             return Ok(record.clone());
         }
         self.kill_and_reap()
@@ -720,7 +759,7 @@ impl Drop for SupervisedChild {
     fn drop(&mut self) {
         if self.exit.is_none() {
             let _ = self.signal(Signal::KILL);
-            let _ = self.wait_timeout(30_000);
+            let _ = self.wait_for_exit(30_000, false);
         }
     }
 }
@@ -817,7 +856,7 @@ impl Supervisor {
                 .saturating_duration_since(Instant::now())
                 .as_millis() as u64;
             let child = &mut self.children[index];
-            if !matches!(child.wait_timeout(remaining), Ok(Some(_))) {
+            if !matches!(child.wait_for_exit(remaining, false), Ok(Some(_))) {
                 let _ = child.kill_and_reap();
             }
             self.note_reaped(index);
