@@ -139,7 +139,9 @@ fn main() {
             eprintln!("shardlift: interrupted by signal {signal}; children stopped and reaped");
             std::process::exit(128 + signal);
         }
-        eprintln!("shardlift: error: {error:#}");
+        // Each cause once: many errors repeat their source in their own message.
+        let chain = shardlift::core::error_chain::error_chain_text(error.as_ref());
+        eprintln!("shardlift: error: {chain}");
         std::process::exit(1);
     }
 }
