@@ -765,9 +765,11 @@ pub fn recover_faulty(
             return Ok(report);
         }
     }
-    if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? != Some(EntryKind::Dir) {
+    let found = fs.entry_kind(root).map_err(|e| StoreError::io(root, e))?;
+    if found != Some(EntryKind::Dir) {
         return Err(StoreError::NoStore {
             path: root.to_owned(),
+            found,
         });
     }
     let commits = root.join("commits");
