@@ -14,11 +14,13 @@ use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 
 pub mod barrier;
+pub mod checks;
 pub mod codec;
 pub mod error;
 pub mod layout;
 pub mod paths;
 pub mod recovery;
+pub mod verify;
 pub mod writer;
 
 pub use crate::durable::fs::{FileSystem, RealFs};
