@@ -220,7 +220,8 @@ fn check_lengths(
 }
 
 /// Synthetic objects (a state scaled for benchmarks, RFC 0001 §3): each GET under its
-/// expected length, its digest checked against its key, its length against the manifest's.
+/// expected length, its length checked against the manifest's, then its digest against
+/// its key.
 fn verify_synthetic(
     client: &ObjClient,
     manifest_path: &Path,
@@ -233,13 +234,33 @@ fn verify_synthetic(
     };
     for (index, digest) in synthetic.objects.iter().enumerate() {
         let expected = synthetic_object_len(manifest_path, synthetic, index).map_err(invalid)?;
-        let bytes = fetch_object(client, *digest, expected)?;
-        if bytes.len() as u64 != expected {
-            return Err(invalid(ObjectRole::Synthetic(index as u64).wrong_length(
+        let wrong_length = |found| {
+            invalid(ObjectRole::Synthetic(index as u64).wrong_length(
                 manifest_path,
                 expected,
-                bytes.len() as u64,
-            )));
+                found,
+            ))
+        };
+        // Length first, then SHA-256 (RFC 0001 §5 step 4), as on the local store: an
+        // object longer than the manifest says is refused by the cap before its body.
+        let rel = object_key(digest);
+        let bytes = match fetch(client, &rel, expected) {
+            Ok(bytes) => bytes,
+            Err(ObjStoreError::TooLarge { size_bytes, .. }) => {
+                return Err(wrong_length(size_bytes))
+            }
+            Err(error) => return Err(error),
+        };
+        if bytes.len() as u64 != expected {
+            return Err(wrong_length(bytes.len() as u64));
+        }
+        let actual = Digest::of(&bytes);
+        if actual != *digest {
+            return Err(ObjStoreError::DigestMismatch {
+                key: client.location().key_url(&rel),
+                expected: *digest,
+                actual,
+            });
         }
         on_object();
     }
