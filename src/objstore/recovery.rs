@@ -194,10 +194,6 @@ fn check_lengths(
         .list_with_sizes(OBJECTS_PREFIX)?
         .into_iter()
         .collect();
-    let invalid = |source| ObjStoreError::Invalid {
-        key: manifest_path.display().to_string(),
-        source,
-    };
     for object in objects {
         let rel = object_key(&object.digest);
         match sizes.get(&rel) {
@@ -207,16 +203,24 @@ fn check_lengths(
                 })
             }
             Some(&found) if found != object.length_bytes => {
-                return Err(invalid(object.role.wrong_length(
-                    manifest_path,
-                    object.length_bytes,
-                    found,
-                )))
+                let wrong = object
+                    .role
+                    .wrong_length(manifest_path, object.length_bytes, found);
+                return Err(object_invalid(client, &rel, wrong));
             }
             Some(_) => on_object(),
         }
     }
     Ok(())
+}
+
+/// An object that failed a store check (its length): the store's error, which names the
+/// manifest that gives the length, under the object's own key (RFC 0001 §9.4 step 6).
+fn object_invalid(client: &ObjClient, rel: &str, error: StoreError) -> ObjStoreError {
+    ObjStoreError::Invalid {
+        key: client.location().key_url(rel),
+        source: error,
+    }
 }
 
 /// Synthetic objects (a state scaled for benchmarks, RFC 0001 §3): each GET under its
@@ -234,16 +238,17 @@ fn verify_synthetic(
     };
     for (index, digest) in synthetic.objects.iter().enumerate() {
         let expected = synthetic_object_len(manifest_path, synthetic, index).map_err(invalid)?;
-        let wrong_length = |found| {
-            invalid(ObjectRole::Synthetic(index as u64).wrong_length(
-                manifest_path,
-                expected,
-                found,
-            ))
-        };
         // Length first, then SHA-256 (RFC 0001 §5 step 4), as on the local store: an
         // object longer than the manifest says is refused by the cap before its body.
         let rel = object_key(digest);
+        let wrong_length = |found| {
+            let role = ObjectRole::Synthetic(index as u64);
+            object_invalid(
+                client,
+                &rel,
+                role.wrong_length(manifest_path, expected, found),
+            )
+        };
         let bytes = match fetch(client, &rel, expected) {
             Ok(bytes) => bytes,
             Err(ObjStoreError::TooLarge { size_bytes, .. }) => {
