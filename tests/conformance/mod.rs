@@ -305,9 +305,13 @@ pub fn a_truncated_payload_fails_the_length_check_naming_the_manifest<B: Backend
     );
 }
 
-/// A truncated synthetic object: `synthetic-object-size` under the length check and on a
-/// hashed load, naming the manifest (what states the length) on every backend.
-pub fn a_truncated_synthetic_object_is_refused_naming_the_manifest<B: Backend>(backend: &B) {
+/// Publishes generation 0 with five synthetic objects (1000 bytes each, the last 500),
+/// applies `damage` to the bytes of object `index`; returns the manifest's relative path.
+fn with_damaged_synthetic_object<B: Backend>(
+    backend: &B,
+    index: usize,
+    damage: impl FnOnce(&mut Vec<u8>),
+) -> String {
     let spec = SyntheticSpec {
         seed: SEED,
         object_bytes: 1000,
@@ -316,10 +320,17 @@ pub fn a_truncated_synthetic_object_is_refused_naming_the_manifest<B: Backend>(b
     assert_eq!(backend.publish_synthetic(&state_at(1), 4, spec), 0);
     let (manifest, manifest_rel) = manifest_of(backend, 0);
     let synthetic = manifest.synthetic.as_ref().expect("synthetic objects");
-    let rel = object_rel_path(&synthetic.objects[2]);
+    let rel = object_rel_path(&synthetic.objects[index]);
     let mut bytes = backend.read(&rel);
-    bytes.truncate(999);
+    damage(&mut bytes);
     backend.replace(&rel, bytes);
+    manifest_rel
+}
+
+/// A truncated synthetic object: `synthetic-object-size` under the length check and on a
+/// hashed load, naming the manifest (what states the length) on every backend.
+pub fn a_truncated_synthetic_object_is_refused_naming_the_manifest<B: Backend>(backend: &B) {
+    let manifest_rel = with_damaged_synthetic_object(backend, 2, |bytes| bytes.truncate(999));
     let expected = Refusal {
         kind: "synthetic-object-size".into(),
         names: Some(backend.names(&manifest_rel)),
@@ -340,18 +351,7 @@ pub fn a_truncated_synthetic_object_is_refused_naming_the_manifest<B: Backend>(b
 /// A synthetic object one byte longer than its manifest says: `synthetic-object-size` on a
 /// hashed load (the read stops at the cap), naming the manifest.
 pub fn an_extended_synthetic_object_is_refused_naming_the_manifest<B: Backend>(backend: &B) {
-    let spec = SyntheticSpec {
-        seed: SEED,
-        object_bytes: 1000,
-        total_bytes: 4500,
-    };
-    assert_eq!(backend.publish_synthetic(&state_at(1), 4, spec), 0);
-    let (manifest, manifest_rel) = manifest_of(backend, 0);
-    let synthetic = manifest.synthetic.as_ref().expect("synthetic objects");
-    let rel = object_rel_path(&synthetic.objects[4]);
-    let mut bytes = backend.read(&rel);
-    bytes.push(7);
-    backend.replace(&rel, bytes);
+    let manifest_rel = with_damaged_synthetic_object(backend, 4, |bytes| bytes.push(7));
     let refusal = backend.load(0).expect_err("an extended synthetic object");
     assert_eq!(
         refusal,
