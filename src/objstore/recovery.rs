@@ -180,10 +180,11 @@ impl RecordReads for ObjReads<'_> {
     }
 }
 
-/// [`ObjectCheck::Lengths`] on an object store: one LIST of `objects/` gives every object's
-/// size, and each chunk payload and synthetic object of the (checked) manifest must be
-/// listed with exactly its length; no object is fetched (RFC 0001 §9.9). `on_object` is
-/// called for each object checked.
+/// [`ObjectCheck::Lengths`](crate::store::verify::ObjectCheck::Lengths) on an object
+/// store: one LIST of `objects/` gives every object's size, and each of `objects` (the
+/// chunk payloads and synthetic objects of the checked manifest) must be listed with
+/// exactly its length; no object is fetched (RFC 0001 §9.9). `on_object` is called for
+/// each object checked.
 fn check_lengths(
     client: &ObjClient,
     manifest_path: &Path,
