@@ -15,11 +15,13 @@ use crate::core::topology::Topology;
 use crate::durable::fs::EntryKind;
 
 pub mod barrier;
+pub mod checks;
 pub mod codec;
 pub mod error;
 pub mod layout;
 pub mod paths;
 pub mod recovery;
+pub mod verify;
 pub mod writer;
 
 pub use crate::durable::fs::{FileSystem, RealFs};
