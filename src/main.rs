@@ -37,6 +37,10 @@ enum Command {
     /// Internal: waits for the crash-test recorder, then execs the writer (traced).
     #[command(hide = true)]
     CrashTestExec(cli::crash_test::CrashTestExecArgs),
+    /// Does your training job resume exactly? Kill it (after a step, at random instants,
+    /// inside its checkpoint save), restart it, and compare every step with an
+    /// uninterrupted run bit for bit. Exit 0 pass, 1 divergence, 2 bad input.
+    ResumeTest(cli::resume_test::ResumeTestArgs),
     /// Train with W worker processes (or in-process) and print the resulting state digests.
     Train(cli::train::TrainArgs),
     #[cfg(feature = "torch")]
@@ -73,6 +77,7 @@ fn main() {
         Command::CrashMatrix(args) => cli::store::run_crash_matrix(args),
         Command::CrashTest(args) => cli::crash_test::run(args),
         Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),
+        Command::ResumeTest(args) => cli::resume_test::run(args),
         Command::Train(args) => cli::train::run_train(args),
         #[cfg(feature = "torch")]
         Command::Bench(command) => cli::train::run_bench(command),

@@ -1,0 +1,108 @@
+//! `shardlift resume-test`: run a training command three ways and compare its steps.
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use shardlift::resume::{resume_test, ResumeError, ResumeTestConfig};
+
+/// `resume-test` arguments.
+///
+/// Runs COMMAND (after `--`, no shell) to completion in OUT/reference/work (the
+/// reference), then once per kill: in a fresh OUT/<name>/work, killed with its whole
+/// process tree (SIGKILL) right after the probe reports step K, or at a seeded instant
+/// (every second one inside a checkpoint save the reference reported), then started
+/// again in the same directory as a scheduler would. Each run gets its own probe channel
+/// in SHARDLIFT_PROBE; the probe (python/shardlift_probe.py) or any program speaking
+/// docs/resume-test.md appends one record per step. Relative paths in COMMAND other than
+/// the program itself are resolved by the command in its working directory: give the
+/// script's absolute path.
+///
+/// The verdict is JSON on stdout, progress on stderr.
+///
+/// Exit codes: 0 every restart resumed right after its last acknowledged save and every
+/// step matched the reference bit for bit; 1 a divergence, lost or skipped steps, or a
+/// failed or hung restart (the verdict names the step and the components); 2 bad usage
+/// or input: no probe records, an undecodable record, a failing or hanging reference run.
+///
+/// Example: shardlift resume-test --out /tmp/rt --kill-after-step 3 --random-kills 4
+///   -- python /abs/path/train.py
+#[derive(clap::Args, Debug)]
+pub struct ResumeTestArgs {
+    /// Output directory (created; must be empty): each run's working directory, probe
+    /// channel and output.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Kill right after the probe reports this step (repeatable; deterministic: the
+    /// probe holds after reporting it until the kill).
+    #[arg(long = "kill-after-step", value_name = "K")]
+    pub kill_after_step: Vec<u64>,
+    /// Kill at this many seeded instants of the reference run's timeline.
+    #[arg(long, default_value_t = 0, value_name = "R")]
+    pub random_kills: usize,
+    /// The seed of the random instants.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also restart a torchrun command on N processes (its --nproc-per-node rewritten)
+    /// after a kill, and report what diverged.
+    #[arg(long, value_name = "N")]
+    pub restart_nproc: Option<u32>,
+    /// Digest every K-th step only (the others report their step number alone).
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub every: u64,
+    /// Kill a run (and its process tree) that has not finished after this long.
+    #[arg(long, default_value_t = 600_000)]
+    pub run_timeout_ms: u64,
+    /// How often a run's probe channel is read (1 to 1000 ms).
+    #[arg(long, default_value_t = 1)]
+    pub poll_interval_ms: u64,
+    /// The training command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Runs the test; exits 0, 1 or 2 as `--help` says.
+pub fn run(args: ResumeTestArgs) -> anyhow::Result<()> {
+    let config = ResumeTestConfig {
+        command: args.command,
+        out: args.out,
+        kill_after_steps: args.kill_after_step,
+        random_kills: args.random_kills,
+        seed: args.seed,
+        restart_nproc: args.restart_nproc,
+        every: args.every,
+        run_timeout_ms: args.run_timeout_ms,
+        poll_interval_ms: args.poll_interval_ms,
+    };
+    let mut progress = |line: String| eprintln!("resume-test: {line}");
+    match resume_test(&config, &mut progress) {
+        Ok(verdict) => {
+            super::print_json(&verdict)?;
+            if !verdict.passed {
+                eprintln!("resume-test: FAILED: {}", verdict.failed.join(", "));
+                std::process::exit(1);
+            }
+            eprintln!(
+                "resume-test: passed ({} sequences)",
+                verdict.sequences.len()
+            );
+            Ok(())
+        }
+        Err(error) => exit_bad_input(&error),
+    }
+}
+
+fn exit_bad_input(error: &ResumeError) -> ! {
+    let kind = match error {
+        ResumeError::Usage { .. } => "usage",
+        ResumeError::OutputNotEmpty { .. } => "output_not_empty",
+        ResumeError::NoRecords => "no_records",
+        ResumeError::Undecodable { .. } => "undecodable_record",
+        ResumeError::ReferenceFailed { .. } => "reference_failed",
+        ResumeError::ReferenceDeadline { .. } => "reference_deadline",
+        ResumeError::Process(_) => "process",
+        ResumeError::Io { .. } => "io",
+    };
+    eprintln!("shardlift: error ({kind}): {error}");
+    let report = serde_json::json!({"schema": shardlift::resume::suite::VERDICT_SCHEMA, "error": kind, "message": error.to_string()});
+    println!("{report}");
+    std::process::exit(2);
+}
