@@ -171,3 +171,65 @@ impl ChannelReader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STEP: &str = r#"{"components":{"loss":"float32:00000000"},"kind":"step","rank":0,"step":1,"v":1,"world":1}"#;
+
+    fn channel(bytes: &[u8]) -> (tempfile::TempDir, ChannelReader) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("channel.jsonl");
+        std::fs::write(&path, bytes).expect("write");
+        let reader = ChannelReader::new(&path);
+        (dir, reader)
+    }
+
+    #[test]
+    fn a_torn_last_line_is_allowed_only_after_a_kill() {
+        let torn = format!("{STEP}\n{}", &STEP[..20]);
+        let (_dir, mut reader) = channel(torn.as_bytes());
+        assert_eq!(reader.poll(5).expect("poll").len(), 1);
+        assert_eq!(reader.finish(true).expect("killed"), 20);
+        let (_dir, mut reader) = channel(torn.as_bytes());
+        reader.poll(5).expect("poll");
+        assert!(matches!(
+            reader.finish(false),
+            Err(ResumeError::Undecodable { line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn a_corrupt_line_in_the_middle_is_an_error() {
+        let corrupt = format!("{STEP}\n{}\n{STEP}\n", &STEP[..20]);
+        let (_dir, mut reader) = channel(corrupt.as_bytes());
+        assert!(matches!(
+            reader.poll(5),
+            Err(ResumeError::Undecodable { line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn lines_are_decoded_as_they_are_completed() {
+        let (dir, mut reader) = channel(&STEP.as_bytes()[..10]);
+        assert!(reader.poll(1).expect("poll").is_empty());
+        std::fs::write(dir.path().join("channel.jsonl"), format!("{STEP}\n")).expect("write");
+        let records = reader.poll(7).expect("poll");
+        assert_eq!(records.len(), 1);
+        assert_eq!((records[0].step, records[0].observed_ms), (1, 7));
+    }
+
+    #[test]
+    fn records_outside_the_schema_do_not_decode() {
+        for line in [
+            STEP.replace(r#""v":1"#, r#""v":2"#),
+            STEP.replace(r#""rank":0"#, r#""rank":1"#),
+            STEP.replace(r#""kind":"step""#, r#""kind":"saved""#),
+            STEP.replace(r#""world":1"#, r#""world":1,"extra":0"#),
+        ] {
+            assert!(decode_line(line.as_bytes(), 0).is_err(), "{line}");
+        }
+        assert!(decode_line(STEP.as_bytes(), 0).is_ok());
+    }
+}

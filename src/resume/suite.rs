@@ -398,7 +398,13 @@ fn restart(
     let result = run::supervise(&spec)?;
     let report = context.report(&result, nproc, false);
     let also_exact = sequence.kill_inside_save.map(|step| step + 1);
-    let resumed = verdict::resumed(report.first_step, expected, also_exact);
+    let last = context.reference.last_step;
+    // Killed after its last save: a restart with nothing left to do reports no step.
+    let nothing_left = expected > last || also_exact.is_some_and(|step| step > last);
+    let resumed = match verdict::resumed(report.first_step, expected, also_exact) {
+        Resumed::NoSteps if nothing_left => Resumed::Exact,
+        resumed => resumed,
+    };
     sequence.resumed = Some(resumed);
     if resumed != Resumed::Exact {
         let first = report
@@ -410,6 +416,13 @@ fn restart(
     }
     run_problems("the restart", &report, &mut sequence.problems);
     match result.end {
+        RunEnd::Exited { outcome } if nothing_left && report.first_step.is_none() => {
+            if !outcome.success() {
+                sequence
+                    .problems
+                    .push(format!("the restart failed ({outcome})"));
+            }
+        }
         RunEnd::Exited { outcome } => check_complete(
             context,
             "the restart",
