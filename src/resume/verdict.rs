@@ -97,7 +97,10 @@ fn diverges(reference: Option<&Record>, record: &Record) -> Option<Divergence> {
         )
         .cloned()
         .collect();
-    (!differing.is_empty() || !unmatched.is_empty()).then(|| Divergence {
+    if differing.is_empty() && unmatched.is_empty() {
+        return None;
+    }
+    Some(Divergence {
         step: record.step,
         rank: record.rank,
         components: differing,
