@@ -227,3 +227,22 @@ fn the_torchrun_example_resumes_at_the_same_size_and_a_smaller_restart_is_report
         "{divergence:#}"
     );
 }
+
+#[test]
+#[ignore = "slow lane: the hash-locked Python torch (ci/python-torch)"]
+fn every_fourth_step_is_digested_and_the_probe_overhead_is_reported() {
+    let options = ["--every", "4", "--kill-after-step", "9"];
+    let (output, verdict) = resume_test(&options, &python_example(None));
+    assert_eq!(output.status.code(), Some(0), "{verdict:#}");
+    assert_eq!(verdict["every"], 4);
+    let overhead = &verdict["reference"]["probe_overhead"];
+    // Steps 4, 8, ..., 24 of 24 carry digests; the others only their step number.
+    assert_eq!(overhead["digested_steps"], 6, "{overhead:#}");
+    assert!(overhead["mean_us"].as_f64().expect("us") > 0.0);
+    assert!(overhead["mean_step_interval_ms"].as_f64().expect("ms") > 0.0);
+    // The restart resumes at step 10 (after the save of step 9) and is compared at the
+    // digested steps 12, 16, 20 and 24.
+    let restart = &verdict["sequences"][0]["runs"][1];
+    assert_eq!(restart["first_step"], 10);
+    assert_eq!(restart["comparison"]["steps_compared"], 4, "{restart:#}");
+}
