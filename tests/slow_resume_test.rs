@@ -240,9 +240,9 @@ fn every_fourth_step_is_digested_and_the_probe_overhead_is_reported() {
     assert_eq!(overhead["digested_steps"], 6, "{overhead:#}");
     assert!(overhead["mean_us"].as_f64().expect("us") > 0.0);
     assert!(overhead["mean_step_interval_ms"].as_f64().expect("ms") > 0.0);
-    // The restart resumes at step 10 (after the save of step 9) and is compared at the
-    // digested steps 12, 16, 20 and 24.
+    // The kill lands right after step 9, before its save: the restart resumes at step 7
+    // (after the save of step 6) and is compared at the digested steps 8, 12, ..., 24.
     let restart = &verdict["sequences"][0]["runs"][1];
-    assert_eq!(restart["first_step"], 10);
-    assert_eq!(restart["comparison"]["steps_compared"], 4, "{restart:#}");
+    assert_eq!(restart["first_step"], 7);
+    assert_eq!(restart["comparison"]["steps_compared"], 5, "{restart:#}");
 }
