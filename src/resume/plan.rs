@@ -110,3 +110,75 @@ pub fn random_instants(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: RecordKind, step: u64, observed_ms: u64) -> Record {
+        Record {
+            kind,
+            step,
+            rank: 0,
+            world: 1,
+            components: None,
+            probe_ns: None,
+            observed_ms,
+        }
+    }
+
+    fn timeline() -> Vec<Record> {
+        vec![
+            record(RecordKind::Step, 1, 100),
+            record(RecordKind::Saving, 1, 110),
+            record(RecordKind::Saved, 1, 190),
+            record(RecordKind::Step, 2, 300),
+        ]
+    }
+
+    #[test]
+    fn instants_are_seeded_and_every_second_one_is_inside_a_save() {
+        let plans = random_instants(&timeline(), 400, 6, 9);
+        assert_eq!(plans, random_instants(&timeline(), 400, 6, 9));
+        assert_ne!(plans, random_instants(&timeline(), 400, 6, 10));
+        for (index, plan) in plans.iter().enumerate() {
+            let KillPlan::Instant {
+                reference_at_ms,
+                after_records,
+                delay_ms,
+                aimed_inside_save,
+            } = plan.clone()
+            else {
+                panic!("an instant plan");
+            };
+            assert_eq!(aimed_inside_save, index % 2 == 1);
+            if aimed_inside_save {
+                assert!((110..190).contains(&reference_at_ms), "{plan:?}");
+                // Anchored on the `saving` record, the second one.
+                assert_eq!(after_records, 2);
+            }
+            let anchor_ms = match after_records {
+                0 => 0,
+                n => timeline()[n - 1].observed_ms,
+            };
+            assert_eq!(anchor_ms + delay_ms, reference_at_ms);
+        }
+    }
+
+    #[test]
+    fn without_saves_every_instant_is_uniform() {
+        let steps: Vec<Record> = timeline()
+            .into_iter()
+            .filter(|r| r.kind == RecordKind::Step)
+            .collect();
+        assert!(save_windows(&steps).is_empty());
+        let plans = random_instants(&steps, 400, 4, 1);
+        assert!(plans.iter().all(|p| matches!(
+            p,
+            KillPlan::Instant {
+                aimed_inside_save: false,
+                ..
+            }
+        )));
+    }
+}

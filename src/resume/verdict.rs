@@ -217,3 +217,52 @@ pub fn probe_overhead(records: &[Record]) -> ProbeOverhead {
         mean_step_interval_ms,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(step: u64, loss: &str) -> Record {
+        let components = [
+            ("loss".to_owned(), loss.to_owned()),
+            ("param.w".to_owned(), "aa".to_owned()),
+        ];
+        Record {
+            kind: RecordKind::Step,
+            step,
+            rank: 0,
+            world: 1,
+            components: Some(components.into_iter().collect()),
+            probe_ns: Some(1_000),
+            observed_ms: step * 10,
+        }
+    }
+
+    #[test]
+    fn the_first_differing_component_is_named() {
+        let reference = Reference::new(&[step(1, "a"), step(2, "b"), step(3, "c")]).expect("steps");
+        assert_eq!(
+            compare(&reference, &[step(2, "b"), step(3, "c")]).first_divergence,
+            None
+        );
+        let comparison = compare(&reference, &[step(2, "b"), step(3, "x"), step(4, "y")]);
+        let divergence = comparison.first_divergence.expect("diverges");
+        assert_eq!(
+            (divergence.step, divergence.components),
+            (3, vec!["loss".to_owned()])
+        );
+        let beyond = compare(&reference, &[step(4, "d")])
+            .first_divergence
+            .expect("diverges");
+        assert!(beyond.missing_in_reference);
+    }
+
+    #[test]
+    fn resume_points_are_judged_against_the_acknowledged_save() {
+        assert_eq!(resumed(Some(4), 4, None), Resumed::Exact);
+        assert_eq!(resumed(Some(3), 4, None), Resumed::LostWork);
+        assert_eq!(resumed(Some(5), 4, None), Resumed::SkippedSteps);
+        assert_eq!(resumed(Some(7), 4, Some(7)), Resumed::Exact);
+        assert_eq!(resumed(None, 4, None), Resumed::NoSteps);
+    }
+}
