@@ -2,7 +2,8 @@
 //! protocol itself (`tests/resume_test/tiny_trainer.py`, Python's standard library only):
 //! real child processes, real SIGKILLs of the whole process tree, real restarts.
 //!
-//! - the correct trainer passes kills after two steps and at four seeded instants;
+//! - the correct trainer passes kills after two steps and at four seeded instants, and
+//!   a restart killed again (`--kill-after-step 3,6`);
 //! - the checker catches the broken ones: an RNG state not saved (the component named)
 //!   and a restart that skips a step (the resume point named);
 //! - bad input, each its own error kind and exit 2: no records, an undecodable record, a
@@ -96,14 +97,17 @@ fn the_correct_trainer_passes_kills_after_steps_and_at_seeded_instants() {
     // the restart started over at step 1.
     let after_two = &sequences[0];
     assert_eq!(after_two["runs"][0]["last_step"], 2);
-    assert_eq!(after_two["acknowledged_before_kill"], Value::Null);
-    assert_eq!(after_two["expected_first_step"], 1);
+    assert_eq!(
+        after_two["restarts"][0]["acknowledged_before_kill"],
+        Value::Null
+    );
+    assert_eq!(after_two["restarts"][0]["expected_first_step"], 1);
     assert_eq!(after_two["runs"][1]["first_step"], 1);
-    assert_eq!(after_two["resumed"], "exact");
+    assert_eq!(after_two["restarts"][0]["resumed"], "exact");
     // After step 5 the last acknowledged save is step 4.
     assert_eq!(sequences[1]["runs"][0]["last_step"], 5);
-    assert_eq!(sequences[1]["acknowledged_before_kill"], 4);
-    assert_eq!(sequences[1]["expected_first_step"], 5);
+    assert_eq!(sequences[1]["restarts"][0]["acknowledged_before_kill"], 4);
+    assert_eq!(sequences[1]["restarts"][0]["expected_first_step"], 5);
     assert_eq!(sequences[1]["runs"][1]["first_step"], 5);
     for sequence in sequences {
         for run in sequence["runs"].as_array().expect("runs") {
@@ -113,6 +117,43 @@ fn the_correct_trainer_passes_kills_after_steps_and_at_seeded_instants() {
             );
         }
     }
+}
+
+#[test]
+fn a_restart_killed_again_resumes_from_its_own_last_save() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = resume_test(
+        &dir.path().join("out"),
+        &["--kill-after-step", "3,6"],
+        "correct",
+    );
+    let report = verdict(&output);
+    assert_eq!(output.status.code(), Some(0), "{report:#}");
+    let sequence = &report["sequences"][0];
+    assert_eq!(sequence["name"], "kill-after-step-3-6");
+    let runs = sequence["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 3, "{sequence:#}");
+    assert_eq!(
+        (runs[0]["end"].as_str(), runs[0]["last_step"].as_u64()),
+        (Some("killed"), Some(3))
+    );
+    assert_eq!(
+        (runs[1]["end"].as_str(), runs[1]["last_step"].as_u64()),
+        (Some("killed"), Some(6))
+    );
+    assert_eq!(runs[2]["end"], "exited");
+    // The first restart resumes after the save of step 2, the second after step 4's
+    // (step 6 was killed before its save).
+    let restarts = sequence["restarts"].as_array().expect("restarts");
+    assert_eq!(restarts[0]["expected_first_step"], 3);
+    assert_eq!(restarts[1]["acknowledged_before_kill"], 4);
+    assert_eq!(restarts[1]["expected_first_step"], 5);
+    assert_eq!(runs[2]["first_step"], 5);
+}
+
+#[test]
+fn an_unparsable_kill_step_is_an_error() {
+    expect_bad_input(&["--kill-after-step", "3,x"], "correct", "usage");
 }
 
 #[test]
@@ -148,8 +189,8 @@ fn a_restart_that_skips_a_step_is_named() {
     let report = verdict(&output);
     assert_eq!(output.status.code(), Some(1), "{report:#}");
     let sequence = &report["sequences"][0];
-    assert_eq!(sequence["expected_first_step"], 3);
-    assert_eq!(sequence["resumed"], "skipped_steps");
+    assert_eq!(sequence["restarts"][0]["expected_first_step"], 3);
+    assert_eq!(sequence["restarts"][0]["resumed"], "skipped_steps");
     assert_eq!(sequence["runs"][1]["first_step"], 4);
 }
 

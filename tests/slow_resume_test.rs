@@ -72,8 +72,11 @@ fn first_divergence_of(broken: &str) -> Value {
     assert_eq!(output.status.code(), Some(1), "{verdict:#}");
     assert_eq!(verdict["passed"], false);
     let sequence = &verdict["sequences"][0];
-    assert_eq!(sequence["acknowledged_before_kill"], 3, "{sequence:#}");
-    assert_eq!(sequence["resumed"], "exact", "{sequence:#}");
+    assert_eq!(
+        sequence["restarts"][0]["acknowledged_before_kill"], 3,
+        "{sequence:#}"
+    );
+    assert_eq!(sequence["restarts"][0]["resumed"], "exact", "{sequence:#}");
     assert!(sequence["runs"][0]["comparison"]["first_divergence"].is_null());
     let divergence = sequence["runs"][1]["comparison"]["first_divergence"].clone();
     assert_eq!(divergence["step"], 4, "{divergence:#}");

@@ -31,10 +31,11 @@ pub struct ResumeTestArgs {
     /// channel and output.
     #[arg(long)]
     pub out: PathBuf,
-    /// Kill right after the probe reports this step (repeatable; deterministic: the
-    /// probe holds after reporting it until the kill).
-    #[arg(long = "kill-after-step", value_name = "K")]
-    pub kill_after_step: Vec<u64>,
+    /// Kill right after the probe reports step K (repeatable, one sequence each;
+    /// deterministic: the probe holds after reporting it until the kill). `K1,K2,...`
+    /// kills the first run after K1, its restart after K2, and so on.
+    #[arg(long = "kill-after-step", value_name = "K[,K...]")]
+    pub kill_after_step: Vec<String>,
     /// Kill at this many seeded instants of the reference run's timeline.
     #[arg(long, default_value_t = 0, value_name = "R")]
     pub random_kills: usize,
@@ -61,10 +62,12 @@ pub struct ResumeTestArgs {
 
 /// Runs the test; exits 0, 1 or 2 as `--help` says.
 pub fn run(args: ResumeTestArgs) -> anyhow::Result<()> {
+    let kill_after_steps =
+        kill_chains(&args.kill_after_step).unwrap_or_else(|e| exit_bad_input(&e));
     let config = ResumeTestConfig {
         command: args.command,
         out: args.out,
-        kill_after_steps: args.kill_after_step,
+        kill_after_steps,
         random_kills: args.random_kills,
         seed: args.seed,
         restart_nproc: args.restart_nproc,
@@ -88,6 +91,23 @@ pub fn run(args: ResumeTestArgs) -> anyhow::Result<()> {
         }
         Err(error) => exit_bad_input(&error),
     }
+}
+
+/// Each `--kill-after-step` value (`4` or `4,9`) as its chain of steps.
+fn kill_chains(values: &[String]) -> Result<Vec<Vec<u64>>, ResumeError> {
+    values
+        .iter()
+        .map(|value| {
+            value
+                .split(',')
+                .map(|step| {
+                    step.trim().parse::<u64>().map_err(|_| ResumeError::Usage {
+                        reason: format!("--kill-after-step {value}: not a step number or a comma-separated list of them"),
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn exit_bad_input(error: &ResumeError) -> ! {

@@ -24,8 +24,9 @@ pub struct ResumeTestConfig {
     pub command: Vec<OsString>,
     /// A new or empty directory for the runs' working directories, channels and output.
     pub out: PathBuf,
-    /// Deterministic kills, right after each of these steps.
-    pub kill_after_steps: Vec<u64>,
+    /// Deterministic kills: one sequence per entry, its first run killed right after
+    /// the first step, its restart after the second, and so on.
+    pub kill_after_steps: Vec<Vec<u64>>,
     /// Seeded kills at random instants.
     pub random_kills: usize,
     /// The seed of the random instants.
@@ -68,29 +69,41 @@ pub struct RunReport {
     pub output_tail: Option<String>,
 }
 
+/// Where one restart resumed.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RestartReport {
+    /// The last step acknowledged with `saved` before the kill (by any earlier run).
+    pub acknowledged_before_kill: Option<u64>,
+    /// The step whose checkpoint save the kill landed in, if any.
+    pub kill_inside_save: Option<u64>,
+    /// The step the restart had to report first (after a kill inside the save of step
+    /// `s`, `s + 1` is accepted too: that save may have become durable).
+    pub expected_first_step: u64,
+    /// The step it reported first.
+    pub first_step: Option<u64>,
+    /// Where it resumed against the expected step.
+    pub resumed: Resumed,
+}
+
 /// One kill plan's runs and what they show.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct SequenceReport {
     /// Its name (also its directory under the output directory).
     pub name: String,
-    /// When the first run was to be killed.
-    pub kill: KillPlan,
-    /// Whether the kill happened (a late instant may find the run finished).
+    /// The kills in order: the first run's, then each restart's (the last restart runs
+    /// to its end).
+    pub kills: Vec<KillPlan>,
+    /// Whether a kill happened (a late instant may find the run finished).
     pub interrupted: bool,
-    /// The step whose checkpoint save the kill landed in, if any.
+    /// The step whose checkpoint save a kill landed in, if any (the first such).
     pub kill_inside_save: Option<u64>,
-    /// The last step acknowledged with `saved` before the kill.
-    pub acknowledged_before_kill: Option<u64>,
-    /// The step the restart had to report first (after a kill inside the save of step
-    /// `s`, `s + 1` is accepted too: that save may have become durable).
-    pub expected_first_step: Option<u64>,
-    /// Where the restart resumed.
-    pub resumed: Option<Resumed>,
-    /// The killed run, then the restart.
+    /// One per restart.
+    pub restarts: Vec<RestartReport>,
+    /// The first run, then each restart.
     pub runs: Vec<RunReport>,
     /// Everything wrong, in words (empty when it passed).
     pub problems: Vec<String>,
-    /// Whether the restart resumed at its acknowledged step and every step matched.
+    /// Whether every restart resumed at its acknowledged step and every step matched.
     pub passed: bool,
 }
 
@@ -154,8 +167,12 @@ fn check_config(config: &ResumeTestConfig) -> Result<(), ResumeError> {
     if !(1..=MAX_POLL_INTERVAL_MS).contains(&config.poll_interval_ms) {
         return usage("--poll-interval-ms must be within 1..=1000");
     }
-    if config.kill_after_steps.len() + config.random_kills > MAX_KILL_PLANS {
+    let chained: usize = config.kill_after_steps.iter().map(Vec::len).sum();
+    if chained + config.random_kills > MAX_KILL_PLANS {
         return usage("more than 1000 kills");
+    }
+    if config.kill_after_steps.iter().any(Vec::is_empty) {
+        return usage("--kill-after-step needs at least one step");
     }
     if config.restart_nproc == Some(0) {
         return usage("--restart-nproc must be at least 1");
@@ -307,49 +324,74 @@ fn run_problems(label: &str, report: &RunReport, problems: &mut Vec<String>) {
     }
 }
 
+/// A run's name in problems: the first run, then its restarts.
+fn run_label(index: usize) -> String {
+    match index {
+        0 => "the first run".to_owned(),
+        n => format!("restart {n}"),
+    }
+}
+
 fn run_sequence(
     context: &mut Context<'_>,
     name: String,
-    kill: KillPlan,
+    kills: Vec<KillPlan>,
     nproc: Option<u32>,
 ) -> Result<SequenceReport, ResumeError> {
     let dir = context.config.out.join(&name);
-    let first = context.spec(&dir, 0, Some(kill.clone()));
-    std::fs::create_dir_all(&first.cwd).map_err(ResumeError::io("create", &first.cwd))?;
-    let killed = run::supervise(&first)?;
-    let killed_report = context.report(&killed, None, true);
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).map_err(ResumeError::io("create", &work))?;
     let mut sequence = SequenceReport {
         name: name.clone(),
-        kill,
-        interrupted: matches!(killed.end, RunEnd::Killed { .. }),
+        kills: kills.clone(),
+        interrupted: false,
         kill_inside_save: None,
-        acknowledged_before_kill: killed.last_saved(),
-        expected_first_step: None,
-        resumed: None,
-        runs: vec![killed_report.clone()],
+        restarts: Vec::new(),
+        runs: Vec::new(),
         problems: Vec::new(),
         passed: false,
     };
-    run_problems(
-        "the interrupted run (before its kill)",
-        &killed_report,
-        &mut sequence.problems,
-    );
-    match killed.end {
-        RunEnd::Killed { .. } => {
-            sequence.kill_inside_save = killed.inside_save();
-            restart(context, &dir, nproc, &mut sequence)?;
+    let mut acknowledged: Option<u64> = None;
+    let mut previous_inside_save: Option<Option<u64>> = None;
+    for index in 0..=kills.len() {
+        let kill = kills.get(index).cloned();
+        let planned = kill.is_some();
+        let nproc = nproc.filter(|_| index > 0);
+        let mut spec = context.spec(&dir, index, kill);
+        if let Some(n) = nproc {
+            spec.argv = with_nproc(&spec.argv, n)?;
         }
-        RunEnd::Exited { outcome } => check_complete(
+        let result = run::supervise(&spec)?;
+        let report = context.report(&result, nproc, planned);
+        let label = run_label(index);
+        let nothing_left = match previous_inside_save {
+            Some(inside_save) => judge_restart(
+                context,
+                &label,
+                acknowledged,
+                inside_save,
+                &report,
+                &mut sequence,
+            ),
+            None => false,
+        };
+        run_problems(&label, &report, &mut sequence.problems);
+        acknowledged = acknowledged.max(result.last_saved());
+        sequence.runs.push(report);
+        if planned && matches!(result.end, RunEnd::Killed { .. }) {
+            sequence.interrupted = true;
+            sequence.kill_inside_save = sequence.kill_inside_save.or(result.inside_save());
+            previous_inside_save = Some(result.inside_save());
+            continue;
+        }
+        judge_end(
             context,
-            "the run (finished before its kill)",
-            &killed,
-            outcome,
+            &label,
+            &result,
+            nothing_left,
             &mut sequence.problems,
-        ),
-        RunEnd::Deadline { timeout_ms } => sequence.problems.push(format!(
-            "the interrupted run passed its deadline of {timeout_ms} ms before its kill"
-        )),
+        );
+        break;
     }
     sequence.passed = sequence.problems.is_empty();
     (context.progress)(format!(
@@ -362,6 +404,30 @@ fn run_sequence(
         sequence.problems.join("; ")
     ));
     Ok(sequence)
+}
+
+/// Judges how the last run of a sequence ended.
+fn judge_end(
+    context: &Context<'_>,
+    label: &str,
+    result: &RunResult,
+    nothing_left: bool,
+    problems: &mut Vec<String>,
+) {
+    match result.end {
+        RunEnd::Exited { outcome }
+            if nothing_left && verdict::first_step(&result.records).is_none() =>
+        {
+            if !outcome.success() {
+                problems.push(format!("{label} failed ({outcome})"));
+            }
+        }
+        RunEnd::Exited { outcome } => check_complete(context, label, result, outcome, problems),
+        RunEnd::Deadline { timeout_ms } => problems.push(format!(
+            "{label} did not finish within {timeout_ms} ms; its whole process tree was killed"
+        )),
+        RunEnd::Killed { .. } => problems.push(format!("{label} was killed")),
+    }
 }
 
 fn check_complete(
@@ -381,75 +447,60 @@ fn check_complete(
     }
 }
 
-fn restart(
-    context: &mut Context<'_>,
-    dir: &Path,
-    nproc: Option<u32>,
+/// Judges where a restart resumed, records it, and says whether the kill before it
+/// left nothing to do (killed after its last save).
+fn judge_restart(
+    context: &Context<'_>,
+    label: &str,
+    acknowledged: Option<u64>,
+    kill_inside_save: Option<u64>,
+    report: &RunReport,
     sequence: &mut SequenceReport,
-) -> Result<(), ResumeError> {
-    let mut spec = context.spec(dir, 1, None);
-    if let Some(n) = nproc {
-        spec.argv = with_nproc(&spec.argv, n)?;
-    }
-    let expected = sequence
-        .acknowledged_before_kill
-        .map_or(context.reference.first_step, |step| step + 1);
-    sequence.expected_first_step = Some(expected);
-    let result = run::supervise(&spec)?;
-    let report = context.report(&result, nproc, false);
-    let also_exact = sequence.kill_inside_save.map(|step| step + 1);
+) -> bool {
+    let expected = acknowledged.map_or(context.reference.first_step, |step| step + 1);
+    let also_exact = kill_inside_save.map(|step| step + 1);
     let last = context.reference.last_step;
-    // Killed after its last save: a restart with nothing left to do reports no step.
     let nothing_left = expected > last || also_exact.is_some_and(|step| step > last);
     let resumed = match verdict::resumed(report.first_step, expected, also_exact) {
         Resumed::NoSteps if nothing_left => Resumed::Exact,
         resumed => resumed,
     };
-    sequence.resumed = Some(resumed);
     if resumed != Resumed::Exact {
         let first = report
             .first_step
             .map_or("no step".to_owned(), |s| format!("step {s}"));
         sequence.problems.push(format!(
-            "the restart resumed at {first}, expected step {expected} ({resumed:?})"
+            "{label} resumed at {first}, expected step {expected} ({resumed:?})"
         ));
     }
-    run_problems("the restart", &report, &mut sequence.problems);
-    match result.end {
-        RunEnd::Exited { outcome } if nothing_left && report.first_step.is_none() => {
-            if !outcome.success() {
-                sequence
-                    .problems
-                    .push(format!("the restart failed ({outcome})"));
-            }
-        }
-        RunEnd::Exited { outcome } => check_complete(
-            context,
-            "the restart",
-            &result,
-            outcome,
-            &mut sequence.problems,
-        ),
-        RunEnd::Deadline { timeout_ms } => sequence.problems.push(format!(
-            "the restart did not finish within {timeout_ms} ms; its whole process tree was killed"
-        )),
-        RunEnd::Killed { .. } => sequence.problems.push("the restart was killed".to_owned()),
-    }
-    sequence.runs.push(report);
-    Ok(())
+    sequence.restarts.push(RestartReport {
+        acknowledged_before_kill: acknowledged,
+        kill_inside_save,
+        expected_first_step: expected,
+        first_step: report.first_step,
+        resumed,
+    });
+    nothing_left
 }
 
-/// The kill plans in order: after each step asked for, the seeded instants, then the
-/// smaller restart (after the first step asked for, else the middle step).
+/// One sequence to run: its kills in order, and the size of its restarts when
+/// `--restart-nproc` changes it.
+type SequencePlan = (Vec<KillPlan>, Option<u32>);
+
+/// The kill plans in order: each chain of steps asked for, the seeded instants, then
+/// the smaller restart (after the first step asked for, else the middle step).
 fn kill_plans(
     config: &ResumeTestConfig,
     reference: &Reference,
     records: &[Record],
     duration_ms: u64,
-) -> Result<Vec<(KillPlan, Option<u32>)>, ResumeError> {
+) -> Result<Vec<SequencePlan>, ResumeError> {
     let mut plans = Vec::new();
-    for &step in &config.kill_after_steps {
-        if step < reference.first_step || step >= reference.last_step {
+    for chain in &config.kill_after_steps {
+        if let Some(step) = chain
+            .iter()
+            .find(|&&step| step < reference.first_step || step >= reference.last_step)
+        {
             return Err(ResumeError::Usage {
                 reason: format!(
                     "--kill-after-step {step}: the reference reported steps {}..={} (a kill must leave a step to resume)",
@@ -457,15 +508,20 @@ fn kill_plans(
                 ),
             });
         }
-        plans.push((KillPlan::AfterStep { step }, None));
+        let kills = chain
+            .iter()
+            .map(|&step| KillPlan::AfterStep { step })
+            .collect();
+        plans.push((kills, None));
     }
     for instant in plan::random_instants(records, duration_ms, config.random_kills, config.seed) {
-        plans.push((instant, None));
+        plans.push((vec![instant], None));
     }
     if let Some(nproc) = config.restart_nproc {
         let step = config
             .kill_after_steps
             .first()
+            .and_then(|chain| chain.first())
             .copied()
             .unwrap_or((reference.first_step + reference.last_step) / 2);
         if step >= reference.last_step {
@@ -473,9 +529,28 @@ fn kill_plans(
                 reason: "--restart-nproc needs a reference with at least two steps".to_owned(),
             });
         }
-        plans.push((KillPlan::AfterStep { step }, Some(nproc)));
+        plans.push((vec![KillPlan::AfterStep { step }], Some(nproc)));
     }
     Ok(plans)
+}
+
+/// A sequence's name: its kills (`kill-after-step-4-9`, `random-kill-3`), then the
+/// smaller restart's size.
+fn sequence_name(kills: &[KillPlan], index: usize, nproc: Option<u32>) -> String {
+    let steps: Vec<String> = kills
+        .iter()
+        .filter_map(KillPlan::hold_after_step)
+        .map(|step| step.to_string())
+        .collect();
+    let base = match kills.first() {
+        Some(KillPlan::AfterStep { .. }) => format!("kill-after-step-{}", steps.join("-")),
+        Some(plan) => plan.name(index),
+        None => format!("run-{index}"),
+    };
+    match nproc {
+        Some(n) => format!("{base}-restart-nproc-{n}"),
+        None => base,
+    }
 }
 
 fn reference_report(
@@ -558,13 +633,10 @@ pub fn resume_test(
         progress,
     };
     let mut sequences = Vec::new();
-    for (index, (kill, nproc)) in plans.into_iter().enumerate() {
-        let name = match nproc {
-            Some(n) => format!("{}-restart-nproc-{n}", kill.name(index)),
-            None => kill.name(index),
-        };
+    for (index, (kills, nproc)) in plans.into_iter().enumerate() {
+        let name = sequence_name(&kills, index, nproc);
         (context.progress)(format!("{name}: started"));
-        sequences.push(run_sequence(&mut context, name, kill, nproc)?);
+        sequences.push(run_sequence(&mut context, name, kills, nproc)?);
     }
     Ok(verdict_of(config, report, sequences))
 }
