@@ -4,27 +4,7 @@ use std::path::PathBuf;
 
 use shardlift::resume::{resume_test, ResumeError, ResumeTestConfig};
 
-/// `resume-test` arguments.
-///
-/// Runs COMMAND (after `--`, no shell) to completion in OUT/reference/work (the
-/// reference), then once per kill: in a fresh OUT/<name>/work, killed with its whole
-/// process tree (SIGKILL) right after the probe reports step K, or at a seeded instant
-/// (every second one inside a checkpoint save the reference reported), then started
-/// again in the same directory as a scheduler would. Each run gets its own probe channel
-/// in SHARDLIFT_PROBE; the probe (python/shardlift_probe.py) or any program speaking
-/// docs/resume-test.md appends one record per step. Relative paths in COMMAND other than
-/// the program itself are resolved by the command in its working directory: give the
-/// script's absolute path.
-///
-/// The verdict is JSON on stdout, progress on stderr.
-///
-/// Exit codes: 0 every restart resumed right after its last acknowledged save and every
-/// step matched the reference bit for bit; 1 a divergence, lost or skipped steps, or a
-/// failed or hung restart (the verdict names the step and the components); 2 bad usage
-/// or input: no probe records, an undecodable record, a failing or hanging reference run.
-///
-/// Example: shardlift resume-test --out /tmp/rt --kill-after-step 3 --random-kills 4
-///   -- python /abs/path/train.py
+/// `resume-test` arguments (the command's help is its variant's doc in `main.rs`).
 #[derive(clap::Args, Debug)]
 pub struct ResumeTestArgs {
     /// Output directory (created; must be empty): each run's working directory, probe
