@@ -48,8 +48,12 @@ fn parent_map() -> BTreeMap<u32, u32> {
     parents
 }
 
-/// Every live descendant of `root` (not `root` itself).
+/// Every live descendant of `root` (not `root` itself). Empty for pid 0 or 1, whose
+/// "descendants" are the whole machine, and never this process itself.
 pub fn descendants(root: u32) -> BTreeSet<u32> {
+    if root <= 1 {
+        return BTreeSet::new();
+    }
     let parents = parent_map();
     let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for (&pid, &ppid) in &parents {
@@ -57,9 +61,10 @@ pub fn descendants(root: u32) -> BTreeSet<u32> {
     }
     let mut found = BTreeSet::new();
     let mut frontier = vec![root];
+    let this_process = std::process::id();
     while let Some(pid) = frontier.pop() {
         for &child in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
-            if found.insert(child) {
+            if child != this_process && found.insert(child) {
                 frontier.push(child);
             }
         }
@@ -140,4 +145,17 @@ pub fn kill_tree(child: &mut SupervisedChild, timeout_ms: u64) -> Result<TreeKil
         descendants_killed: held.len(),
         descendants_alive: alive,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_whole_machine_and_this_process_are_never_a_tree_to_kill() {
+        assert!(descendants(0).is_empty());
+        assert!(descendants(1).is_empty());
+        let parent = std::os::unix::process::parent_id();
+        assert!(!descendants(parent).contains(&std::process::id()));
+    }
 }
