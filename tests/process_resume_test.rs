@@ -266,8 +266,8 @@ fn a_hanging_restart_passes_its_deadline_and_its_whole_tree_is_killed() {
     let restart = &report["sequences"][0]["runs"][1];
     assert_eq!(restart["end"], "deadline", "{restart}");
     assert_eq!(restart["timeout_ms"], 3000);
-    // The helper (`sleep 600 <its working directory>`) ran in its own session; the
-    // kill found it through /proc and it is gone too.
+    // The helper (a Python sleeping 600 s, its working directory as an argument) ran in
+    // its own session; the kill found it through /proc and it is gone too.
     let marker = out.join("kill-after-step-3").join("work");
     assert_eq!(
         processes_naming(&marker.display().to_string()),

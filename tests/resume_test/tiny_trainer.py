@@ -64,7 +64,9 @@ def main():
     x, start = 1, 1
     if os.path.exists(CHECKPOINT):
         if MODE == "hang-restart":
-            subprocess.Popen(["sleep", "600", os.getcwd()], start_new_session=True)
+            # The working directory as an argument marks the helper for the test.
+            helper = [sys.executable, "-c", "import time; time.sleep(600)", os.getcwd()]
+            subprocess.Popen(helper, start_new_session=True)
             time.sleep(600)
         with open(CHECKPOINT) as f:
             data = json.load(f)
