@@ -12,6 +12,7 @@
 //! - [`lab`]: the crash lab that tests the store (kills, power loss, corruption).
 //! - [`objstore`]: the same store on S3-compatible object storage (RFC 0001 §9).
 //! - [`supervise`]: child processes and framed IPC.
+//! - [`resume`]: `resume-test`, whether another program's training resumes exactly.
 // The torch-only modules are linked only in a build that has them, so the crate docs
 // build (with `-D warnings`) with and without the feature.
 #![cfg_attr(
@@ -48,6 +49,7 @@ pub mod lab;
 pub mod objstore;
 #[cfg(feature = "torch")]
 pub mod orchestrate;
+pub mod resume;
 pub mod store;
 pub mod supervise;
 pub mod trainer;

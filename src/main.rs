@@ -1,8 +1,9 @@
 //! The `shardlift` command: a thin layer over the library.
 //!
 //! Exit codes: 0 success; 1 the command ran and failed (a violation, a verification
-//! failure, a dead peer, bad input); 2 the command line itself was wrong, or the command
-//! needs the torch engine and this build has none; 128 + N the command was asked to
+//! failure, a dead peer, bad input); 2 the command line itself was wrong (and, for
+//! `resume-test`, input it cannot judge: its help says which), or the command needs the
+//! torch engine and this build has none; 128 + N the command was asked to
 //! stop by signal N (130 for Ctrl-C, 143 for SIGTERM: its children stopped and reaped,
 //! its scratch removed); 141 stdout's reader went away (as a shell reports a writer ended
 //! by SIGPIPE; nothing is printed).
@@ -48,6 +49,30 @@ enum Command {
     /// Internal: waits for the crash-test recorder, then execs the writer (traced).
     #[command(hide = true)]
     CrashTestExec(cli::crash_test::CrashTestExecArgs),
+    /// Does your training job resume exactly? Kill it (after a step, at random instants,
+    /// inside its checkpoint save), restart it, and compare every step with an
+    /// uninterrupted run bit for bit.
+    ///
+    /// Runs COMMAND (after `--`, no shell) to completion in OUT/reference/work (the
+    /// reference), then once per kill in a fresh OUT/<name>/work: its whole process tree
+    /// is SIGKILLed right after the probe reports step K, or at a seeded instant (every
+    /// second one inside a checkpoint save the reference reported), and the same command
+    /// is started again in the same directory, as a scheduler would. Each run gets its
+    /// own probe channel in SHARDLIFT_PROBE; the probe (python/shardlift_probe.py) or any
+    /// program speaking docs/resume-test.md appends one record per step. Give the
+    /// script's path absolute: runs start in their own working directories.
+    ///
+    /// The verdict is JSON on stdout, progress on stderr.
+    ///
+    /// Exit codes: 0 every restart resumed right after its last acknowledged save and
+    /// every step matched the reference bit for bit; 1 a divergence (the verdict names
+    /// the step and the components), lost or skipped steps, or a failed or hung restart;
+    /// 2 bad usage or input: no probe records, an undecodable record, a reference run
+    /// that fails or hangs (stdout: {"error": KIND, "message": ...}).
+    ///
+    /// Example: shardlift resume-test --out /tmp/rt --kill-after-step 3
+    /// --kill-after-step 5,9 --random-kills 10 --seed 1 -- python /abs/path/train.py
+    ResumeTest(cli::resume_test::ResumeTestArgs),
     /// Train with W worker processes (or in-process) and print the resulting state digests.
     Train(cli::train::TrainArgs),
     #[cfg(feature = "torch")]
@@ -117,6 +142,7 @@ fn main() {
         Command::CrashMatrix(args) => cli::store::run_crash_matrix(args),
         Command::CrashTest(args) => cli::crash_test::run(args),
         Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),
+        Command::ResumeTest(args) => cli::resume_test::run(args),
         Command::Train(args) => cli::train::run_train(args),
         #[cfg(feature = "torch")]
         Command::Bench(command) => cli::train::run_bench(command),

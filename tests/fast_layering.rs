@@ -21,6 +21,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("supervise", &["core"]),
     ("engine", &["core"]),
     ("trainer", &["core", "supervise", "engine"]),
+    // `resume-test`: the user's command under the project's supervision.
+    ("resume", &["core", "supervise"]),
     (
         "evidence",
         &[

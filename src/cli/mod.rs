@@ -51,6 +51,7 @@ pub mod demo;
 pub mod invariants;
 pub mod objstore;
 pub mod progress;
+pub mod resume_test;
 pub mod store;
 pub mod train;
 pub mod verify_bundle;

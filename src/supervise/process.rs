@@ -64,7 +64,8 @@ impl std::fmt::Display for ExitOutcome {
 }
 
 /// The part a child plays. Recorded (in exit records, errors and evidence) as its
-/// lower-case name: `worker`, `publisher`, `recovery`, `launcher`, `setup`, `check`.
+/// lower-case name: `worker`, `publisher`, `recovery`, `launcher`, `setup`, `check`,
+/// `trainer`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -80,6 +81,8 @@ pub enum Role {
     Setup,
     /// `crash-test`'s check command, run on one materialised crash state.
     Check,
+    /// `resume-test`'s training command under test.
+    Trainer,
 }
 
 impl Role {
@@ -92,6 +95,7 @@ impl Role {
             Role::Launcher => "launcher",
             Role::Setup => "setup",
             Role::Check => "check",
+            Role::Trainer => "trainer",
         }
     }
 }
