@@ -196,12 +196,12 @@ fn a_restart_that_skips_a_step_is_named() {
 
 #[test]
 fn a_command_that_never_calls_the_probe_is_an_error() {
-    expect_bad_input(&["--kill-after-step", "3"], "no-probe", "no_records");
+    expect_bad_input(&["--kill-after-step", "3"], "no-probe", "no-records");
 }
 
 #[test]
 fn an_undecodable_record_is_an_error() {
-    let report = expect_bad_input(&[], "garbage", "undecodable_record");
+    let report = expect_bad_input(&[], "garbage", "undecodable-record");
     assert!(
         report["message"]
             .as_str()
@@ -213,7 +213,7 @@ fn an_undecodable_record_is_an_error() {
 
 #[test]
 fn a_failing_reference_run_is_an_error() {
-    let report = expect_bad_input(&[], "fail", "reference_failed");
+    let report = expect_bad_input(&[], "fail", "reference-failed");
     assert!(
         report["message"]
             .as_str()
@@ -234,7 +234,7 @@ fn a_used_output_directory_is_an_error() {
     std::fs::write(dir.path().join("keep"), b"data").expect("write");
     let output = resume_test(dir.path(), &[], "correct");
     assert_eq!(output.status.code(), Some(2));
-    assert_eq!(verdict(&output)["error"], "output_not_empty");
+    assert_eq!(verdict(&output)["error"], "output-not-empty");
     assert_eq!(
         std::fs::read(dir.path().join("keep")).expect("kept"),
         b"data"

@@ -91,18 +91,13 @@ fn kill_chains(values: &[String]) -> Result<Vec<Vec<u64>>, ResumeError> {
 }
 
 fn exit_bad_input(error: &ResumeError) -> ! {
-    let kind = match error {
-        ResumeError::Usage { .. } => "usage",
-        ResumeError::OutputNotEmpty { .. } => "output_not_empty",
-        ResumeError::NoRecords => "no_records",
-        ResumeError::Undecodable { .. } => "undecodable_record",
-        ResumeError::ReferenceFailed { .. } => "reference_failed",
-        ResumeError::ReferenceDeadline { .. } => "reference_deadline",
-        ResumeError::Process(_) => "process",
-        ResumeError::Io { .. } => "io",
-    };
+    if let Some(signal) = shardlift::core::interrupt::requested() {
+        eprintln!("shardlift: interrupted by signal {signal}; children stopped and reaped");
+        std::process::exit(128 + signal);
+    }
+    let kind = error.kind();
     eprintln!("shardlift: error ({kind}): {error}");
     let report = serde_json::json!({"schema": shardlift::resume::suite::VERDICT_SCHEMA, "error": kind, "message": error.to_string()});
     outln!("{report}");
-    std::process::exit(2);
+    std::process::exit(if error.is_bad_input() { 2 } else { 1 });
 }

@@ -65,6 +65,25 @@ pub enum ResumeError {
 }
 
 impl ResumeError {
+    /// A stable kebab-case name of the variant (the JSON report's `error`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ResumeError::Usage { .. } => "usage",
+            ResumeError::OutputNotEmpty { .. } => "output-not-empty",
+            ResumeError::NoRecords => "no-records",
+            ResumeError::Undecodable { .. } => "undecodable-record",
+            ResumeError::ReferenceFailed { .. } => "reference-failed",
+            ResumeError::ReferenceDeadline { .. } => "reference-deadline",
+            ResumeError::Process(_) => "process",
+            ResumeError::Io { .. } => "io",
+        }
+    }
+
+    /// Whether the input is at fault (exit 2) rather than the machine (exit 1).
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, ResumeError::Process(_) | ResumeError::Io { .. })
+    }
+
     /// An [`ResumeError::Io`] for `what` at `path`.
     pub(crate) fn io(
         what: &'static str,
