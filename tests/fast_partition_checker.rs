@@ -4,7 +4,9 @@
 #[path = "partition_support/history.rs"]
 mod history;
 
-use history::{check, History, OpKind, Operation, Outcome, Violation};
+use history::{
+    check, stale_latest_sightings, trusting_latest, History, OpKind, Operation, Outcome, Violation,
+};
 
 const ROOT_A: &str = "aa";
 const ROOT_B: &str = "bb";
@@ -35,6 +37,7 @@ fn recovered(selected: Option<(u64, &str)>, valid: &[u64], split: &[u64]) -> Out
         selected: selected.map(|(g, r)| (g, r.to_owned())),
         valid_generations: valid.to_vec(),
         split_brains: split.to_vec(),
+        latest: selected.map(|(g, _)| g),
     }
 }
 
@@ -277,4 +280,26 @@ fn a_missing_final_recovery_is_caught() {
     let mut history = clean_history();
     history.final_recovery = None;
     assert!(violations(&history).contains(&Violation::NoFinalRecovery));
+}
+
+#[test]
+fn the_latest_trusting_variant_of_a_history_fails_where_latest_lagged() {
+    // The same runs, but LATEST still named 0 when the final recovery listed 0 and 1 (the
+    // publisher of 1 was killed after its commit record, before LATEST): the real
+    // recovery passes, the variant that follows LATEST is stale.
+    let mut history = clean_history();
+    if let Outcome::Recovered { latest, .. } = &mut history.operations[5].outcome {
+        *latest = Some(0);
+    }
+    assert!(check(&history).passed);
+    assert_eq!(stale_latest_sightings(&history), 1);
+    let found = check(&trusting_latest(&history)).violations;
+    assert!(
+        found.contains(&Violation::StaleRecovery {
+            op: 5,
+            selected: Some(0),
+            acknowledged: 1
+        }),
+        "{found:?}"
+    );
 }

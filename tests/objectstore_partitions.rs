@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use partition_support::history::{check, History, OpKind, Outcome};
+use partition_support::history::{
+    check, stale_latest_sightings, trusting_latest, History, OpKind, Outcome,
+};
 use partition_support::nemesis::{schedule, Hosts, Nemesis, Rng, Step};
 use partition_support::workload::{Bounds, Client};
 use serde::Serialize;
@@ -242,6 +244,9 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         kill_grace_ms: KILL_GRACE_MS,
     };
     let verdict = check(&history);
+    // The broken variant: the same runs answered by a recovery that trusts LATEST.
+    let stale_latest = stale_latest_sightings(&history);
+    let latest_variant = check(&trusting_latest(&history));
     let events = events.into_inner().unwrap_or_default();
     let report = serde_json::json!({
         "seed": seed,
@@ -250,6 +255,10 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         "nemesis": events,
         "operations": history.operations,
         "verdict": verdict,
+        "latest_trusting_variant": {
+            "stale_latest_sightings": stale_latest,
+            "verdict": latest_variant,
+        },
     });
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("partitions-report-{seed:x}.json"));
@@ -270,6 +279,11 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         verdict.passed,
         "the history checker found {:?} (report {})",
         verdict.violations,
+        path.display()
+    );
+    assert!(
+        stale_latest == 0 || !latest_variant.passed,
+        "LATEST lagged {stale_latest} times, yet the LATEST-trusting variant passed (report {})",
         path.display()
     );
     assert!(

@@ -52,6 +52,9 @@ pub enum Outcome {
         valid_generations: Vec<u64>,
         /// Generations reported as split brains.
         split_brains: Vec<u64>,
+        /// The generation `refs/LATEST` named (a hint recovery must not follow).
+        #[serde(default)]
+        latest: Option<u64>,
     },
     /// A verify loaded a generation.
     Verified {
@@ -362,4 +365,44 @@ pub fn check(history: &History) -> Verdict {
         outcomes,
         violations,
     }
+}
+
+/// The history a recovery that trusts `refs/LATEST` would have produced from the same
+/// runs: each answer replaced by the generation LATEST named (with that generation's
+/// acknowledged root where one is known). The checker must fail it wherever LATEST was
+/// behind an acknowledged commit.
+pub fn trusting_latest(history: &History) -> History {
+    let roots: BTreeMap<u64, String> = acks(history)
+        .iter()
+        .map(|ack| (ack.generation, ack.root.to_owned()))
+        .collect();
+    let mut mutant = history.clone();
+    for op in &mut mutant.operations {
+        if let Outcome::Recovered {
+            selected, latest, ..
+        } = &mut op.outcome
+        {
+            *selected = latest.map(|g| (g, roots.get(&g).cloned().unwrap_or_default()));
+        }
+    }
+    mutant
+}
+
+/// How many recoveries saw LATEST name less than a generation acknowledged before they
+/// started: where a LATEST-trusting recovery would have answered stale.
+pub fn stale_latest_sightings(history: &History) -> usize {
+    let acks = acks(history);
+    history
+        .operations
+        .iter()
+        .filter(|op| match &op.outcome {
+            Outcome::Recovered { latest, .. } => acks
+                .iter()
+                .filter(|ack| ack.op.ended_ms < op.started_ms)
+                .map(|ack| ack.generation)
+                .max()
+                .is_some_and(|acknowledged| latest.is_none_or(|g| g < acknowledged)),
+            _ => false,
+        })
+        .count()
 }

@@ -72,7 +72,13 @@ impl Hosts {
     /// Starts the hosts under `dir` (which must not hold hosts yet).
     pub fn start(dir: &Path) -> Result<Hosts, String> {
         let mut command = Command::new(hosts_script());
-        command.arg("start").arg(dir).stdout(Stdio::null());
+        // With this process as the owner: its watcher deletes the hosts even when the
+        // test is killed before its guard runs.
+        command
+            .arg("start")
+            .arg(dir)
+            .arg(std::process::id().to_string())
+            .stdout(Stdio::null());
         let started = run_bounded(command, COMMAND_TIMEOUT_MS);
         // Whatever start left behind is removed by the guard, even when start failed.
         let tag = std::fs::read_to_string(dir.join("tag")).unwrap_or_default();

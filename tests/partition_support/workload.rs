@@ -192,6 +192,7 @@ fn parse_success(kind: OpKind, json: &Value) -> Option<Outcome> {
                 selected,
                 valid_generations: generations(report.get("valid_generations")?)?,
                 split_brains: generations(report.get("split_brains")?)?,
+                latest: report.pointer("/latest/generation").and_then(Value::as_u64),
             })
         }
         OpKind::Verify => Some(Outcome::Verified {
