@@ -5,7 +5,7 @@
 mod history;
 
 use history::{
-    check, stale_latest_sightings, trusting_latest, History, OpKind, Operation, Outcome, Violation,
+    check, latest_disagreements, trusting_latest, History, OpKind, Operation, Outcome, Violation,
 };
 
 const ROOT_A: &str = "aa";
@@ -292,7 +292,7 @@ fn the_latest_trusting_variant_of_a_history_fails_where_latest_lagged() {
         *latest = Some(0);
     }
     assert!(check(&history).passed);
-    assert_eq!(stale_latest_sightings(&history), 1);
+    assert_eq!(latest_disagreements(&history), 1);
     let found = check(&trusting_latest(&history)).violations;
     assert!(
         found.contains(&Violation::StaleRecovery {
@@ -301,5 +301,28 @@ fn the_latest_trusting_variant_of_a_history_fails_where_latest_lagged() {
             acknowledged: 1
         }),
         "{found:?}"
+    );
+}
+
+#[test]
+fn a_recovery_that_answers_below_its_own_scan_is_caught() {
+    // Its scan verified 0 and 1, yet it answered 0 (as one that follows a lagging LATEST
+    // would); no acknowledgement had ended before it started, so only this rule sees it.
+    let mut history = clean_history();
+    history.operations[2].ended_ms = 2_500;
+    history.operations[4] = op(
+        4,
+        OpKind::Recover,
+        2_100,
+        2_400,
+        recovered(Some((0, ROOT_A)), &[0, 1], &[]),
+    );
+    assert_eq!(
+        violations(&history),
+        vec![Violation::SelectionNotHighestValid {
+            op: 4,
+            selected: Some(0),
+            highest_valid: Some(1)
+        }]
     );
 }

@@ -19,9 +19,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use partition_support::history::{
-    check, stale_latest_sightings, trusting_latest, History, OpKind, Outcome,
+    check, latest_disagreements, trusting_latest, History, OpKind, Outcome,
 };
-use partition_support::nemesis::{schedule, Hosts, Nemesis, Rng, Step};
+use partition_support::nemesis::{namespaces_tagged, schedule, Hosts, Nemesis, Rng, Step};
 use partition_support::workload::{Bounds, Client};
 use serde::Serialize;
 
@@ -195,6 +195,45 @@ fn final_phase(client: &Client<'_>, hosts: &Hosts) -> usize {
     final_recovery.id
 }
 
+/// Runs the workload under the nemesis, heals, runs the final phase, and returns the
+/// history and the nemesis events.
+fn run_under_faults(
+    hosts: &Hosts,
+    seed: u64,
+    steps: &[Step],
+    out_dir: std::path::PathBuf,
+) -> (History, Vec<NemesisEvent>) {
+    let url = format!("s3://{}/partitions-{seed:x}", hosts.bucket);
+    let client = Client::new(hosts, url, out_dir, Instant::now());
+    let stop = AtomicBool::new(false);
+    let events = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for (i, actor) in ["publisher-a", "publisher-b", "resharder", "recoverer"]
+            .iter()
+            .enumerate()
+        {
+            let (client, stop) = (&client, &stop);
+            scope.spawn(move || run_actor(client, actor, seed ^ (i as u64 + 1), stop));
+        }
+        let found = run_nemesis(&client, hosts, steps);
+        stop.store(true, Ordering::SeqCst);
+        if let Ok(mut events) = events.lock() {
+            *events = found;
+        }
+    });
+    let final_recovery = final_phase(&client, hosts);
+    let history = History {
+        operations: client
+            .operations
+            .lock()
+            .map(|o| o.clone())
+            .unwrap_or_default(),
+        final_recovery: Some(final_recovery),
+        kill_grace_ms: KILL_GRACE_MS,
+    };
+    (history, events.into_inner().unwrap_or_default())
+}
+
 #[test]
 fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
     let seed = env_u64("SHARDLIFT_PARTITIONS_SEED", DEFAULT_SEED);
@@ -206,48 +245,20 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
     let base = std::env::var_os("SHARDLIFT_PARTITIONS_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| scratch.path().to_owned());
-    let hosts_dir = base.join("hosts");
     let out_dir = base.join("ops");
     std::fs::create_dir_all(&out_dir).expect("ops dir");
-    let hosts = Hosts::start(&hosts_dir).unwrap_or_else(|e| panic!("starting the hosts: {e}"));
+    let hosts =
+        Hosts::start(&base.join("hosts")).unwrap_or_else(|e| panic!("starting the hosts: {e}"));
     let steps = schedule(seed, total_ms);
     eprintln!(
         "partitions: seed {seed:#x}, {} faults over {total_ms} ms",
         steps.len()
     );
-    let url = format!("s3://{}/partitions-{seed:x}", hosts.bucket);
-    let client = Client::new(&hosts, url, out_dir, Instant::now());
-    let stop = AtomicBool::new(false);
-    let events = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for (i, actor) in ["publisher-a", "publisher-b", "resharder", "recoverer"]
-            .iter()
-            .enumerate()
-        {
-            let (client, stop) = (&client, &stop);
-            scope.spawn(move || run_actor(client, actor, seed ^ (i as u64 + 1), stop));
-        }
-        let found = run_nemesis(&client, &hosts, &steps);
-        stop.store(true, Ordering::SeqCst);
-        if let Ok(mut events) = events.lock() {
-            *events = found;
-        }
-    });
-    let final_recovery = final_phase(&client, &hosts);
-    let history = History {
-        operations: client
-            .operations
-            .lock()
-            .map(|o| o.clone())
-            .unwrap_or_default(),
-        final_recovery: Some(final_recovery),
-        kill_grace_ms: KILL_GRACE_MS,
-    };
+    let (history, events) = run_under_faults(&hosts, seed, &steps, out_dir);
     let verdict = check(&history);
     // The broken variant: the same runs answered by a recovery that trusts LATEST.
-    let stale_latest = stale_latest_sightings(&history);
+    let latest_disagreed = latest_disagreements(&history);
     let latest_variant = check(&trusting_latest(&history));
-    let events = events.into_inner().unwrap_or_default();
     let report = serde_json::json!({
         "seed": seed,
         "fault_ms": total_ms,
@@ -256,7 +267,7 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         "operations": history.operations,
         "verdict": verdict,
         "latest_trusting_variant": {
-            "stale_latest_sightings": stale_latest,
+            "latest_disagreements": latest_disagreed,
             "verdict": latest_variant,
         },
     });
@@ -268,7 +279,16 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         "{}",
         serde_json::json!({ "report": path, "verdict": verdict })
     );
+    let tag_namespaces = hosts.existing_namespaces();
+    assert_eq!(
+        tag_namespaces.len(),
+        5,
+        "the hosts' namespaces: {tag_namespaces:?}"
+    );
+    let hosts_dir_kept = hosts.dir.clone();
     drop(hosts);
+    let left = namespaces_left(&hosts_dir_kept);
+    assert!(left.is_empty(), "namespaces left after the run: {left:?}");
     let nemesis_errors: Vec<_> = events.iter().filter(|e| e.error.is_some()).collect();
     assert!(
         nemesis_errors.is_empty(),
@@ -282,8 +302,8 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         path.display()
     );
     assert!(
-        stale_latest == 0 || !latest_variant.passed,
-        "LATEST lagged {stale_latest} times, yet the LATEST-trusting variant passed (report {})",
+        latest_disagreed == 0 || !latest_variant.passed,
+        "LATEST disagreed with {latest_disagreed} recoveries, yet the LATEST-trusting variant passed (report {})",
         path.display()
     );
     assert!(
@@ -292,4 +312,86 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         verdict.acknowledged,
         path.display()
     );
+}
+
+/// The namespaces still listed for the hosts recorded under `dir`.
+fn namespaces_left(dir: &std::path::Path) -> Vec<String> {
+    let tag = std::fs::read_to_string(dir.join("tag")).unwrap_or_default();
+    namespaces_tagged(tag.trim())
+}
+
+/// Waits (bounded) until nothing of the hosts under `dir` is left: no namespace, no node.
+fn wait_gone(dir: &std::path::Path, timeout_ms: u64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    loop {
+        let left = namespaces_left(dir);
+        let nodes_alive: Vec<_> = (0..3)
+            .filter_map(|n| std::fs::read_to_string(dir.join(format!("node{n}/pid"))).ok())
+            .filter(|pid| std::path::Path::new(&format!("/proc/{}", pid.trim())).exists())
+            .collect();
+        if left.is_empty() && nodes_alive.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "after {timeout_ms} ms: namespaces {left:?}, node pids {nodes_alive:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn hosts_are_deleted_when_their_owner_is_killed() {
+    let scratch = tempfile::Builder::new()
+        .prefix("shardlift-hosts-owner.")
+        .tempdir()
+        .expect("scratch dir");
+    let dir = scratch.path().join("hosts");
+    // A stand-in for a test process that dies by SIGKILL before any guard runs.
+    let mut owner = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .expect("spawn the owner");
+    let hosts = Hosts::start_owned_by(&dir, owner.id()).unwrap_or_else(|e| panic!("start: {e}"));
+    assert_eq!(hosts.existing_namespaces().len(), 5);
+    std::mem::forget(hosts); // no guard: only the watcher may clean up
+    owner.kill().expect("SIGKILL the owner");
+    owner.wait().expect("reap the owner");
+    wait_gone(&dir, 20_000).unwrap_or_else(|e| panic!("the watcher left hosts behind: {e}"));
+}
+
+#[test]
+fn an_interrupted_start_deletes_what_it_created() {
+    let scratch = tempfile::Builder::new()
+        .prefix("shardlift-hosts-interrupted.")
+        .tempdir()
+        .expect("scratch dir");
+    let dir = scratch.path().join("hosts");
+    let mut start = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/garage-hosts"),
+    )
+    .arg("start")
+    .arg(&dir)
+    .stdout(std::process::Stdio::null())
+    .spawn()
+    .expect("spawn ci/garage-hosts start");
+    // Interrupt it once its namespaces exist (bounded), as Ctrl-C would.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while namespaces_left(&dir).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !namespaces_left(&dir).is_empty(),
+        "start created no namespace within 30 s"
+    );
+    if let Ok(pid) = i32::try_from(start.id()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGINT,
+        );
+    }
+    let status = start.wait().expect("reap ci/garage-hosts start");
+    assert!(!status.success(), "an interrupted start must not succeed");
+    wait_gone(&dir, 20_000).unwrap_or_else(|e| panic!("the interrupted start left {e}"));
 }

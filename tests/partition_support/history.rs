@@ -11,8 +11,9 @@
 //!   generation or a later one (a recovery that trusts `refs/LATEST` breaks this);
 //! - a split brain (two acknowledged records of one generation) is reported by the final
 //!   recovery and never selected by a recovery that started after both acknowledgements;
-//! - every recovery answer verifies: after healing, its generation loads with its root, or
-//!   the final recovery reports that generation as a split brain.
+//! - every recovery answer verifies: it is the highest generation its own scan verified
+//!   (not one its scan reported as a split brain), and after healing its generation loads
+//!   with its root, or the final recovery reports that generation as a split brain.
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -136,6 +137,13 @@ pub enum Violation {
     SplitBrainChosen { op: usize, generation: u64 },
     /// Two acknowledged records of one generation the final recovery does not report.
     SplitBrainUnreported { generation: u64 },
+    /// A recovery whose answer is not the highest generation its own scan verified (or
+    /// is one its scan reported as a split brain): RFC 0001 §9.4 step 5.
+    SelectionNotHighestValid {
+        op: usize,
+        selected: Option<u64>,
+        highest_valid: Option<u64>,
+    },
     /// A recovery answer that did not verify after healing.
     RecoveryUnverified { op: usize, generation: u64 },
 }
@@ -255,6 +263,22 @@ fn check_recoveries(
             continue;
         };
         let selected_generation = selected.as_ref().map(|(g, _)| *g);
+        if let Outcome::Recovered {
+            valid_generations,
+            split_brains,
+            ..
+        } = &op.outcome
+        {
+            let highest_valid = valid_generations.iter().copied().max();
+            let contested = selected_generation.is_some_and(|g| split_brains.contains(&g));
+            if selected_generation != highest_valid || contested {
+                violations.push(Violation::SelectionNotHighestValid {
+                    op: op.id,
+                    selected: selected_generation,
+                    highest_valid,
+                });
+            }
+        }
         if let Some(ack) = acks
             .iter()
             .filter(|ack| ack.op.ended_ms < op.started_ms)
@@ -369,8 +393,8 @@ pub fn check(history: &History) -> Verdict {
 
 /// The history a recovery that trusts `refs/LATEST` would have produced from the same
 /// runs: each answer replaced by the generation LATEST named (with that generation's
-/// acknowledged root where one is known). The checker must fail it wherever LATEST was
-/// behind an acknowledged commit.
+/// acknowledged root where one is known). The checker must fail it wherever LATEST
+/// disagreed with the scan.
 pub fn trusting_latest(history: &History) -> History {
     let roots: BTreeMap<u64, String> = acks(history)
         .iter()
@@ -388,20 +412,16 @@ pub fn trusting_latest(history: &History) -> History {
     mutant
 }
 
-/// How many recoveries saw LATEST name less than a generation acknowledged before they
-/// started: where a LATEST-trusting recovery would have answered stale.
-pub fn stale_latest_sightings(history: &History) -> usize {
-    let acks = acks(history);
+/// How many recoveries saw `refs/LATEST` name another generation than the one they
+/// selected: where a LATEST-trusting recovery would have answered otherwise.
+pub fn latest_disagreements(history: &History) -> usize {
     history
         .operations
         .iter()
         .filter(|op| match &op.outcome {
-            Outcome::Recovered { latest, .. } => acks
-                .iter()
-                .filter(|ack| ack.op.ended_ms < op.started_ms)
-                .map(|ack| ack.generation)
-                .max()
-                .is_some_and(|acknowledged| latest.is_none_or(|g| g < acknowledged)),
+            Outcome::Recovered {
+                selected, latest, ..
+            } => selected.as_ref().map(|(g, _)| *g) != *latest,
             _ => false,
         })
         .count()

@@ -71,13 +71,18 @@ pub struct Hosts {
 impl Hosts {
     /// Starts the hosts under `dir` (which must not hold hosts yet).
     pub fn start(dir: &Path) -> Result<Hosts, String> {
-        let mut command = Command::new(hosts_script());
         // With this process as the owner: its watcher deletes the hosts even when the
         // test is killed before its guard runs.
+        Self::start_owned_by(dir, std::process::id())
+    }
+
+    /// Starts the hosts under `dir`; they are deleted once process `owner` is gone.
+    pub fn start_owned_by(dir: &Path, owner: u32) -> Result<Hosts, String> {
+        let mut command = Command::new(hosts_script());
         command
             .arg("start")
             .arg(dir)
-            .arg(std::process::id().to_string())
+            .arg(owner.to_string())
             .stdout(Stdio::null());
         let started = run_bounded(command, COMMAND_TIMEOUT_MS);
         // Whatever start left behind is removed by the guard, even when start failed.
@@ -120,6 +125,11 @@ impl Hosts {
         Ok(hosts)
     }
 
+    /// Every namespace of these hosts that still exists.
+    pub fn existing_namespaces(&self) -> Vec<String> {
+        namespaces_tagged(&self.tag)
+    }
+
     /// The namespace of `host` (`n0`, `n1`, `n2` or `client`).
     pub fn namespace(&self, host: &str) -> String {
         format!("slh-{}-{host}", self.tag)
@@ -145,6 +155,23 @@ impl Drop for Hosts {
             eprintln!("partitions: stopping the hosts failed: {e}");
         }
     }
+}
+
+/// The namespaces `ip netns list` shows whose name carries `tag`'s prefix.
+pub fn namespaces_tagged(tag: &str) -> Vec<String> {
+    let prefix = format!("slh-{tag}-");
+    Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|line| line.split_whitespace().next())
+                .filter(|name| !tag.is_empty() && name.starts_with(&prefix))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn node_addr(node: usize) -> String {
