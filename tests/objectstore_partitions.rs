@@ -320,6 +320,16 @@ fn namespaces_left(dir: &std::path::Path) -> Vec<String> {
     namespaces_tagged(tag.trim())
 }
 
+/// `ci/garage-hosts stop DIR`, so a failing teardown test leaves nothing behind either.
+fn stop_hosts(dir: &std::path::Path) {
+    let _ = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/garage-hosts"),
+    )
+    .arg("stop")
+    .arg(dir)
+    .status();
+}
+
 /// Waits (bounded) until nothing of the hosts under `dir` is left: no namespace, no node.
 fn wait_gone(dir: &std::path::Path, timeout_ms: u64) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
@@ -358,7 +368,10 @@ fn hosts_are_deleted_when_their_owner_is_killed() {
     std::mem::forget(hosts); // no guard: only the watcher may clean up
     owner.kill().expect("SIGKILL the owner");
     owner.wait().expect("reap the owner");
-    wait_gone(&dir, 20_000).unwrap_or_else(|e| panic!("the watcher left hosts behind: {e}"));
+    if let Err(e) = wait_gone(&dir, 20_000) {
+        stop_hosts(&dir);
+        panic!("the watcher left hosts behind: {e}");
+    }
 }
 
 #[test]
@@ -393,5 +406,8 @@ fn an_interrupted_start_deletes_what_it_created() {
     }
     let status = start.wait().expect("reap ci/garage-hosts start");
     assert!(!status.success(), "an interrupted start must not succeed");
-    wait_gone(&dir, 20_000).unwrap_or_else(|e| panic!("the interrupted start left {e}"));
+    if let Err(e) = wait_gone(&dir, 20_000) {
+        stop_hosts(&dir);
+        panic!("the interrupted start left {e}");
+    }
 }
