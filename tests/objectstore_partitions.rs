@@ -33,6 +33,8 @@ const DEADLINE_MS: u64 = 45_000;
 /// The final operations, healed: long enough for a cluster that is catching up.
 const HEALED_DEADLINE_MS: u64 = 120_000;
 const KILL_GRACE_MS: u64 = 3_000;
+/// Attempts of the healing publish and of the final recovery.
+const HEALED_ATTEMPTS: usize = 3;
 
 #[derive(Serialize)]
 struct NemesisEvent {
@@ -170,8 +172,22 @@ fn final_phase(client: &Client<'_>, hosts: &Hosts) -> usize {
         "--chunk-elements".into(),
         "65536".into(),
     ];
-    client.run("healed", OpKind::Publish, &args, healed);
-    let final_recovery = client.run("healed", OpKind::Recover, &[], healed);
+    // A healed cluster may still refuse a first request while peers reconnect: a few
+    // attempts each (every one recorded and judged).
+    for _ in 0..HEALED_ATTEMPTS {
+        let op = client.run("healed", OpKind::Publish, &args, healed);
+        if matches!(op.outcome, Outcome::Committed { .. }) {
+            break;
+        }
+    }
+    let mut final_recovery = client.run("healed", OpKind::Recover, &[], healed);
+    for _ in 1..HEALED_ATTEMPTS {
+        if matches!(final_recovery.outcome, Outcome::Recovered { .. }) {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        final_recovery = client.run("healed", OpKind::Recover, &[], healed);
+    }
     let mut generations = std::collections::BTreeSet::new();
     for op in client
         .operations
