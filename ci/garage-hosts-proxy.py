@@ -28,9 +28,12 @@ async def watch_mode():
     while True:
         try:
             with open(MODE_FILE, encoding="ascii") as f:
-                mode = parse_mode(f.read())
-        except OSError:
-            mode = ("pass", 0)
+                new_mode = parse_mode(f.read())
+        except (OSError, ValueError):
+            new_mode = ("pass", 0)
+        if new_mode != mode:
+            print(f"proxy: mode {new_mode}", file=sys.stderr, flush=True)
+            mode = new_mode
         await asyncio.sleep(0.1)
 
 
@@ -58,7 +61,8 @@ async def handle(client_reader, client_writer):
         up_reader, up_writer = await asyncio.wait_for(
             asyncio.open_connection(UP_ADDR, int(UP_PORT)), CONNECT_TIMEOUT_S
         )
-    except (OSError, asyncio.TimeoutError):
+    except (OSError, asyncio.TimeoutError) as e:
+        print(f"proxy: upstream connect failed: {e!r}", file=sys.stderr, flush=True)
         client_writer.close()
         return
     await asyncio.gather(

@@ -33,8 +33,8 @@ const DEADLINE_MS: u64 = 45_000;
 /// The final operations, healed: long enough for a cluster that is catching up.
 const HEALED_DEADLINE_MS: u64 = 120_000;
 const KILL_GRACE_MS: u64 = 3_000;
-/// Attempts of the healing publish and of the final recovery.
-const HEALED_ATTEMPTS: usize = 3;
+/// How long the healing publish, and then the final recovery, are retried, in ms.
+const HEALED_WAIT_MS: u64 = 240_000;
 
 #[derive(Serialize)]
 struct NemesisEvent {
@@ -172,19 +172,23 @@ fn final_phase(client: &Client<'_>, hosts: &Hosts) -> usize {
         "--chunk-elements".into(),
         "65536".into(),
     ];
-    // A healed cluster may still refuse a first request while peers reconnect: a few
-    // attempts each (every one recorded and judged).
-    for _ in 0..HEALED_ATTEMPTS {
+    // A healed cluster can take a while to serve again: a node's connection to a peer
+    // across a link that was cut may sit in TCP retransmission backoff until Garage
+    // drops and redials it. So attempt after attempt, within a bound (each recorded and
+    // judged like any other operation).
+    let publishing_since = Instant::now();
+    while publishing_since.elapsed() < Duration::from_millis(HEALED_WAIT_MS) {
         let op = client.run("healed", OpKind::Publish, &args, healed);
         if matches!(op.outcome, Outcome::Committed { .. }) {
             break;
         }
+        std::thread::sleep(Duration::from_secs(2));
     }
+    let recovering_since = Instant::now();
     let mut final_recovery = client.run("healed", OpKind::Recover, &[], healed);
-    for _ in 1..HEALED_ATTEMPTS {
-        if matches!(final_recovery.outcome, Outcome::Recovered { .. }) {
-            break;
-        }
+    while !matches!(final_recovery.outcome, Outcome::Recovered { .. })
+        && recovering_since.elapsed() < Duration::from_millis(HEALED_WAIT_MS)
+    {
         std::thread::sleep(Duration::from_secs(2));
         final_recovery = client.run("healed", OpKind::Recover, &[], healed);
     }
@@ -302,6 +306,7 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         "the hosts' namespaces: {tag_namespaces:?}"
     );
     let hosts_dir_kept = hosts.dir.clone();
+    keep_logs(&hosts_dir_kept, seed);
     drop(hosts);
     let left = namespaces_left(&hosts_dir_kept);
     assert!(left.is_empty(), "namespaces left after the run: {left:?}");
@@ -328,6 +333,21 @@ fn seeded_faults_across_three_garage_hosts_pass_the_history_checker() {
         verdict.acknowledged,
         path.display()
     );
+}
+
+/// Copies the proxy's and the nodes' logs beside the report, so a failed run can be
+/// read after its hosts are gone.
+fn keep_logs(hosts_dir: &std::path::Path, seed: u64) {
+    let logs =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("partitions-logs-{seed:x}"));
+    let _ = std::fs::create_dir_all(&logs);
+    let _ = std::fs::copy(hosts_dir.join("proxy.log"), logs.join("proxy.log"));
+    for n in 0..3 {
+        let _ = std::fs::copy(
+            hosts_dir.join(format!("node{n}/log")),
+            logs.join(format!("node{n}.log")),
+        );
+    }
 }
 
 /// The namespaces still listed for the hosts recorded under `dir`.
