@@ -6,6 +6,8 @@
 //! stop by signal N (130 for Ctrl-C, 143 for SIGTERM: its children stopped and reaped,
 //! its scratch removed); 141 stdout's reader went away (as a shell reports a writer ended
 //! by SIGPIPE; nothing is printed).
+// Every stdout line goes through `cli::outln!`, which handles a closed pipe.
+#![deny(clippy::print_stdout)]
 use clap::{Parser, Subcommand};
 
 mod cli;

@@ -270,8 +270,8 @@ fn synthetic_objects_are_verified_and_a_missing_or_wrong_length_one_is_refused_b
     // Generation 2 names a synthetic object nobody PUT; generations 3 and 4 name objects
     // stored under their own digests (so they hash right) one byte longer and one byte
     // shorter than the manifest's object size. Each is rejected naming the object's key;
-    // the longer one is cut off at the expected size (the GET's cap), so it is
-    // `too-large`.
+    // the longer one is cut off at the expected size (the GET's cap) and, as on the local
+    // store, refused for its length before its digest: `synthetic-object-size`.
     let object_len = CHUNK_ELEMENTS as usize * 4;
     for (generation, bytes, stored, kind) in [
         (
@@ -280,7 +280,7 @@ fn synthetic_objects_are_verified_and_a_missing_or_wrong_length_one_is_refused_b
             false,
             "missing-object",
         ),
-        (3, vec![7u8; object_len + 1], true, "too-large"),
+        (3, vec![7u8; object_len + 1], true, "synthetic-object-size"),
         (4, vec![7u8; object_len - 1], true, "synthetic-object-size"),
     ] {
         let digest = Digest::of(&bytes);

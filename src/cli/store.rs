@@ -5,7 +5,7 @@ use anyhow::Context;
 use shardlift::supervise::process::PublisherPause;
 
 use shardlift::core::logical::LogicalState;
-use shardlift::core::topology::Topology;
+use shardlift::core::topology::{Topology, MAX_WORKERS};
 
 use shardlift::store::barrier::{BarrierHook, InOrder, NoHooks};
 use shardlift::store::layout::synthetic_state;
@@ -108,7 +108,7 @@ pub enum StoreCommand {
         store: PathBuf,
         #[arg(long)]
         generation: u64,
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_WORKERS)))]
         workers: u32,
         /// Re-hash every object of the source before committing, as a loader does.
         #[arg(long)]
@@ -184,7 +184,7 @@ pub enum StoreCommand {
         store: PathBuf,
         #[arg(long)]
         from: PathBuf,
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_WORKERS)))]
         workers: u32,
         #[arg(long)]
         json: bool,

@@ -181,6 +181,34 @@ impl std::fmt::Debug for ObjClient {
     }
 }
 
+/// Refuses, before any request, a location whose endpoint or credentials the environment
+/// does not name. Without them the S3 client would fall back to AWS's public endpoint
+/// and to the cloud instance-metadata address for credentials: requests to hosts the
+/// user never named.
+fn require_endpoint_and_credentials(location: &ObjLocation) -> Result<(), ObjStoreError> {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+    let mut missing = Vec::new();
+    if !set("AWS_ENDPOINT_URL") && !set("AWS_ENDPOINT") {
+        missing.push("AWS_ENDPOINT_URL (the S3 endpoint, e.g. http://127.0.0.1:3900 or https://s3.eu-west-1.amazonaws.com)");
+    }
+    for name in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+        if !set(name) {
+            missing.push(name);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(ObjStoreError::Config {
+        location: location.url(),
+        message: format!(
+            "set {} (and AWS_REGION, and AWS_ALLOW_HTTP=true for a plain-HTTP endpoint); \
+             nothing was sent",
+            missing.join(", ")
+        ),
+    })
+}
+
 fn env_true(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
@@ -196,6 +224,7 @@ impl ObjClient {
         // takes the process default, and panics while building a client without one.
         // `Err` here means a provider is already installed, which is all we need.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        require_endpoint_and_credentials(&location)?;
         let endpoint_is_http = std::env::var("AWS_ENDPOINT_URL")
             .or_else(|_| std::env::var("AWS_ENDPOINT"))
             .is_ok_and(|e| e.starts_with("http://"));

@@ -2,7 +2,7 @@
 //! with the store's own checks, select the highest generation with exactly one valid
 //! record, report split brains and LATEST's status. Writes nothing.
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -16,15 +16,11 @@ use crate::objstore::error::ObjStoreError;
 use crate::objstore::keys::{
     commit_prefix, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY, OBJECTS_PREFIX,
 };
-use crate::store::codec::{
-    decode, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES,
-    MAX_MANIFEST_BYTES,
-};
+use crate::store::checks::{synthetic_object_len, ObjectRole, ReferencedObject};
+use crate::store::codec::{decode, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads};
 use crate::store::error::StoreError;
-use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
-use crate::store::recovery::{
-    LatestReport, ObjectCheck, RecoveryReport, Rejection, SelectedGeneration,
-};
+use crate::store::recovery::{LatestReport, RecoveryReport, Rejection, SelectedGeneration};
+use crate::store::verify::{verify_record, RecordChecks, RecordReads};
 
 /// Two or more different valid commit records for one generation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,10 +93,9 @@ fn fetch_object(
 }
 
 /// Verifies the record at `rel` (generation and digest from its key) end to end: the
-/// record's bytes against its key's digest, the store's record decode, the generation
-/// binding, the manifest object, the record-manifest bindings, the manifest's structure,
-/// every chunk payload and the recomputed root (RFC 0001 §5 steps 2–4, §9.4).
-fn verify_record(
+/// record's bytes against its key's digest, then the store's checks in the order of RFC
+/// 0001 §5 steps 2–4 ([`verify_record`]) over this backend's reads (§9.4).
+fn verify_key(
     client: &ObjClient,
     rel: &str,
     generation: u64,
@@ -108,16 +103,7 @@ fn verify_record(
     checks: RecordChecks,
     on_object: &mut dyn FnMut(),
 ) -> Result<Verified, ObjStoreError> {
-    let RecordChecks {
-        decode_state,
-        objects,
-    } = checks;
-    let location = client.location();
-    let record_url = location.key_url(rel);
-    let invalid = |key: &str, source| ObjStoreError::Invalid {
-        key: key.to_owned(),
-        source,
-    };
+    let record_url = client.location().key_url(rel);
     let bytes = fetch(client, rel, CommitRecord::CAP)?;
     let actual = Digest::of(&bytes);
     if actual != record_digest {
@@ -127,202 +113,160 @@ fn verify_record(
             actual,
         });
     }
-    let record: CommitRecord =
-        decode(Path::new(&record_url), &bytes).map_err(|e| invalid(&record_url, e))?;
-    if record.generation != generation {
-        return Err(invalid(
-            &record_url,
-            StoreError::GenerationNameMismatch {
-                path: record_url.clone().into(),
-                named: generation,
-                recorded: record.generation,
-            },
-        ));
-    }
-    let manifest_url = location.key_url(&object_key(&record.manifest));
-    let manifest_bytes = fetch_object(client, record.manifest, MAX_MANIFEST_BYTES)?;
-    let manifest: ManifestRecord =
-        decode(Path::new(&manifest_url), &manifest_bytes).map_err(|e| invalid(&manifest_url, e))?;
-    for (what, agrees) in [
-        ("workers", record.workers == manifest.workers),
-        ("step", record.step == manifest.step),
-        (
-            "logical_state_root",
-            record.logical_state_root == manifest.logical_state_root,
-        ),
-    ] {
-        if !agrees {
-            return Err(invalid(
-                &record_url,
-                StoreError::BindingMismatch {
-                    path: record_url.clone().into(),
-                    what,
-                },
-            ));
-        }
-    }
-    let manifest_path = Path::new(&manifest_url);
-    let topology =
-        check_manifest(manifest_path, &manifest).map_err(|e| invalid(&manifest_url, e))?;
-    // The store's payload checks take a fetch returning StoreError; the object-store
-    // error (naming the payload's key) is kept aside and returned in its place.
-    let mut failure: Option<ObjStoreError> = None;
-    let mut fetch_payload = |digest: Digest, expected: u64| {
-        let fetched =
-            fetch_object(client, digest, expected.min(MAX_CHUNK_OBJECT_BYTES)).map_err(|error| {
-                let message = error.to_string();
-                failure = Some(error);
-                StoreError::Io {
-                    path: location.key_url(&object_key(&digest)).into(),
-                    source: std::io::Error::other(message),
-                }
-            });
-        if fetched.is_ok() {
-            on_object();
-        }
-        fetched
-    };
-    let state = match objects {
-        ObjectCheck::Lengths => {
-            check_lengths(client, &manifest_url, &manifest, on_object)?;
-            None
-        }
-        ObjectCheck::Hashed => {
-            let checked = if decode_state {
-                assemble_state(manifest_path, &manifest, &mut fetch_payload).map(Some)
-            } else {
-                verify_payloads(manifest_path, &manifest, &mut fetch_payload).map(|()| None)
-            };
-            let state = match checked {
-                Ok(state) => state,
-                Err(error) => {
-                    return Err(failure
-                        .take()
-                        .unwrap_or_else(|| invalid(&manifest_url, error)))
-                }
-            };
-            if let Some(synthetic) = &manifest.synthetic {
-                verify_synthetic(client, &manifest_url, synthetic, on_object)?;
-            }
-            state
-        }
-    };
+    let mut reads = ObjReads { client, on_object };
+    let verified = verify_record(
+        &mut reads,
+        Path::new(&record_url),
+        &bytes,
+        generation,
+        checks,
+    )?;
     Ok(Verified {
         generation,
         key: rel.to_owned(),
         commit_digest: record_digest,
-        manifest_digest: Digest::of(&manifest_bytes),
-        manifest,
-        topology,
-        state,
+        manifest_digest: verified.manifest_digest,
+        manifest: verified.manifest,
+        topology: verified.topology,
+        state: verified.state,
     })
 }
 
-/// What [`verify_record`] checks and builds.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RecordChecks {
-    /// Build the `LogicalState` (only with [`ObjectCheck::Hashed`]).
-    pub(crate) decode_state: bool,
-    /// How the objects are checked.
-    pub(crate) objects: ObjectCheck,
+/// The object store's reads for [`verify_record`]: GETs of content-addressed keys, one
+/// LIST for lengths; `on_object` is called for each payload or synthetic object checked.
+struct ObjReads<'a> {
+    client: &'a ObjClient,
+    on_object: &'a mut dyn FnMut(),
 }
 
-/// A loader's checks: every object fetched and hashed.
-fn hashed(decode_state: bool) -> RecordChecks {
-    RecordChecks {
-        decode_state,
-        objects: ObjectCheck::Hashed,
+impl RecordReads for ObjReads<'_> {
+    type Error = ObjStoreError;
+
+    fn invalid(&self, at: &Path, error: StoreError) -> ObjStoreError {
+        ObjStoreError::Invalid {
+            key: at.display().to_string(),
+            source: error,
+        }
+    }
+
+    fn object_path(&self, digest: &Digest) -> PathBuf {
+        PathBuf::from(self.client.location().key_url(&object_key(digest)))
+    }
+
+    fn read_manifest(&mut self, digest: Digest, cap_bytes: u64) -> Result<Vec<u8>, ObjStoreError> {
+        fetch_object(self.client, digest, cap_bytes)
+    }
+
+    fn read_payload(&mut self, digest: Digest, cap_bytes: u64) -> Result<Vec<u8>, ObjStoreError> {
+        let bytes = fetch_object(self.client, digest, cap_bytes)?;
+        (self.on_object)();
+        Ok(bytes)
+    }
+
+    fn check_lengths(
+        &mut self,
+        manifest_path: &Path,
+        objects: &[ReferencedObject],
+    ) -> Result<(), ObjStoreError> {
+        check_lengths(self.client, manifest_path, objects, self.on_object)
+    }
+
+    fn verify_synthetic(
+        &mut self,
+        manifest_path: &Path,
+        synthetic: &SyntheticPayloads,
+    ) -> Result<(), ObjStoreError> {
+        verify_synthetic(self.client, manifest_path, synthetic, self.on_object)
     }
 }
 
-/// [`ObjectCheck::Lengths`] on an object store: one LIST of `objects/` gives every object's
-/// size, and each chunk payload and synthetic object of the (checked) manifest must be
-/// listed with exactly its length; no object is fetched (RFC 0001 §9.9). `on_object` is
-/// called for each object checked.
+/// [`ObjectCheck::Lengths`](crate::store::verify::ObjectCheck::Lengths) on an object
+/// store: one LIST of `objects/` gives every object's size, and each of `objects` (the
+/// chunk payloads and synthetic objects of the checked manifest) must be listed with
+/// exactly its length; no object is fetched (RFC 0001 §9.9). `on_object` is called for
+/// each object checked.
 fn check_lengths(
     client: &ObjClient,
-    manifest_url: &str,
-    manifest: &ManifestRecord,
+    manifest_path: &Path,
+    objects: &[ReferencedObject],
     on_object: &mut dyn FnMut(),
 ) -> Result<(), ObjStoreError> {
     let sizes: std::collections::HashMap<String, u64> = client
         .list_with_sizes(OBJECTS_PREFIX)?
         .into_iter()
         .collect();
-    let invalid = |source| ObjStoreError::Invalid {
-        key: manifest_url.to_owned(),
-        source,
-    };
-    let check = |digest: &Digest, expected: u64, wrong: &dyn Fn(u64) -> StoreError| {
-        let rel = object_key(digest);
+    for object in objects {
+        let rel = object_key(&object.digest);
         match sizes.get(&rel) {
-            None => Err(ObjStoreError::MissingObject {
-                key: client.location().key_url(&rel),
-            }),
-            Some(&found) if found != expected => Err(invalid(wrong(found))),
-            Some(_) => Ok(()),
-        }
-    };
-    for entry in &manifest.chunks {
-        let expected = u64::from(entry.elements).saturating_mul(4);
-        for (_, digest) in entry.digests() {
-            check(&digest, expected, &|found| StoreError::ChunkSize {
-                path: manifest_url.into(),
-                id: entry.id,
-                expected,
-                found,
-            })?;
-            on_object();
-        }
-    }
-    if let Some(synthetic) = &manifest.synthetic {
-        for (index, digest) in synthetic.objects.iter().enumerate() {
-            let expected = synthetic.object_len(index).ok_or_else(|| {
-                invalid(StoreError::MalformedManifest {
-                    path: manifest_url.into(),
-                    reason: format!("synthetic object {index} has no consistent length"),
+            None => {
+                return Err(ObjStoreError::MissingObject {
+                    key: client.location().key_url(&rel),
                 })
-            })?;
-            check(digest, expected, &|found| StoreError::SyntheticObjectSize {
-                path: client.location().key_url(&object_key(digest)).into(),
-                index: index as u64,
-                expected,
-                found,
-            })?;
-            on_object();
+            }
+            Some(&found) if found != object.length_bytes => {
+                let wrong = object
+                    .role
+                    .wrong_length(manifest_path, object.length_bytes, found);
+                return Err(object_invalid(client, &rel, wrong));
+            }
+            Some(_) => on_object(),
         }
     }
     Ok(())
 }
 
+/// An object that failed a store check (its length): the store's error, which names the
+/// manifest that gives the length, under the object's own key (RFC 0001 §9.4 step 6).
+fn object_invalid(client: &ObjClient, rel: &str, error: StoreError) -> ObjStoreError {
+    ObjStoreError::Invalid {
+        key: client.location().key_url(rel),
+        source: error,
+    }
+}
+
 /// Synthetic objects (a state scaled for benchmarks, RFC 0001 §3): each GET under its
-/// expected length, its digest checked against its key, its length against the manifest's.
+/// expected length, its length checked against the manifest's, then its digest against
+/// its key.
 fn verify_synthetic(
     client: &ObjClient,
-    manifest_url: &str,
+    manifest_path: &Path,
     synthetic: &SyntheticPayloads,
     on_object: &mut dyn FnMut(),
 ) -> Result<(), ObjStoreError> {
     let invalid = |source| ObjStoreError::Invalid {
-        key: manifest_url.to_owned(),
+        key: manifest_path.display().to_string(),
         source,
     };
     for (index, digest) in synthetic.objects.iter().enumerate() {
-        let malformed = || {
-            invalid(StoreError::MalformedManifest {
-                path: manifest_url.into(),
-                reason: format!("synthetic object {index} has no consistent length"),
-            })
+        let expected = synthetic_object_len(manifest_path, synthetic, index).map_err(invalid)?;
+        // Length first, then SHA-256 (RFC 0001 §5 step 4), as on the local store: an
+        // object longer than the manifest says is refused by the cap before its body.
+        let rel = object_key(digest);
+        let wrong_length = |found| {
+            let role = ObjectRole::Synthetic(index as u64);
+            object_invalid(
+                client,
+                &rel,
+                role.wrong_length(manifest_path, expected, found),
+            )
         };
-        let expected = synthetic.object_len(index).ok_or_else(malformed)?;
-        let bytes = fetch_object(client, *digest, expected)?;
+        let bytes = match fetch(client, &rel, expected) {
+            Ok(bytes) => bytes,
+            Err(ObjStoreError::TooLarge { size_bytes, .. }) => {
+                return Err(wrong_length(size_bytes))
+            }
+            Err(error) => return Err(error),
+        };
         if bytes.len() as u64 != expected {
-            return Err(invalid(StoreError::SyntheticObjectSize {
-                path: client.location().key_url(&object_key(digest)).into(),
-                index: index as u64,
-                expected,
-                found: bytes.len() as u64,
-            }));
+            return Err(wrong_length(bytes.len() as u64));
+        }
+        let actual = Digest::of(&bytes);
+        if actual != *digest {
+            return Err(ObjStoreError::DigestMismatch {
+                key: client.location().key_url(&rel),
+                expected: *digest,
+                actual,
+            });
         }
         on_object();
     }
@@ -380,7 +324,14 @@ pub fn recover(
     let mut valid: BTreeMap<u64, Vec<Verified>> = BTreeMap::new();
     let mut rejected = Vec::new();
     for (generation, digest, key) in records {
-        match verify_record(client, &key, generation, digest, hashed(false), &mut || {}) {
+        match verify_key(
+            client,
+            &key,
+            generation,
+            digest,
+            RecordChecks::hashed(false),
+            &mut || {},
+        ) {
             Ok(v) => valid.entry(generation).or_default().push(v),
             // A request that failed says nothing about the record: fail the scan.
             Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
@@ -466,7 +417,12 @@ pub(crate) fn verify_generation(
     generation: u64,
     decode_state: bool,
 ) -> Result<Verified, ObjStoreError> {
-    verify_generation_reporting(client, generation, hashed(decode_state), &mut NoProgress)
+    verify_generation_reporting(
+        client,
+        generation,
+        RecordChecks::hashed(decode_state),
+        &mut NoProgress,
+    )
 }
 
 /// As [`verify_generation`], advancing `progress` (a running count over every record
@@ -493,7 +449,7 @@ pub(crate) fn verify_generation_reporting(
         if named != generation {
             continue;
         }
-        match verify_record(client, &key, generation, digest, checks, &mut on_object) {
+        match verify_key(client, &key, generation, digest, checks, &mut on_object) {
             Ok(v) => found.push(v),
             Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
                 return Err(error)

@@ -321,7 +321,7 @@ pub fn reshard(
         ObjectCheck::Lengths => "checking",
     };
     progress.phase(&format!("{verb} generation {generation}"), None);
-    let checks = crate::objstore::recovery::RecordChecks {
+    let checks = crate::store::verify::RecordChecks {
         decode_state: false,
         objects,
     };

@@ -172,6 +172,12 @@ impl ChunkEntry {
             ("exp_avg_sq", self.exp_avg_sq),
         ]
     }
+
+    /// The length of each of the chunk's three payloads: `elements` FP32 values of four
+    /// bytes. A `u32` count times four always fits a `u64`, so no length overflows.
+    pub fn payload_len(&self) -> u64 {
+        u64::from(self.elements) * 4
+    }
 }
 
 /// A manifest (stored as an object): everything needed to rebuild one `LogicalState`

@@ -4,15 +4,18 @@ use std::path::PathBuf;
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalStateError;
 use crate::core::topology::TopologyError;
+use crate::durable::fs::EntryKind;
 
 /// Why a store operation failed. Each variant names the file it concerns where there is one.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The store directory does not exist.
-    #[error("store directory {} does not exist", path.display())]
+    /// The store root does not exist or is not a directory (a symlink is never followed).
+    #[error("store directory {}: {}", path.display(), explain_store_root(*found))]
     NoStore {
         /// The file or directory concerned.
         path: PathBuf,
+        /// What is at that path instead of a directory (`None`: nothing).
+        found: Option<EntryKind>,
     },
     /// An I/O operation on a file or directory failed.
     #[error("I/O error on {}: {source}", path.display())]
@@ -316,7 +319,7 @@ impl StoreError {
     /// The file the error concerns, if any.
     pub fn path(&self) -> Option<&std::path::Path> {
         match self {
-            StoreError::NoStore { path }
+            StoreError::NoStore { path, .. }
             | StoreError::Io { path, .. }
             | StoreError::FsyncFailed { path, .. }
             | StoreError::NotRegularFile { path }
@@ -354,5 +357,18 @@ impl StoreError {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// What is wrong with a store root that is not a directory, and what to do about it.
+fn explain_store_root(found: Option<EntryKind>) -> &'static str {
+    match found {
+        None => "does not exist (check the path; a first publish creates it)",
+        Some(EntryKind::File) => "is a file, not a store directory",
+        Some(EntryKind::Other) => {
+            "is a symbolic link or a special file; a store root is never followed through a \
+             link (pass the directory itself)"
+        }
+        Some(EntryKind::Dir) => "is a directory but could not be used as a store",
     }
 }

@@ -117,13 +117,13 @@ pub fn check_manifest(path: &Path, manifest: &ManifestRecord) -> Result<Topology
 }
 
 /// One chunk payload of exactly `expected` bytes from `fetch`, or `ChunkSize`.
-fn fetch_payload(
+fn fetch_payload<E: From<StoreError>>(
     path: &Path,
     chunk_id: u32,
     digest: Digest,
     expected: u64,
-    fetch: &mut dyn FnMut(Digest, u64) -> Result<Vec<u8>, StoreError>,
-) -> Result<Vec<u8>, StoreError> {
+    fetch: &mut dyn FnMut(Digest, u64) -> Result<Vec<u8>, E>,
+) -> Result<Vec<u8>, E> {
     let bytes = fetch(digest, expected)?;
     if bytes.len() as u64 != expected {
         return Err(StoreError::ChunkSize {
@@ -131,27 +131,24 @@ fn fetch_payload(
             id: chunk_id,
             expected,
             found: bytes.len() as u64,
-        });
+        }
+        .into());
     }
     Ok(bytes)
 }
 
 /// Rebuilds the state a (checked) manifest describes. `fetch(digest, expected_len)` must
-/// return bytes whose SHA-256 is `digest` (or an error naming the file). The rebuilt state
-/// is validated and its root must equal the manifest's.
-pub fn assemble_state(
+/// return bytes whose SHA-256 is `digest` (or the caller's error, `E`, which a failed store
+/// check converts into). The rebuilt state is validated and its root must equal the
+/// manifest's.
+pub fn assemble_state<E: From<StoreError>>(
     path: &Path,
     manifest: &ManifestRecord,
-    fetch: &mut dyn FnMut(Digest, u64) -> Result<Vec<u8>, StoreError>,
-) -> Result<LogicalState, StoreError> {
+    fetch: &mut dyn FnMut(Digest, u64) -> Result<Vec<u8>, E>,
+) -> Result<LogicalState, E> {
     let mut chunks = Vec::with_capacity(manifest.chunks.len());
     for entry in &manifest.chunks {
-        let expected = u64::from(entry.elements).checked_mul(4).ok_or_else(|| {
-            StoreError::MalformedManifest {
-                path: path.to_owned(),
-                reason: "chunk size overflows".into(),
-            }
-        })?;
+        let expected = entry.payload_len();
         let mut slots = Vec::with_capacity(3);
         for (_, digest) in entry.digests() {
             let bytes = fetch_payload(path, entry.id, digest, expected, fetch)?;
@@ -189,7 +186,8 @@ pub fn assemble_state(
             path: path.to_owned(),
             expected: manifest.logical_state_root,
             actual,
-        });
+        }
+        .into());
     }
     Ok(state)
 }
@@ -236,15 +234,16 @@ pub fn synthetic_object(seed: u64, index: u64, len: usize) -> Vec<u8> {
 }
 
 /// Checks every payload of a (checked) manifest and the root binding without decoding
-/// FP32 values: the fast path recovery uses to select a generation.
-pub fn verify_payloads(
+/// FP32 values: the fast path recovery uses to select a generation. `fetch` and the error
+/// are as for [`assemble_state`].
+pub fn verify_payloads<E: From<StoreError>>(
     path: &Path,
     manifest: &ManifestRecord,
-    fetch: &mut dyn FnMut(Digest, u64) -> Result<Vec<u8>, StoreError>,
-) -> Result<(), StoreError> {
+    fetch: &mut dyn FnMut(Digest, u64) -> Result<Vec<u8>, E>,
+) -> Result<(), E> {
     let mut payloads = Vec::with_capacity(manifest.chunks.len());
     for entry in &manifest.chunks {
-        let expected = u64::from(entry.elements).saturating_mul(4);
+        let expected = entry.payload_len();
         let [(_, p), (_, m), (_, v)] = entry.digests();
         payloads.push([
             fetch_payload(path, entry.id, p, expected, fetch)?,
@@ -264,7 +263,8 @@ pub fn verify_payloads(
             path: path.to_owned(),
             expected: manifest.logical_state_root,
             actual,
-        });
+        }
+        .into());
     }
     Ok(())
 }

@@ -12,13 +12,16 @@ use std::path::Path;
 
 use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
+use crate::durable::fs::EntryKind;
 
 pub mod barrier;
+pub mod checks;
 pub mod codec;
 pub mod error;
 pub mod layout;
 pub mod paths;
 pub mod recovery;
+pub mod verify;
 pub mod writer;
 
 pub use crate::durable::fs::{FileSystem, RealFs};
@@ -82,9 +85,13 @@ pub fn load_generation(
     store_dir: &Path,
     generation: u64,
 ) -> Result<(LogicalState, Topology), StoreError> {
-    if !store_dir.is_dir() {
+    let found = RealFs
+        .entry_kind(store_dir)
+        .map_err(|e| StoreError::io(store_dir, e))?;
+    if found != Some(EntryKind::Dir) {
         return Err(StoreError::NoStore {
             path: store_dir.to_owned(),
+            found,
         });
     }
     let verified = recovery::verify_generation(&RealFs, store_dir, generation)?;

@@ -1,7 +1,7 @@
 //! Recovery (RFC 0001 §Recovery): scan `commits/`, verify each record end to end, select
 //! the highest fully valid generation, report LATEST's status. Reads only.
 use std::io::ErrorKind;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -12,13 +12,16 @@ use crate::core::topology::Topology;
 use crate::core::canonical::CanonicalRecord;
 use crate::core::progress::{NoProgress, Progress};
 use crate::durable::fs::{EntryKind, FileSystem};
+use crate::store::checks::{synthetic_object_len, ObjectRole, ReferencedObject};
 use crate::store::codec::{
     commit_rel_path, decode, object_rel_path, parse_commit_name, CommitRecord, LatestRecord,
-    ManifestRecord, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES,
+    ManifestRecord, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES,
 };
 use crate::store::error::StoreError;
-use crate::store::layout::{assemble_state, check_manifest, verify_payloads};
+use crate::store::layout::verify_payloads;
 use crate::store::paths::LATEST_REL_PATH;
+pub use crate::store::verify::ObjectCheck;
+use crate::store::verify::{verify_record, RecordChecks, RecordReads};
 
 /// What LATEST says relative to the scan's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,34 +230,6 @@ impl RecoveryFaults {
     };
 }
 
-/// How far the objects of a generation are checked (its commit record and manifest are
-/// always read, hashed and decoded in full).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ObjectCheck {
-    /// Every object read whole, its SHA-256 compared with its address, and the
-    /// logical-state root recomputed from the chunk payloads (RFC 0001 §5 step 4): what
-    /// recovery and every loader do.
-    #[default]
-    Hashed,
-    /// Every object present as a regular file of exactly the length the manifest gives it,
-    /// from its metadata alone: no object byte is read (RFC 0001 §7, the offline reshard's
-    /// default). Catches a missing, truncated or extended object in metadata time; a
-    /// same-length change of its bytes is left to the loaders, which hash every byte before
-    /// they use it.
-    Lengths,
-}
-
-impl ObjectCheck {
-    /// The name reports use (`hashed`, `lengths`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ObjectCheck::Hashed => "hashed",
-            ObjectCheck::Lengths => "lengths",
-        }
-    }
-}
-
 /// Reads an object and checks its content against its address.
 pub fn read_object(
     fs: &dyn FileSystem,
@@ -380,11 +355,6 @@ fn verify_generation_faulty(
     checks: Checks,
     progress: &mut dyn Progress,
 ) -> Result<VerifiedGeneration, StoreError> {
-    let Checks {
-        decode_state,
-        objects,
-        faults,
-    } = checks;
     let commit_path = root.join(commit_rel_path(generation));
     let commit_bytes = match fs.read_file(&commit_path, CommitRecord::CAP) {
         Ok(bytes) => bytes,
@@ -396,127 +366,110 @@ fn verify_generation_faulty(
         }
         Err(e) => return Err(StoreError::io(commit_path, e)),
     };
-    let commit: CommitRecord = decode(&commit_path, &commit_bytes)?;
-    if commit.generation != generation {
-        return Err(StoreError::GenerationNameMismatch {
-            path: commit_path,
-            named: generation,
-            recorded: commit.generation,
-        });
-    }
-    let manifest_bytes = read_object_faulty(fs, root, commit.manifest, MAX_MANIFEST_BYTES, faults)?;
-    let manifest_path = root.join(object_rel_path(&commit.manifest));
-    let manifest: ManifestRecord = decode(&manifest_path, &manifest_bytes)?;
-    let binding = |what| StoreError::BindingMismatch {
-        path: commit_path.clone(),
-        what,
+    let mut reads = LocalReads {
+        fs,
+        root,
+        faults: checks.faults,
+        progress,
     };
-    if commit.workers != manifest.workers {
-        return Err(binding("workers"));
-    }
-    if commit.step != manifest.step {
-        return Err(binding("step"));
-    }
-    if commit.logical_state_root != manifest.logical_state_root {
-        return Err(binding("logical_state_root"));
-    }
-    let topology = check_manifest(&manifest_path, &manifest)?;
-    let mut fetch = |digest, expected: u64| {
-        read_object_faulty(
-            fs,
-            root,
-            digest,
-            expected.min(MAX_CHUNK_OBJECT_BYTES),
-            faults,
-        )
+    let record_checks = RecordChecks {
+        decode_state: checks.decode_state,
+        objects: checks.objects,
     };
-    let state = match objects {
-        ObjectCheck::Lengths => {
-            check_object_lengths(fs, root, &manifest_path, &manifest, progress)?;
-            None
-        }
-        ObjectCheck::Hashed => {
-            let state = if decode_state {
-                Some(assemble_state(&manifest_path, &manifest, &mut fetch)?)
-            } else if faults.skip_object_digests {
-                for entry in &manifest.chunks {
-                    for (_, digest) in entry.digests() {
-                        let path = root.join(object_rel_path(&digest));
-                        if fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))?
-                            != Some(EntryKind::File)
-                        {
-                            return Err(StoreError::MissingObject { path, digest });
-                        }
-                    }
-                }
-                None
-            } else {
-                verify_payloads(&manifest_path, &manifest, &mut fetch)?;
-                None
-            };
-            if let Some(synthetic) = &manifest.synthetic {
-                let check = SyntheticCheck {
-                    root,
-                    manifest_path: &manifest_path,
-                    synthetic,
-                    faults,
-                };
-                verify_synthetic(fs, &check, progress)?;
-            }
-            state
-        }
-    };
+    let verified = verify_record(
+        &mut reads,
+        &commit_path,
+        &commit_bytes,
+        generation,
+        record_checks,
+    )?;
     Ok(VerifiedGeneration {
         generation,
         commit_digest: Digest::of(&commit_bytes),
-        commit,
-        manifest_digest: Digest::of(&manifest_bytes),
-        manifest,
-        state,
-        topology,
+        commit: verified.commit,
+        manifest_digest: verified.manifest_digest,
+        manifest: verified.manifest,
+        state: verified.state,
+        topology: verified.topology,
     })
 }
 
-/// Which object of a manifest a length belongs to, for the error that names it.
-#[derive(Clone, Copy)]
-enum ObjectRole {
-    /// A chunk payload of chunk `id`.
-    Chunk(u32),
-    /// Synthetic object `index`.
-    Synthetic(u64),
+/// The local store's reads for [`verify_record`]: files under `root` through `fs`, with
+/// the crash lab's recovery faults where they are set.
+struct LocalReads<'a> {
+    fs: &'a dyn FileSystem,
+    root: &'a Path,
+    faults: RecoveryFaults,
+    progress: &'a mut dyn Progress,
 }
 
-/// Every object a (checked) manifest references, in manifest order — the chunk payloads
-/// (three per chunk, chunks in id order), then the synthetic objects — with the length the
-/// manifest implies for each.
-fn referenced_objects(
-    manifest_path: &Path,
-    manifest: &ManifestRecord,
-) -> Result<Vec<(Digest, u64, ObjectRole)>, StoreError> {
-    let malformed = |reason: String| StoreError::MalformedManifest {
-        path: manifest_path.to_owned(),
-        reason,
-    };
-    let mut objects = Vec::with_capacity(
-        manifest.chunks.len() * 3 + manifest.synthetic.as_ref().map_or(0, |s| s.objects.len()),
-    );
-    for entry in &manifest.chunks {
-        let expected = u64::from(entry.elements)
-            .checked_mul(4)
-            .ok_or_else(|| malformed(format!("chunk {} is too large", entry.id)))?;
-        for (_, digest) in entry.digests() {
-            objects.push((digest, expected, ObjectRole::Chunk(entry.id)));
-        }
+impl RecordReads for LocalReads<'_> {
+    type Error = StoreError;
+
+    fn invalid(&self, _at: &Path, error: StoreError) -> StoreError {
+        error
     }
-    if let Some(synthetic) = &manifest.synthetic {
-        for (index, digest) in synthetic.objects.iter().enumerate() {
-            let expected = synthetic
-                .object_len(index)
-                .ok_or_else(|| malformed("synthetic objects do not cover their total".into()))?;
-            objects.push((*digest, expected, ObjectRole::Synthetic(index as u64)));
-        }
+
+    fn object_path(&self, digest: &Digest) -> PathBuf {
+        self.root.join(object_rel_path(digest))
     }
-    Ok(objects)
+
+    fn read_manifest(&mut self, digest: Digest, cap_bytes: u64) -> Result<Vec<u8>, StoreError> {
+        read_object_faulty(self.fs, self.root, digest, cap_bytes, self.faults)
+    }
+
+    fn read_payload(&mut self, digest: Digest, cap_bytes: u64) -> Result<Vec<u8>, StoreError> {
+        read_object_faulty(self.fs, self.root, digest, cap_bytes, self.faults)
+    }
+
+    fn verify_payloads(
+        &mut self,
+        manifest_path: &Path,
+        manifest: &ManifestRecord,
+    ) -> Result<(), StoreError> {
+        if !self.faults.skip_object_digests {
+            return verify_payloads(manifest_path, manifest, &mut |digest, expected: u64| {
+                self.read_payload(digest, expected.min(MAX_CHUNK_OBJECT_BYTES))
+            });
+        }
+        // The skip-digests mutant: chunk objects checked for presence only.
+        for entry in &manifest.chunks {
+            for (_, digest) in entry.digests() {
+                let path = self.object_path(&digest);
+                if self
+                    .fs
+                    .entry_kind(&path)
+                    .map_err(|e| StoreError::io(&path, e))?
+                    != Some(EntryKind::File)
+                {
+                    return Err(StoreError::MissingObject { path, digest });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_lengths(
+        &mut self,
+        manifest_path: &Path,
+        objects: &[ReferencedObject],
+    ) -> Result<(), StoreError> {
+        check_object_lengths(self.fs, self.root, manifest_path, objects, self.progress)
+    }
+
+    fn verify_synthetic(
+        &mut self,
+        manifest_path: &Path,
+        synthetic: &SyntheticPayloads,
+    ) -> Result<(), StoreError> {
+        let check = SyntheticCheck {
+            root: self.root,
+            manifest_path,
+            synthetic,
+            faults: self.faults,
+        };
+        verify_synthetic(self.fs, &check, self.progress)
+    }
 }
 
 /// [`ObjectCheck::Lengths`]: every object a (checked) manifest references must be a
@@ -529,19 +482,18 @@ fn check_object_lengths(
     fs: &dyn FileSystem,
     root: &Path,
     manifest_path: &Path,
-    manifest: &ManifestRecord,
+    objects: &[ReferencedObject],
     progress: &mut dyn Progress,
 ) -> Result<(), StoreError> {
-    let objects = referenced_objects(manifest_path, manifest)?;
     // Fan-out directory (the digest's first byte) → the objects' positions, in order.
     let mut by_directory: Vec<Vec<usize>> = vec![Vec::new(); 256];
-    for (position, (digest, _, _)) in objects.iter().enumerate() {
-        by_directory[usize::from(digest.0[0])].push(position);
+    for (position, object) in objects.iter().enumerate() {
+        by_directory[usize::from(object.digest.0[0])].push(position);
     }
     let groups: Vec<&Vec<usize>> = by_directory.iter().filter(|g| !g.is_empty()).collect();
     let mut lengths: Vec<Option<u64>> = vec![None; objects.len()];
     let lookup = |fs: &dyn FileSystem, group: &[usize]| {
-        let hex: Vec<String> = group.iter().map(|&p| objects[p].0.to_hex()).collect();
+        let hex: Vec<String> = group.iter().map(|&p| objects[p].digest.to_hex()).collect();
         let names: Vec<&str> = hex.iter().map(|h| &h[2..]).collect();
         let dir = root.join("objects").join(&hex[0][..2]);
         fs.regular_file_lens_in(&dir, &names)
@@ -572,40 +524,29 @@ fn check_object_lengths(
             }
         }
     }
-    for ((digest, expected, role), found) in objects.iter().zip(lengths) {
-        match (found, *role) {
-            (None, _) => {
+    for (object, found) in objects.iter().zip(lengths) {
+        match found {
+            None => {
                 // Absent, or an entry that is not a regular file (a symlink is never
                 // followed): told apart here, on the failure path only, so the error
                 // names the same reason a hashed read gives (RFC 0001 §5).
-                let path = root.join(object_rel_path(digest));
+                let path = root.join(object_rel_path(&object.digest));
                 let kind = fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))?;
                 return Err(match kind {
                     Some(EntryKind::Dir | EntryKind::Other) => StoreError::NotRegularFile { path },
                     // Still absent, or a regular file that appeared after the check.
                     Some(EntryKind::File) | None => StoreError::MissingObject {
                         path,
-                        digest: *digest,
+                        digest: object.digest,
                     },
                 });
             }
-            (Some(found), ObjectRole::Chunk(id)) if found != *expected => {
-                return Err(StoreError::ChunkSize {
-                    path: manifest_path.to_owned(),
-                    id,
-                    expected: *expected,
-                    found,
-                })
+            Some(found) if found != object.length_bytes => {
+                return Err(object
+                    .role
+                    .wrong_length(manifest_path, object.length_bytes, found))
             }
-            (Some(found), ObjectRole::Synthetic(index)) if found != *expected => {
-                return Err(StoreError::SyntheticObjectSize {
-                    path: manifest_path.to_owned(),
-                    index,
-                    expected: *expected,
-                    found,
-                })
-            }
-            (Some(_), _) => {}
+            Some(_) => {}
         }
     }
     Ok(())
@@ -644,20 +585,7 @@ fn verify_synthetic_object(
 ) -> Result<(), StoreError> {
     let digest = check.synthetic.objects[index];
     let path = check.root.join(object_rel_path(&digest));
-    let expected =
-        check
-            .synthetic
-            .object_len(index)
-            .ok_or_else(|| StoreError::MalformedManifest {
-                path: check.manifest_path.to_owned(),
-                reason: "synthetic objects do not cover their total".into(),
-            })?;
-    let wrong_length = |found| StoreError::SyntheticObjectSize {
-        path: check.manifest_path.to_owned(),
-        index: index as u64,
-        expected,
-        found,
-    };
+    let expected = synthetic_object_len(check.manifest_path, check.synthetic, index)?;
     if check.faults.skip_object_digests {
         return match fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))? {
             Some(EntryKind::File) => Ok(()),
@@ -670,7 +598,11 @@ fn verify_synthetic_object(
         Err(e) => return Err(StoreError::io(path, e)),
     };
     if found != expected {
-        return Err(wrong_length(found));
+        return Err(ObjectRole::Synthetic(index as u64).wrong_length(
+            check.manifest_path,
+            expected,
+            found,
+        ));
     }
     if actual != digest {
         return Err(StoreError::DigestMismatch {
@@ -765,9 +697,11 @@ pub fn recover_faulty(
             return Ok(report);
         }
     }
-    if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? != Some(EntryKind::Dir) {
+    let found = fs.entry_kind(root).map_err(|e| StoreError::io(root, e))?;
+    if found != Some(EntryKind::Dir) {
         return Err(StoreError::NoStore {
             path: root.to_owned(),
+            found,
         });
     }
     let commits = root.join("commits");

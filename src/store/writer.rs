@@ -172,6 +172,15 @@ fn ensure_layout_with(
                 source,
             })
     };
+    match fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? {
+        None | Some(EntryKind::Dir) => {}
+        found => {
+            return Err(StoreError::NoStore {
+                path: root.to_owned(),
+                found,
+            })
+        }
+    }
     let root_created = create_dir_if_missing(fs, root)?;
     if (root_created || !faults.trust_existing_directories)
         && !faults.skip_layout_fsync
@@ -1161,9 +1170,11 @@ pub fn reshard_with(
     progress: &mut dyn Progress,
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
-    if fs.entry_kind(root).map_err(|e| StoreError::io(root, e))? != Some(EntryKind::Dir) {
+    let found = fs.entry_kind(root).map_err(|e| StoreError::io(root, e))?;
+    if found != Some(EntryKind::Dir) {
         return Err(StoreError::NoStore {
             path: root.to_owned(),
+            found,
         });
     }
     let verb = match objects {

@@ -11,6 +11,12 @@ pub enum CrashTestError {
         /// The output directory.
         path: PathBuf,
     },
+    /// The output path exists and is not a directory.
+    #[error("the output directory {path} is a file, not a directory (choose a new path)")]
+    OutputNotADirectory {
+        /// The output path.
+        path: PathBuf,
+    },
     /// Nothing followed `--`.
     #[error("no writer command was given (put it after `--`)")]
     NoWriterCommand,
@@ -132,6 +138,7 @@ impl CrashTestError {
     pub fn kind(&self) -> &'static str {
         match self {
             CrashTestError::OutputNotEmpty { .. } => "output-not-empty",
+            CrashTestError::OutputNotADirectory { .. } => "output-not-a-directory",
             CrashTestError::NoWriterCommand => "no-writer-command",
             CrashTestError::SetupSpawn { .. } => "setup-spawn",
             CrashTestError::SetupFailed { .. } => "setup-failed",

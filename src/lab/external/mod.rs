@@ -227,6 +227,11 @@ fn prepare_output(out: &Path) -> Result<OutputDirs, CrashTestError> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(out)
             .map_err(CrashTestError::io("creating the output directory"))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(CrashTestError::OutputNotADirectory {
+                path: out.to_owned(),
+            })
+        }
         Err(e) => return Err(CrashTestError::io("reading the output directory")(e)),
     }
     let dirs = OutputDirs {
