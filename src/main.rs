@@ -38,8 +38,7 @@ enum Command {
     /// `s3://BUCKET/PREFIX` for an S3-compatible object store (publish-synthetic,
     /// recover, verify, reshard, export, import; endpoint, region and credentials from
     /// the AWS_* variables; RFC 0001 §9).
-    #[command(subcommand)]
-    Store(cli::store::StoreCommand),
+    Store(cli::store::StoreArgs),
     /// Kill a real publisher at every barrier, replay power-loss states and inject
     /// corruption on a synthetic state; report every invariant violation.
     CrashMatrix(cli::store::CrashMatrixArgs),
@@ -138,7 +137,10 @@ fn main() {
     }
     let result = match cli.command {
         Command::Dataset(command) => cli::dataset::run(command),
-        Command::Store(command) => cli::store::run(command),
+        Command::Store(args) => {
+            cli::objstore::set_request_timeout_ms(args.request_timeout_ms);
+            cli::store::run(args.command)
+        }
         Command::CrashMatrix(args) => cli::store::run_crash_matrix(args),
         Command::CrashTest(args) => cli::crash_test::run(args),
         Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),

@@ -17,6 +17,25 @@ use shardlift::store::ObjectCheck;
 
 use super::{print_json, print_report};
 
+/// The `--request-timeout-ms` of `shardlift store`, set once before the command runs.
+static REQUEST_TIMEOUT_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Records `store --request-timeout-ms` (clap has checked its range) for every client
+/// this process opens.
+pub fn set_request_timeout_ms(request_timeout_ms: Option<u64>) {
+    if let Some(ms) = request_timeout_ms {
+        let _ = REQUEST_TIMEOUT_MS.set(ms);
+    }
+}
+
+/// The client's bounds: the defaults, or those of `--request-timeout-ms`.
+fn client_options() -> ObjStoreOptions {
+    REQUEST_TIMEOUT_MS
+        .get()
+        .and_then(|ms| ObjStoreOptions::default().with_request_timeout_ms(*ms))
+        .unwrap_or_default()
+}
+
 /// A typed object-store failure as JSON on stdout (kind, key, message), then the error.
 fn fail(error: ObjStoreError, json: bool) -> anyhow::Error {
     if json {
@@ -52,7 +71,7 @@ pub fn publish(
     synthetic: Option<SyntheticSpec>,
 ) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
-    let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
+    let store = ObjStore::open(url, client_options(), true).map_err(|e| fail(e, json))?;
     eprintln!(
         "objstore: {url}: conditional create {:?}",
         store.conditional_create()
@@ -95,7 +114,7 @@ pub fn reshard(
     json: bool,
 ) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
-    let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
+    let store = ObjStore::open(url, client_options(), true).map_err(|e| fail(e, json))?;
     let mut progress = super::progress::StderrProgress::new();
     let summary = store
         .reshard(generation, topology, objects, &mut NoHooks, &mut progress)
@@ -120,8 +139,7 @@ pub fn export(
     json: bool,
 ) -> anyhow::Result<shardlift::interop::ExportSummary> {
     shardlift::interop::check_output(out)?;
-    let store =
-        ObjStore::open(url, ObjStoreOptions::default(), false).map_err(|e| fail(e, json))?;
+    let store = ObjStore::open(url, client_options(), false).map_err(|e| fail(e, json))?;
     let (state, _, commit_digest) = store
         .load_generation_record(generation)
         .map_err(|e| fail(e, json))?;
@@ -138,7 +156,7 @@ pub fn export(
 pub fn import(url: &str, from: &std::path::Path, workers: u32, json: bool) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
     let (state, _) = shardlift::interop::read_export(from)?;
-    let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, json))?;
+    let store = ObjStore::open(url, client_options(), true).map_err(|e| fail(e, json))?;
     let commit = store
         .publish(&state, topology, &mut NoHooks)
         .map_err(|e| fail(e, json))?;
@@ -154,8 +172,7 @@ pub fn import(url: &str, from: &std::path::Path, workers: u32, json: bool) -> an
 
 /// Recovers `url` read-only and prints the report.
 pub fn recover(url: &str, json: bool, expect_root: &[String]) -> anyhow::Result<()> {
-    let store =
-        ObjStore::open(url, ObjStoreOptions::default(), false).map_err(|e| fail(e, json))?;
+    let store = ObjStore::open(url, client_options(), false).map_err(|e| fail(e, json))?;
     let report = store.recover().map_err(|e| fail(e, json))?;
     if json {
         print_json(&serde_json::json!({ "report": report }))?;
@@ -167,8 +184,7 @@ pub fn recover(url: &str, json: bool, expect_root: &[String]) -> anyhow::Result<
 
 /// Loads and fully verifies one generation of `url`.
 pub fn verify(url: &str, generation: u64, json: bool) -> anyhow::Result<()> {
-    let store =
-        ObjStore::open(url, ObjStoreOptions::default(), false).map_err(|e| fail(e, json))?;
+    let store = ObjStore::open(url, client_options(), false).map_err(|e| fail(e, json))?;
     let (state, topology) = store
         .load_generation(generation)
         .map_err(|e| fail(e, json))?;
@@ -261,7 +277,7 @@ impl Throughput {
 /// stdout; progress goes to stderr. Requests run one after another,
 /// as RFC 0001 §9.3 has the writer issue them.
 pub fn bench(url: &str, state_bytes: u64, chunk_elements: u32, seed: u64) -> anyhow::Result<()> {
-    let store = ObjStore::open(url, ObjStoreOptions::default(), true).map_err(|e| fail(e, true))?;
+    let store = ObjStore::open(url, client_options(), true).map_err(|e| fail(e, true))?;
     let state = synthetic_state(seed, 1, chunk_elements);
     let spec = synthetic_spec(&state, seed, state_bytes);
     let topology = Topology::new(4)?;
@@ -363,7 +379,7 @@ pub fn child_publish(
     pause: shardlift::supervise::process::PublisherPause,
 ) -> anyhow::Result<()> {
     shardlift::lab::harness::child_publish_on(handoff, pause, |state, topology, hooks| {
-        let store = ObjStore::open(url, ObjStoreOptions::default(), true)?;
+        let store = ObjStore::open(url, client_options(), true)?;
         let summary = store.publish(state, topology, hooks)?;
         anyhow::Ok(summary.commit_summary())
     })?;
@@ -374,7 +390,7 @@ pub fn child_publish(
 /// recovery report (the local report's fields) as one JSON line; a split brain at the
 /// highest valid generation fails the child.
 pub fn child_recover(url: &str) -> anyhow::Result<()> {
-    let store = ObjStore::open(url, ObjStoreOptions::default(), false)?;
+    let store = ObjStore::open(url, client_options(), false)?;
     let report = store.recover()?;
     shardlift::lab::harness::child_print_report(&report.scan)?;
     Ok(())

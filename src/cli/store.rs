@@ -57,6 +57,20 @@ pub struct BenchArgs {
     pub seed: Option<u64>,
 }
 
+/// `shardlift store …`: the subcommand, and the bounds of the object-store client.
+#[derive(clap::Args, Debug)]
+pub struct StoreArgs {
+    /// Object stores: each S3 request attempt ends after this many milliseconds (default
+    /// 30000); the connect timeout and the retry window shrink with it, and one request
+    /// with its retries ends within (retries + 2) times it (RFC 0001 §9). Local stores
+    /// ignore it.
+    #[arg(long, global = true, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub request_timeout_ms: Option<u64>,
+    #[command(subcommand)]
+    pub command: StoreCommand,
+}
+
 #[derive(clap::Subcommand, Debug)]
 pub enum StoreCommand {
     /// Scan commit records, verify everything, select the newest valid generation and

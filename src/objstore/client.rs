@@ -120,6 +120,30 @@ impl Default for ObjStoreOptions {
     }
 }
 
+impl ObjStoreOptions {
+    /// The longest per-attempt request timeout a caller may ask for, in milliseconds.
+    pub const MAX_REQUEST_TIMEOUT_MS: u64 = 600_000;
+
+    /// The default bounds with each request attempt limited to `request_timeout_ms` (the
+    /// CLI's `--request-timeout-ms`; RFC 0001 §9): the connect timeout is at most that,
+    /// no retry starts later than that after the first attempt, and one operation (all
+    /// attempts of its request) ends within `(max_retries + 2) × request_timeout_ms`.
+    /// `None` when the value is 0 or above [`Self::MAX_REQUEST_TIMEOUT_MS`].
+    pub fn with_request_timeout_ms(self, request_timeout_ms: u64) -> Option<Self> {
+        if request_timeout_ms == 0 || request_timeout_ms > Self::MAX_REQUEST_TIMEOUT_MS {
+            return None;
+        }
+        let attempts = self.max_retries as u64 + 2;
+        Some(ObjStoreOptions {
+            connect_timeout_ms: self.connect_timeout_ms.min(request_timeout_ms),
+            request_timeout_ms,
+            retry_timeout_ms: request_timeout_ms,
+            operation_timeout_ms: request_timeout_ms * attempts,
+            ..self
+        })
+    }
+}
+
 /// Whether the backend refuses a second conditional create (`If-None-Match: *`) of a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
