@@ -14,7 +14,10 @@ use shardlift::lab::external::{self, CheckLimits, CrashTestConfig, ModelLimits, 
 /// crash state a power cut could leave (un-fsynced data lost, short, zeroed or torn;
 /// entries durable only after their directory's fsync; renames atomic), writes each into
 /// its own directory and runs CHECK there (`sh -c`): exit 0 means "the checkpoint loads
-/// and is the old or the new one". Exits 0 when every state passes, 1 otherwise.
+/// and is the old or the new one". The writer's exit, and each stdout line matching
+/// `--ack`, is an acknowledgement: CHECK runs with SHARDLIFT_ACKED=<acknowledgements the
+/// crash follows>, so it can demand the new checkpoint once the writer claimed it
+/// durable. Exits 0 when every state passes, 1 otherwise.
 ///
 /// Example: shardlift crash-test --out /tmp/ct --setup 'python save.py 1'
 ///   --check 'python load.py' -- python save.py 2
@@ -31,6 +34,11 @@ pub struct CrashTestArgs {
     /// starting image (e.g. the previous checkpoint).
     #[arg(long)]
     pub setup: Option<String>,
+    /// A regular expression: each line the writer prints on stdout that matches it is
+    /// an acknowledgement (its exit always is one); the check sees how many the crash
+    /// follows in SHARDLIFT_ACKED.
+    #[arg(long, value_name = "REGEX")]
+    pub ack: Option<String>,
     /// A path (relative to the scratch directory) the check never reads, such as the
     /// writer's private staging directory: its operations are applied in every state
     /// instead of multiplying states (repeatable).
@@ -91,6 +99,7 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
         writer: args.writer,
         check: args.check,
         setup: args.setup,
+        ack: args.ack,
         unread: args.unread,
         record: RecordLimits {
             max_operations: args.max_operations,

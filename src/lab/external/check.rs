@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use crate::lab::external::ack::ACKED_ENV;
 use crate::lab::external::error::CrashTestError;
 use crate::lab::external::model::{state_files, CrashState, StateEntry};
 use crate::lab::external::trace::Trace;
@@ -68,6 +69,8 @@ pub struct Failure {
     pub state: usize,
     /// Trace operations completed at the crash: the failing trace prefix is `0..crash_point`.
     pub crash_point: usize,
+    /// Acknowledgements the crash follows (the check's `SHARDLIFT_ACKED`).
+    pub acknowledged: usize,
     /// The last completed operation, described.
     pub last_operation: Option<String>,
     /// Pending entry operations that did not persist, described with their index.
@@ -185,6 +188,7 @@ fn check_one(
     let spec = ChildSpec::new("/bin/sh", Role::Check, "crash-test")
         .arg("-c")
         .arg(command)
+        .env(ACKED_ENV, state.acknowledged.to_string())
         .current_dir(&dir)
         .output_to(&log);
     let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::CheckSpawn {
@@ -224,6 +228,7 @@ fn check_one(
     Ok(Some(Failure {
         state: index,
         crash_point: state.crash_point,
+        acknowledged: state.acknowledged,
         last_operation: state
             .crash_point
             .checked_sub(1)

@@ -11,6 +11,14 @@ pub enum CrashTestError {
         /// The output directory.
         path: PathBuf,
     },
+    /// `--ack` is not a valid regular expression.
+    #[error("the --ack pattern `{pattern}` is not a valid regular expression: {reason}")]
+    BadAckPattern {
+        /// The pattern.
+        pattern: String,
+        /// Why it does not compile.
+        reason: String,
+    },
     /// Nothing followed `--`.
     #[error("no writer command was given (put it after `--`)")]
     NoWriterCommand,
@@ -132,6 +140,7 @@ impl CrashTestError {
     pub fn kind(&self) -> &'static str {
         match self {
             CrashTestError::OutputNotEmpty { .. } => "output-not-empty",
+            CrashTestError::BadAckPattern { .. } => "bad-ack-pattern",
             CrashTestError::NoWriterCommand => "no-writer-command",
             CrashTestError::SetupSpawn { .. } => "setup-spawn",
             CrashTestError::SetupFailed { .. } => "setup-failed",

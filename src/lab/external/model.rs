@@ -19,7 +19,8 @@
 //! there are. Per-file data variants are taken where every pending operation
 //! happened (the namespace with the most names); every other subset gets "all whole" and
 //! "all lost". States are deduplicated by a digest of what a loader can see: every path,
-//! its kind and its bytes.
+//! its kind and its bytes, together with the acknowledgements the crash follows (the
+//! same files are judged again when the writer has since claimed more).
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
@@ -27,6 +28,7 @@ use serde::Serialize;
 
 use crate::core::digest::{Digest, FramedHasher};
 use crate::core::rng::SplitMix64;
+use crate::lab::external::ack::acked_at;
 use crate::lab::external::trace::{parent, InitialEntry, InodeId, Trace, TraceOp};
 use crate::lab::powerloss::{subsets, EnumerationLimits};
 
@@ -71,6 +73,9 @@ pub enum StateEntry {
 pub struct CrashState {
     /// How many trace operations had completed at the crash.
     pub crash_point: usize,
+    /// Acknowledgements the crash follows ([`Trace::acknowledged_at`] at or before the
+    /// crash point): the same files after more acknowledgements are another state.
+    pub acknowledged: usize,
     /// Pending entry operations (trace indices) that did not persist.
     pub dropped_operations: Vec<usize>,
     /// Every entry, by path relative to the state's root.
@@ -385,7 +390,7 @@ pub fn crash_states(
 ) -> Result<CrashStates, ModelError> {
     trace.validate().map_err(ModelError::BadTrace)?;
     let mut rng = SplitMix64::keyed(limits.subsets.seed, "shardlift/crash-test/subsets", 0);
-    let mut seen: HashSet<Digest> = HashSet::new();
+    let mut seen: HashSet<(Digest, usize)> = HashSet::new();
     let mut out = Vec::new();
     let mut coverage = SubsetCoverage {
         enumerated: 0,
@@ -422,7 +427,7 @@ pub fn crash_states(
                     &files,
                     unread,
                 );
-                if seen.insert(state.digest) {
+                if seen.insert((state.digest, state.acknowledged)) {
                     if out.len() == limits.max_distinct_states {
                         return Err(ModelError::TooManyStates {
                             limit: limits.max_distinct_states,
@@ -598,6 +603,7 @@ fn build_state(
     }
     CrashState {
         crash_point,
+        acknowledged: acked_at(&trace.acknowledged_at, crash_point),
         dropped_operations: pending
             .iter()
             .copied()

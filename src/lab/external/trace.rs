@@ -214,6 +214,22 @@ pub struct Trace {
     pub ops: Vec<TraceOp>,
     /// Every byte written, concatenated in operation order.
     pub data: Vec<u8>,
+    /// The writer's writes to its stdout, in completion order: how many operations had
+    /// completed when each one completed, and its length in bytes. Acknowledgement lines
+    /// are placed in the trace by these (see [`super::ack`]).
+    pub stdout_writes: Vec<StdoutWrite>,
+    /// Where the acknowledgements fall: for each, the operations completed when it was
+    /// given, in order (see [`super::ack`]; empty until they are placed).
+    pub acknowledged_at: Vec<usize>,
+}
+
+/// One completed write to the writer's stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StdoutWrite {
+    /// Trace operations completed when the write completed.
+    pub after_operations: usize,
+    /// Bytes written.
+    pub len: u64,
 }
 
 impl Trace {
