@@ -37,6 +37,10 @@ enum Command {
     /// Internal: waits for the crash-test recorder, then execs the writer (traced).
     #[command(hide = true)]
     CrashTestExec(cli::crash_test::CrashTestExecArgs),
+    /// (internal) The agent inside a kernel-mode guest: runs the writer, marks its
+    /// acknowledgements on the disk, powers the guest off.
+    #[command(hide = true)]
+    KernelGuest(cli::crash_test::KernelGuestArgs),
     /// Train with W worker processes (or in-process) and print the resulting state digests.
     Train(cli::train::TrainArgs),
     #[cfg(feature = "torch")]
@@ -73,6 +77,7 @@ fn main() {
         Command::CrashMatrix(args) => cli::store::run_crash_matrix(args),
         Command::CrashTest(args) => cli::crash_test::run(args),
         Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),
+        Command::KernelGuest(args) => cli::crash_test::kernel_guest(args),
         Command::Train(args) => cli::train::run_train(args),
         #[cfg(feature = "torch")]
         Command::Bench(command) => cli::train::run_bench(command),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use shardlift::lab::external::{self, CheckLimits, CrashTestConfig, ModelLimits, RecordLimits};
+use shardlift::lab::kernel::{self, states::StateLimits, FileSystem, KernelConfig};
 
 /// `crash-test` arguments.
 ///
@@ -44,6 +45,30 @@ pub struct CrashTestArgs {
     /// instead of multiplying states (repeatable).
     #[arg(long, value_name = "PATH")]
     pub unread: Vec<String>,
+    /// Where the writer's file system comes from: `model` (ShardLift's persistence
+    /// model over a ptrace recording) or `ext4` (a real ext4 in a QEMU guest of the
+    /// pinned Debian kernel; its block log gives the crash states; ci/kernel install).
+    #[arg(long, default_value = "model")]
+    pub file_system: String,
+    /// Kernel mode: kill the guest (QEMU's process group) after this long.
+    #[arg(long, default_value_t = 180_000)]
+    pub guest_timeout_ms: u64,
+    /// Kernel mode: seeded subsets of the writes since the last flush, per flush epoch.
+    #[arg(long, default_value_t = StateLimits::default().reordered_per_epoch)]
+    pub reordered_per_epoch: usize,
+    /// Kernel mode: reordered states in all.
+    #[arg(long, default_value_t = StateLimits::default().max_reordered)]
+    pub max_reordered: usize,
+    /// Kernel mode: torn states in all.
+    #[arg(long, default_value_t = StateLimits::default().max_torn)]
+    pub max_torn: usize,
+    /// Kernel mode: the seed of the reordered subsets and tear points.
+    #[arg(long, default_value_t = StateLimits::default().seed)]
+    pub seed: u64,
+    /// Kernel mode: the pinned kernel's install directory (default: the per-user cache
+    /// ci/kernel installs into).
+    #[arg(long)]
+    pub kernel_dir: Option<PathBuf>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -85,6 +110,10 @@ pub struct CrashTestExecArgs {
 }
 
 pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
+    let file_system: FileSystem = args.file_system.parse().context("crash-test")?;
+    if file_system != FileSystem::Model {
+        return run_kernel(args, file_system);
+    }
     let stub_exe = std::env::current_exe().context("locating the shardlift executable")?;
     let checks = CheckLimits {
         max_states: args.max_states,
@@ -150,6 +179,70 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()> {
+    let config = KernelConfig {
+        agent_exe: std::env::current_exe().context("locating the shardlift executable")?,
+        kernel_dir: args.kernel_dir,
+        file_system,
+        out: args.out.clone(),
+        writer: args.writer,
+        check: args.check,
+        setup: args.setup,
+        ack: args.ack,
+        guest_timeout_ms: args.guest_timeout_ms,
+        setup_timeout_ms: args.writer_timeout_ms,
+        states: StateLimits {
+            reordered_per_epoch: args.reordered_per_epoch,
+            max_reordered: args.max_reordered,
+            max_torn: args.max_torn,
+            seed: args.seed,
+            ..StateLimits::default()
+        },
+        max_states: args.max_states,
+        checks: CheckLimits {
+            timeout_ms: args.check_timeout_ms,
+            ..CheckLimits::default()
+        },
+    };
+    let report =
+        kernel::run(&config, &mut |line| eprintln!("crash-test: {line}")).context("crash-test")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{:?} on {} ({:?}): {} log entries, {} flushes; {} flush points, {} reordered, {} torn; {} checked, {} failing",
+            report.file_system,
+            report.kernel.release,
+            report.accelerator,
+            report.log_entries,
+            report.log_flushes,
+            report.flush_points,
+            report.reordered_states,
+            report.torn_states,
+            report.states,
+            report.failing_states
+        );
+        println!("report: {}", args.out.join("report.json").display());
+    }
+    if report.failing_states > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The kernel-mode guest agent's arguments.
+#[derive(clap::Args, Debug)]
+pub struct KernelGuestArgs {
+    /// The agent's config (JSON).
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+/// Runs the guest agent; it powers the guest off and never returns.
+pub fn kernel_guest(args: KernelGuestArgs) -> anyhow::Result<()> {
+    kernel::agent::run(&args.config)
 }
 
 /// Waits for the recorder's go byte on stdin, then replaces itself with the writer.

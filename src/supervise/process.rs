@@ -78,6 +78,9 @@ pub enum Role {
     Setup,
     /// `crash-test`'s check command, run on one materialised crash state.
     Check,
+    /// A QEMU guest of `crash-test`'s kernel mode (and the host tools that recover its
+    /// crash states).
+    Guest,
 }
 
 impl Role {
@@ -90,6 +93,7 @@ impl Role {
             Role::Launcher => "launcher",
             Role::Setup => "setup",
             Role::Check => "check",
+            Role::Guest => "guest",
         }
     }
 }
@@ -342,6 +346,16 @@ impl ChildSpec {
     /// Appends one argument.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Appends several arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
         self
     }
 

@@ -282,21 +282,32 @@ fn prepare_output(out: &Path) -> Result<OutputDirs, CrashTestError> {
 }
 
 fn run_setup(command: &str, dirs: &OutputDirs, timeout_ms: u64) -> Result<(), CrashTestError> {
-    run_setup_with_shell(Path::new("/bin/sh"), command, dirs, timeout_ms)
+    run_setup_in(
+        Path::new("/bin/sh"),
+        command,
+        &dirs.scratch,
+        &dirs.tmp,
+        &dirs.setup_log,
+        timeout_ms,
+    )
 }
 
-fn run_setup_with_shell(
+/// Runs the setup command (`shell -c`) in `dir` with `TMPDIR=tmp`, its output in `log`,
+/// killed with its process group at the deadline; anything but exit 0 is an error.
+pub fn run_setup_in(
     shell: &Path,
     command: &str,
-    dirs: &OutputDirs,
+    dir: &Path,
+    tmp: &Path,
+    log: &Path,
     timeout_ms: u64,
 ) -> Result<(), CrashTestError> {
     let spec = ChildSpec::new(shell, Role::Setup, "crash-test")
         .arg("-c")
         .arg(command)
-        .env("TMPDIR", &dirs.tmp)
-        .current_dir(&dirs.scratch)
-        .output_to(&dirs.setup_log);
+        .env("TMPDIR", tmp)
+        .current_dir(dir)
+        .output_to(log);
     let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::SetupSpawn {
         command: command.to_owned(),
         source,
@@ -315,7 +326,7 @@ fn run_setup_with_shell(
         _ => Err(CrashTestError::SetupFailed {
             command: command.to_owned(),
             outcome,
-            log: dirs.setup_log.clone(),
+            log: log.to_owned(),
         }),
     }
 }
@@ -384,8 +395,15 @@ mod tests {
         let out = tempfile::tempdir().expect("tempdir");
         let dirs = prepare_output(&out.path().join("run")).expect("layout");
         let missing_shell = out.path().join("no-such-shell");
-        let error = run_setup_with_shell(&missing_shell, "true", &dirs, 5_000)
-            .expect_err("a missing shell cannot run the setup");
+        let error = run_setup_in(
+            &missing_shell,
+            "true",
+            &dirs.scratch,
+            &dirs.tmp,
+            &dirs.setup_log,
+            5_000,
+        )
+        .expect_err("a missing shell cannot run the setup");
         assert_eq!(error.kind(), "setup-spawn", "{error}");
         assert!(error.to_string().contains("`true`"), "{error}");
     }
