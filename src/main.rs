@@ -33,7 +33,7 @@ enum Command {
     CrashMatrix(cli::store::CrashMatrixArgs),
     /// Crash-test another program's checkpoint writer: record its file operations with
     /// ptrace, rebuild every crash state and run your check on each.
-    CrashTest(cli::crash_test::CrashTestArgs),
+    CrashTest(Box<cli::crash_test::CrashTestArgs>),
     /// Internal: waits for the crash-test recorder, then execs the writer (traced).
     #[command(hide = true)]
     CrashTestExec(cli::crash_test::CrashTestExecArgs),
@@ -75,7 +75,7 @@ fn main() {
         Command::Dataset(command) => cli::dataset::run(command),
         Command::Store(command) => cli::store::run(command),
         Command::CrashMatrix(args) => cli::store::run_crash_matrix(args),
-        Command::CrashTest(args) => cli::crash_test::run(args),
+        Command::CrashTest(args) => cli::crash_test::run(*args),
         Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),
         Command::KernelGuest(args) => cli::crash_test::kernel_guest(args),
         Command::Train(args) => cli::train::run_train(args),

@@ -93,11 +93,6 @@ pub fn acknowledgements(
     acks
 }
 
-/// How many of `acks` a crash after `crash_point` operations follows.
-pub fn acked_at(acks: &[usize], crash_point: usize) -> usize {
-    acks.iter().filter(|&&at| at <= crash_point).count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,14 +128,6 @@ mod tests {
             acks.iter().map(|a| a.after_operations).collect::<Vec<_>>(),
             [4, 4]
         );
-    }
-
-    #[test]
-    fn a_crash_at_an_acknowledgement_follows_it() {
-        assert_eq!(acked_at(&[3, 5, 5, 9], 2), 0);
-        assert_eq!(acked_at(&[3, 5, 5, 9], 3), 1);
-        assert_eq!(acked_at(&[3, 5, 5, 9], 5), 3);
-        assert_eq!(acked_at(&[3, 5, 5, 9], 9), 4);
     }
 
     #[test]

@@ -28,7 +28,6 @@ use serde::Serialize;
 
 use crate::core::digest::{Digest, FramedHasher};
 use crate::core::rng::SplitMix64;
-use crate::lab::external::ack::acked_at;
 use crate::lab::external::trace::{parent, InitialEntry, InodeId, Trace, TraceOp};
 use crate::lab::powerloss::{subsets, EnumerationLimits};
 
@@ -603,7 +602,7 @@ fn build_state(
     }
     CrashState {
         crash_point,
-        acknowledged: acked_at(&trace.acknowledged_at, crash_point),
+        acknowledged: trace.acknowledged_by(crash_point),
         dropped_operations: pending
             .iter()
             .copied()

@@ -9,7 +9,7 @@
 use crate::lab::kernel::error::KernelError;
 
 /// The log's magic number.
-pub const MAGIC: u64 = 0x6a73_6677_7368_72;
+pub const MAGIC: u64 = 0x006a_7366_7773_6872;
 /// Entry flag: a flush (sector 0, no data).
 pub const FLAG_FLUSH: u64 = 1;
 /// Entry flag: forced unit access (this write is durable when it completes).
@@ -157,7 +157,7 @@ pub(crate) mod tests {
         assert!(log.entries[0].is_write() && !log.entries[0].is_fua());
         assert!(log.entries[1].is_flush());
         assert!(log.entries[2].is_fua());
-        assert_eq!(log.entries[2].data_at, 512 * 5);
+        assert_eq!(log.entries[2].data_at, 512 * 6);
     }
 
     /// Each way a log can be bad is its own reason; an oversized one is its own error.

@@ -78,11 +78,11 @@ pub enum KernelError {
     CrashTest(#[from] crate::lab::external::CrashTestError),
     /// The writer changed files outside the guest's file system under test.
     #[error(
-        "the writer escaped the file system under test: it changed {path} in the guest's root"
+        "the writer escaped the file system under test: it changed {paths} in the guest's root"
     )]
     Escape {
-        /// The changed path, in the guest.
-        path: String,
+        /// The changed paths, in the guest (a new file's directory too).
+        paths: String,
     },
     /// The block log is not in the dm-log-writes format.
     #[error("the block log is malformed: {reason}")]

@@ -140,7 +140,7 @@ pub struct KernelReport {
     pub kernel: KernelPin,
     /// The accelerator QEMU used.
     pub accelerator: Accelerator,
-    /// The acknowledgement lines the agent marked, in order (the exit is marked last).
+    /// The acknowledgement lines the agent marked, in order, then `<exit>` (also marked).
     pub acknowledgements: Vec<String>,
     /// Entries in the block log.
     pub log_entries: usize,
@@ -222,8 +222,10 @@ pub fn run(
         },
     )?;
     timings.guest_ms = report.wall_ms;
-    if let Some(path) = report.escaped.first() {
-        return Err(KernelError::Escape { path: path.clone() });
+    if !report.escaped.is_empty() {
+        return Err(KernelError::Escape {
+            paths: report.escaped.join(", "),
+        });
     }
     if report.exit.as_deref() != Some("0") {
         return Err(KernelError::WriterFailed {
@@ -254,7 +256,11 @@ pub fn run(
             package_sha256: KERNEL_PACKAGE_SHA256,
         },
         accelerator,
-        acknowledgements: report.acks,
+        acknowledgements: report
+            .acks
+            .into_iter()
+            .chain([crate::lab::external::ack::EXIT_ACK.to_owned()])
+            .collect(),
         log_entries: log.entries.len(),
         log_writes: log.entries.iter().filter(|e| e.is_write()).count(),
         log_flushes: log.entries.iter().filter(|e| e.is_flush()).count(),

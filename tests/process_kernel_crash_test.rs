@@ -1,0 +1,241 @@
+//! `shardlift crash-test --file-system ext4` end to end: the writer runs in a QEMU guest
+//! of the pinned Debian kernel (`ci/kernel install` puts it in the per-user cache), every
+//! write and flush of its disk is logged by QEMU's blklogwrites, and each crash state
+//! (flush points, seeded reorderings of the writes since the last flush, torn writes) is
+//! recovered by e2fsck, extracted by debugfs and checked.
+//!
+//! - ShardLift's own publish over a generation: 0 failing states, and after the writer's
+//!   exit (an acknowledgement) every state recovers the new generation;
+//! - a writer that renames without fsync loses its acknowledged checkpoint on ext4, and the
+//!   same writer followed by `sync` does not (the control);
+//! - bad input: an unknown file system, a missing kernel install, a writer that escapes
+//!   the file system under test, a guest that never powers off — each a specific error,
+//!   exit 1, no QEMU left running.
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const SHARDLIFT: &str = env!("CARGO_BIN_EXE_shardlift");
+
+fn crash_test(out: &Path, extra: &[&str], writer: &[&str]) -> Output {
+    Command::new(SHARDLIFT)
+        .args(["crash-test", "--file-system", "ext4", "--json", "--out"])
+        .arg(out)
+        .args(extra)
+        .arg("--")
+        .args(writer)
+        .output()
+        .expect("run shardlift crash-test")
+}
+
+fn report(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}); stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Whether any process still names `out` in its command line (a QEMU left behind).
+fn running_under(out: &Path) -> Vec<String> {
+    let needle = out.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if text.contains(&needle) && !text.contains("crash-test") {
+                found.push(text);
+            }
+        }
+    }
+    found
+}
+
+/// Runs a crash test that must be refused: exit 1, no report, nothing left running.
+fn refused(out: &Path, extra: &[&str], writer: &[&str]) -> String {
+    let output = crash_test(out, extra, writer);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(output.stdout.is_empty(), "a refused run prints no report");
+    assert_eq!(running_under(out), Vec::<String>::new(), "left running");
+    stderr(&output)
+}
+
+fn root_of(store: &Path, step: u64) -> String {
+    let output = Command::new(SHARDLIFT)
+        .args([
+            "store",
+            "publish-synthetic",
+            "--json",
+            "--seed",
+            "1",
+            "--step",
+        ])
+        .arg(step.to_string())
+        .arg("--store")
+        .arg(store)
+        .output()
+        .expect("publish");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("summary");
+    summary["logical_state_root"]
+        .as_str()
+        .expect("root")
+        .to_owned()
+}
+
+#[test]
+fn shardlift_publish_on_ext4_keeps_every_acknowledged_generation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("roots")).expect("roots");
+    let old = root_of(&dir.path().join("roots"), 0);
+    let new = root_of(&dir.path().join("roots"), 1);
+    let setup = format!("{SHARDLIFT} store publish-synthetic --store . --seed 1 --step 0");
+    // Once the publisher has exited (acknowledged), only the new generation is right.
+    let check = format!(
+        "if [ \"$SHARDLIFT_ACKED\" -gt 0 ]; then exec {SHARDLIFT} store recover --store . \
+         --expect-root {new}; else exec {SHARDLIFT} store recover --store . \
+         --expect-root {old} --expect-root {new}; fi"
+    );
+    let output = crash_test(
+        &dir.path().join("out"),
+        &["--setup", &setup, "--check", &check],
+        &[
+            SHARDLIFT,
+            "store",
+            "publish-synthetic",
+            "--store",
+            ".",
+            "--seed",
+            "1",
+            "--step",
+            "1",
+            "--sequential",
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = report(&output);
+    assert_eq!(report["failing_states"], 0, "{report}");
+    assert_eq!(report["file_system"], "ext4");
+    assert_eq!(report["kernel"]["release"], "6.1.0-57-amd64");
+    assert!(["tcg", "kvm"].contains(&report["accelerator"].as_str().unwrap_or("")));
+    let flushes = report["log_flushes"].as_u64().expect("flushes");
+    assert!(flushes > 10, "a publish makes many flushes: {report}");
+    assert!(report["flush_points"].as_u64().expect("points") > 10);
+    assert!(report["reordered_states"].as_u64().expect("reordered") >= 20);
+    assert!(report["torn_states"].as_u64().expect("torn") > 0);
+    assert_eq!(
+        report["states"].as_u64(),
+        Some(
+            report["flush_points"].as_u64().unwrap_or(0)
+                + report["reordered_states"].as_u64().unwrap_or(0)
+                + report["torn_states"].as_u64().unwrap_or(0)
+        )
+    );
+    assert_eq!(report["acknowledgements"], serde_json::json!(["<exit>"]));
+}
+
+/// write + rename with no fsync: after the exit the old checkpoint (or none) is on disk.
+#[test]
+fn a_writer_without_fsync_loses_its_acknowledged_checkpoint_and_sync_fixes_it() {
+    let check = "[ -f ckpt ] || { echo no checkpoint; exit 1; }; c=$(cat ckpt); \
+                 if [ \"$SHARDLIFT_ACKED\" -gt 0 ] && [ \"$c\" != new ]; then \
+                 echo acknowledged checkpoint lost; exit 1; fi; \
+                 [ \"$c\" = old ] || [ \"$c\" = new ] || { echo damaged; exit 1; }";
+    let write = "echo new > ckpt.tmp && mv ckpt.tmp ckpt";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = ["--setup", "echo old > ckpt", "--check", check];
+    let output = crash_test(&dir.path().join("no-fsync"), &args, &["sh", "-c", write]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let broken = report(&output);
+    let failures = broken["failures"].as_array().expect("failures");
+    assert!(!failures.is_empty(), "{broken}");
+    assert!(failures
+        .iter()
+        .all(|f| f["acknowledged"].as_u64() >= Some(1)));
+    assert!(failures.iter().any(|f| f["output_tail"]
+        .as_str()
+        .unwrap_or("")
+        .contains("acknowledged checkpoint lost")));
+
+    let synced = format!("{write} && sync");
+    let output = crash_test(&dir.path().join("sync"), &args, &["sh", "-c", &synced]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(report(&output)["failing_states"], 0);
+}
+
+#[test]
+fn an_unknown_file_system_and_a_missing_kernel_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let output = Command::new(SHARDLIFT)
+        .args([
+            "crash-test",
+            "--file-system",
+            "zfs",
+            "--check",
+            "true",
+            "--out",
+        ])
+        .arg(&out)
+        .args(["--", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("unknown file system `zfs`"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.exists(), "nothing was created");
+
+    let empty = dir.path().join("no-kernel");
+    std::fs::create_dir(&empty).expect("dir");
+    let kernel_dir = empty.to_str().expect("utf-8");
+    let text = refused(
+        &out,
+        &["--check", "true", "--kernel-dir", kernel_dir],
+        &["true"],
+    );
+    assert!(
+        text.contains("pinned guest kernel 6.1.0-57-amd64 is not installed"),
+        "{text}"
+    );
+    assert!(text.contains("ci/kernel install"), "{text}");
+    assert!(!out.exists(), "nothing was created");
+}
+
+#[test]
+fn a_writer_that_escapes_the_file_system_under_test_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let text = refused(
+        &out,
+        &["--check", "true"],
+        &["sh", "-c", "echo x > ckpt && echo x > /escaped"],
+    );
+    assert!(
+        text.contains("escaped the file system under test"),
+        "{text}"
+    );
+    assert!(text.contains("/escaped"), "{text}");
+}
+
+#[test]
+fn a_guest_that_never_powers_off_is_killed_at_its_deadline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let started = std::time::Instant::now();
+    let text = refused(
+        &out,
+        &["--check", "true", "--guest-timeout-ms", "20000"],
+        &["sh", "-c", "sleep 600"],
+    );
+    assert!(text.contains("did not power off within 20000 ms"), "{text}");
+    assert!(started.elapsed().as_secs() < 120, "the deadline held");
+}
