@@ -8,6 +8,11 @@
 //!   exit (an acknowledgement) every state recovers the new generation;
 //! - a writer that renames without fsync loses its acknowledged checkpoint on ext4, and the
 //!   same writer followed by `sync` does not (the control);
+//! - the model held against the kernel: every recovered state of a writer that creates
+//!   two files and fsyncs only the second is one of the model's crash states; a model
+//!   narrowed so that no entry persists before a directory fsync covers it is refuted by
+//!   real ext4 states (the fsync commits the other file's create in the same journal
+//!   transaction), each printed whole;
 //! - bad input: an unknown file system, a missing kernel install, a writer that escapes
 //!   the file system under test, a guest that never powers off — each a specific error,
 //!   exit 1, no QEMU left running.
@@ -167,6 +172,57 @@ fn a_writer_without_fsync_loses_its_acknowledged_checkpoint_and_sync_fixes_it() 
     let output = crash_test(&dir.path().join("sync"), &args, &["sh", "-c", &synced]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(report(&output)["failing_states"], 0);
+}
+
+/// Creates f1 and f2, fsyncs only f2 (busybox `sync FILE` is fsync(2)), on host and guest.
+fn hold_model(out: &Path, narrowed: bool) -> Output {
+    let mut args = vec![
+        "--setup",
+        "echo old > ckpt",
+        "--check",
+        "true",
+        "--hold-model",
+    ];
+    if narrowed {
+        args.push("--narrowed-model");
+    }
+    let writer = [
+        "/bin/busybox",
+        "sh",
+        "-c",
+        "echo a > f1; echo b > f2; sync f2",
+    ];
+    crash_test(out, &args, &writer)
+}
+
+#[test]
+fn every_ext4_state_is_one_the_model_admits_and_a_narrowed_model_is_refuted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = hold_model(&dir.path().join("full"), false);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let full = report(&output);
+    assert_eq!(full["outside_model_states"], 0, "{full}");
+    assert!(full["model_states"].as_u64().expect("model states") > 1);
+    assert!(full["states"].as_u64().expect("states") > 3);
+
+    let output = hold_model(&dir.path().join("narrowed"), true);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let narrowed = report(&output);
+    assert_eq!(narrowed["narrowed_model"], true);
+    let outside = narrowed["outside_model_states"].as_u64().expect("outside");
+    assert!(
+        outside > 0,
+        "real ext4 refutes the narrowed model: {narrowed}"
+    );
+    // The refuting state is printed whole: f1 exists although no directory fsync ran.
+    let failures = narrowed["failures"].as_array().expect("failures");
+    let refuting = failures
+        .iter()
+        .find(|f| !f["outside_model"].is_null())
+        .expect("a state outside the model");
+    for path in ["ckpt", "f1", "f2"] {
+        assert!(refuting["outside_model"][path].is_string(), "{refuting}");
+    }
 }
 
 #[test]

@@ -65,6 +65,15 @@ pub struct CrashTestArgs {
     /// Kernel mode: the seed of the reordered subsets and tear points.
     #[arg(long, default_value_t = StateLimits::default().seed)]
     pub seed: u64,
+    /// Kernel mode: hold every recovered state against the model — the writer is also
+    /// recorded on the host, and a state none of the model's crash states is fails the
+    /// run, printed whole (a bug in the model).
+    #[arg(long)]
+    pub hold_model: bool,
+    /// Kernel mode, with --hold-model: narrow the model on purpose (no entry operation
+    /// persists before a directory fsync covers it), to show the kernel refutes it.
+    #[arg(long, requires = "hold_model")]
+    pub narrowed_model: bool,
     /// Kernel mode: the pinned kernel's install directory (default: the per-user cache
     /// ci/kernel installs into).
     #[arg(long)]
@@ -205,6 +214,11 @@ fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()
             timeout_ms: args.check_timeout_ms,
             ..CheckLimits::default()
         },
+        hold_model: args.hold_model.then_some(ModelLimits {
+            max_distinct_states: args.max_distinct_states,
+            narrowed: args.narrowed_model,
+            ..ModelLimits::default()
+        }),
     };
     let report =
         kernel::run(&config, &mut |line| eprintln!("crash-test: {line}")).context("crash-test")?;

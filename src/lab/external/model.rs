@@ -125,6 +125,9 @@ pub struct ModelLimits {
     pub write_prefixes: usize,
     /// Fail once this many distinct states exist (the trace is over the limits).
     pub max_distinct_states: usize,
+    /// A deliberately narrowed model, for showing that the kernel can refute a model: no
+    /// pending entry operation persists before a directory fsync (or sync) covers it.
+    pub narrowed: bool,
 }
 
 impl Default for ModelLimits {
@@ -133,6 +136,7 @@ impl Default for ModelLimits {
             subsets: EnumerationLimits::default(),
             write_prefixes: 3,
             max_distinct_states: 50_000,
+            narrowed: false,
         }
     }
 }
@@ -400,10 +404,14 @@ pub fn crash_states(
     for crash_point in 0..=trace.ops.len() {
         // Sampling may draw a subset twice; coverage counts distinct ones.
         let mut drawn: HashSet<Vec<usize>> = HashSet::new();
-        let distinct: Vec<Vec<usize>> = subsets(pending.len(), limits.subsets, &mut rng)
-            .into_iter()
-            .filter(|subset| drawn.insert(subset.clone()))
-            .collect();
+        let distinct: Vec<Vec<usize>> = if limits.narrowed {
+            vec![Vec::new()]
+        } else {
+            subsets(pending.len(), limits.subsets, &mut rng)
+                .into_iter()
+                .filter(|subset| drawn.insert(subset.clone()))
+                .collect()
+        };
         coverage.add_crash_point(pending.len(), distinct.len());
         for subset in distinct {
             let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
@@ -611,6 +619,45 @@ fn build_state(
         entries,
         digest: hasher.finish(),
     }
+}
+
+/// What a loader can see of a directory tree (the same digest as
+/// [`CrashState::digest`]), and every path with `dir` or its content's SHA-256, for
+/// holding a real file system's state against the model's.
+pub fn tree_digest(
+    root: &std::path::Path,
+    unread: &Unread,
+) -> std::io::Result<(Digest, BTreeMap<String, String>)> {
+    let mut tree: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+    for entry in walkdir::WalkDir::new(root).min_depth(1) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let rel = entry
+            .path()
+            .strip_prefix(root)
+            .map_err(std::io::Error::other)?
+            .to_string_lossy()
+            .into_owned();
+        let bytes = if entry.file_type().is_dir() {
+            None
+        } else {
+            Some(std::fs::read(entry.path())?)
+        };
+        tree.insert(rel, bytes);
+    }
+    let mut hasher = FramedHasher::new("shardlift/crash-test/state/v1");
+    let mut listing = BTreeMap::new();
+    for (path, bytes) in &tree {
+        let shown = match bytes {
+            None => "dir".to_owned(),
+            Some(bytes) => Digest::of(bytes).to_string(),
+        };
+        if !unread.covers(path) {
+            hasher.field(path.as_bytes());
+            hasher.field(bytes.as_deref().unwrap_or(b"<dir>"));
+        }
+        listing.insert(path.clone(), shown);
+    }
+    Ok((hasher.finish(), listing))
 }
 
 /// The bytes of every file of `state`, rebuilt from the trace (states keep digests, not
@@ -998,5 +1045,26 @@ mod tests {
         let three = crash_states(&creates(3), limits, &Unread::default()).unwrap();
         assert_eq!(three.subsets.total, Some(15));
         assert!(three.subsets.sampled(), "{:?}", three.subsets);
+    }
+
+    /// A materialised state's tree has the state's own digest (the kernel mode relies
+    /// on it to hold a real file system's states against the model's).
+    #[test]
+    fn a_materialised_state_has_the_states_digest() {
+        let trace = replace_trace(true);
+        let states =
+            crash_states(&trace, ModelLimits::default(), &Unread::default()).expect("states");
+        for state in &states.states {
+            let dir = tempfile::tempdir().expect("tempdir");
+            for (path, bytes) in state_files(&trace, state) {
+                let target = dir.path().join(&path);
+                match bytes {
+                    None => std::fs::create_dir(&target).expect("dir"),
+                    Some(bytes) => std::fs::write(&target, bytes).expect("file"),
+                }
+            }
+            let (digest, _) = tree_digest(dir.path(), &Unread::default()).expect("digest");
+            assert_eq!(digest, state.digest);
+        }
     }
 }

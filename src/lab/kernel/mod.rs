@@ -9,8 +9,9 @@
 //! durable starting image; no fast_commit, no lazy initialisation, no discard) on a disk
 //! larger than the file system, whose tail holds the acknowledgement markers → build the
 //! initramfs ([`initramfs`]) → boot the guest ([`guest`]; the agent, [`agent`], runs the
-//! writer and marks each acknowledgement on the disk) → parse the log → check each state
-//! → one report.
+//! writer and marks each acknowledgement on the disk) → parse the log → (with
+//! `hold_model`: record the same writer on the host and build the model's crash states)
+//! → recover each state, hold it against the model, check it → one report.
 //!
 //! Output directory: `setup/` (what the setup command left), `disk.img` (after the run),
 //! `base.img` (before it), `blocks.log`, `console.log`, `initramfs.cpio`, `states/N/` and

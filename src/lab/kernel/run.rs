@@ -1,4 +1,5 @@
 //! One crash test on the kernel, phase by phase (see the module doc of [`super`]).
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -6,8 +7,11 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::core::digest::Digest;
 use crate::durable::file::{write_file, WriteOptions};
 use crate::lab::external::check::{run_check, CheckLimits, CheckOutcome};
+use crate::lab::external::model::{self, ModelLimits, Unread};
+use crate::lab::external::recorder::{self, RecordLimits};
 use crate::lab::external::{run_setup_in, AckPattern, CrashTestError};
 use crate::lab::kernel::agent::{AgentConfig, MAX_MARKERS};
 use crate::lab::kernel::blklog::{self, BlockLog};
@@ -84,6 +88,10 @@ pub struct KernelConfig {
     pub max_states: usize,
     /// Bounds of each check.
     pub checks: CheckLimits,
+    /// Hold every recovered state against the model: the writer is also recorded on the
+    /// host (ptrace) and a state whose visible tree is none of the model's crash states
+    /// fails. `None`: do not.
+    pub hold_model: Option<ModelLimits>,
 }
 
 /// The pinned kernel, as reported.
@@ -121,6 +129,9 @@ pub struct KernelFailure {
     pub acknowledged: usize,
     /// Why recovery failed (then no check ran), if it did.
     pub recovery: Option<String>,
+    /// The recovered tree (every path: `dir` or its SHA-256) when it is none of the
+    /// model's crash states (then no check ran): a state the model does not admit.
+    pub outside_model: Option<BTreeMap<String, String>>,
     /// How the check ended, if it ran.
     pub check: Option<CheckOutcome>,
     /// The last bytes of the check's output.
@@ -158,8 +169,14 @@ pub struct KernelReport {
     pub states: usize,
     /// States that recovered and whose check passed.
     pub passing_states: usize,
-    /// States that failed recovery or the check.
+    /// States that failed recovery or the check, or lie outside the model.
     pub failing_states: usize,
+    /// With `--hold-model`: the model's distinct crash states of the same writer.
+    pub model_states: Option<usize>,
+    /// With `--hold-model`: whether the model was deliberately narrowed.
+    pub narrowed_model: bool,
+    /// Recovered states that are none of the model's (each is a failure).
+    pub outside_model_states: usize,
     /// Every failing state.
     pub failures: Vec<KernelFailure>,
     /// Per-phase timings.
@@ -244,7 +261,21 @@ pub fn run(
         all.len()
     ));
     let checked = &all[..all.len().min(config.max_states)];
-    let failures = check_states(config, &log, &log_bytes, &base, checked, progress)?;
+    let admitted = match config.hold_model {
+        Some(limits) => {
+            progress("recording the writer on the host for the model");
+            Some(model_digests(config, limits)?)
+        }
+        None => None,
+    };
+    let failures = check_states(
+        config,
+        (&log, &log_bytes),
+        &base,
+        checked,
+        admitted.as_ref(),
+        progress,
+    )?;
     timings.states_ms = states_started.elapsed().as_millis() as u64;
     let count = |kind: StateKind| all.iter().filter(|s| s.kind == kind).count();
     let report = KernelReport {
@@ -270,6 +301,12 @@ pub fn run(
         states: checked.len(),
         passing_states: checked.len() - failures.len(),
         failing_states: failures.len(),
+        model_states: admitted.as_ref().map(HashSet::len),
+        narrowed_model: config.hold_model.is_some_and(|l| l.narrowed),
+        outside_model_states: failures
+            .iter()
+            .filter(|f| f.outside_model.is_some())
+            .count(),
         failures,
         timings,
     };
@@ -453,10 +490,10 @@ fn read_log(path: &Path) -> Result<Vec<u8>, KernelError> {
 
 fn check_states(
     config: &KernelConfig,
-    log: &BlockLog,
-    log_bytes: &[u8],
+    (log, log_bytes): (&BlockLog, &[u8]),
     base: &Path,
     states: &[BlockState],
+    admitted: Option<&HashSet<Digest>>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<KernelFailure>, KernelError> {
     let dir = config.out.join("states");
@@ -473,38 +510,20 @@ fn check_states(
         drop(file);
         let tree = dir.join(index.to_string());
         let check_log = dir.join(format!("{index}.log"));
-        let failure = |recovery: Option<String>,
-                       check: Option<CheckOutcome>,
-                       output_tail: String| KernelFailure {
-            state: index,
-            kind: state.kind,
-            cut: state.cut,
-            acknowledged: state.acknowledged,
-            recovery,
-            check,
-            output_tail,
-        };
-        match recover_ext4(&image, &tree)? {
-            Err(why) => failures.push(failure(Some(why), None, String::new())),
-            Ok(()) => {
-                let (outcome, tail) = run_check(
-                    &config.check,
-                    &tree,
-                    &check_log,
-                    state.acknowledged,
-                    config.checks,
-                )?;
-                if outcome.passed() {
-                    std::fs::remove_dir_all(&tree)
-                        .map_err(KernelError::io("removing a checked state"))?;
-                    std::fs::remove_file(&check_log)
-                        .map_err(KernelError::io("removing a check log"))?;
-                } else {
-                    failures.push(failure(None, Some(outcome), tail));
-                }
+        let verdict = judge(config, &image, (&tree, &check_log), state, admitted)?;
+        std::fs::remove_file(&image).map_err(KernelError::io("removing a state image"))?;
+        match verdict {
+            None => {
+                std::fs::remove_dir_all(&tree)
+                    .map_err(KernelError::io("removing a checked state"))?;
+                std::fs::remove_file(&check_log)
+                    .map_err(KernelError::io("removing a check log"))?;
+            }
+            Some(mut failure) => {
+                failure.state = index;
+                failures.push(failure);
             }
         }
-        std::fs::remove_file(&image).map_err(KernelError::io("removing a state image"))?;
         if (index + 1) % 10 == 0 || index + 1 == states.len() {
             progress(&format!(
                 "checked {}/{} crash states",
@@ -514,6 +533,94 @@ fn check_states(
         }
     }
     Ok(failures)
+}
+
+/// Recovers one state image, holds it against the model, checks it: `None` when it
+/// passes (its tree and check log are left for the caller to remove).
+fn judge(
+    config: &KernelConfig,
+    image: &Path,
+    (tree, check_log): (&Path, &Path),
+    state: &BlockState,
+    admitted: Option<&HashSet<Digest>>,
+) -> Result<Option<KernelFailure>, KernelError> {
+    let mut failure = KernelFailure {
+        state: 0,
+        kind: state.kind,
+        cut: state.cut,
+        acknowledged: state.acknowledged,
+        recovery: None,
+        outside_model: None,
+        check: None,
+        output_tail: String::new(),
+    };
+    if let Err(why) = recover_ext4(image, tree)? {
+        failure.recovery = Some(why);
+        return Ok(Some(failure));
+    }
+    // The check log must exist for the caller to remove, whatever happens next.
+    std::fs::write(check_log, b"").map_err(KernelError::io("creating a check log"))?;
+    if let Some(admitted) = admitted {
+        let (digest, listing) = model::tree_digest(tree, &Unread::default())
+            .map_err(KernelError::io("reading a recovered state"))?;
+        if !admitted.contains(&digest) {
+            failure.outside_model = Some(listing);
+            return Ok(Some(failure));
+        }
+    }
+    let (outcome, tail) = run_check(
+        &config.check,
+        tree,
+        check_log,
+        state.acknowledged,
+        config.checks,
+    )?;
+    if outcome.passed() {
+        return Ok(None);
+    }
+    failure.check = Some(outcome);
+    failure.output_tail = tail;
+    Ok(Some(failure))
+}
+
+/// The digests of the model's crash states of the same writer, recorded on the host
+/// under ptrace in `model/` after the same setup command.
+fn model_digests(
+    config: &KernelConfig,
+    limits: ModelLimits,
+) -> Result<HashSet<Digest>, KernelError> {
+    let root = config.out.join("model");
+    let (scratch, tmp) = (root.join("scratch"), root.join("tmp"));
+    for dir in [&root, &scratch, &tmp] {
+        std::fs::create_dir(dir).map_err(KernelError::io("creating model/"))?;
+    }
+    if let Some(command) = &config.setup {
+        let log = root.join("setup.log");
+        let sh = Path::new("/bin/sh");
+        run_setup_in(sh, command, &scratch, &tmp, &log, config.setup_timeout_ms)?;
+    }
+    let stderr_log = root.join("writer.stderr");
+    let run = recorder::record(
+        &recorder::WriterSetup {
+            stub_exe: &config.agent_exe,
+            scratch: &scratch,
+            tmpdir: &tmp,
+            argv: &config.writer,
+            stdout_log: &root.join("writer.stdout"),
+            stderr_log: &stderr_log,
+        },
+        RecordLimits::default(),
+    )?;
+    if !run.exit.success() {
+        return Err(CrashTestError::WriterFailed {
+            outcome: run.exit.to_string(),
+            log: stderr_log,
+        }
+        .into());
+    }
+    let states = model::crash_states(&run.trace, limits, &Unread::default())
+        .map_err(CrashTestError::from)?;
+    Ok(states.states.iter().map(|s| s.digest).collect())
 }
 
 fn write_report(out: &Path, report: &KernelReport) -> Result<(), KernelError> {
