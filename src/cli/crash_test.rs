@@ -200,6 +200,7 @@ fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()
         check: args.check,
         setup: args.setup,
         ack: args.ack,
+        unread: args.unread,
         guest_timeout_ms: args.guest_timeout_ms,
         setup_timeout_ms: args.writer_timeout_ms,
         states: StateLimits {

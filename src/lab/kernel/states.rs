@@ -270,4 +270,45 @@ mod tests {
         assert!(a.iter().filter(|s| s.kind == StateKind::Reordered).count() <= 1);
         assert_eq!(a.iter().filter(|s| s.kind == StateKind::Torn).count(), 0);
     }
+
+    /// Whether every write flushed before the last acknowledgement marker the state
+    /// follows is in it: what a check may rely on when `SHARDLIFT_ACKED` says so.
+    fn markers_are_backed(log: &BlockLog, state: &BlockState) -> bool {
+        let markers: Vec<usize> = (0..log.entries.len())
+            .filter(|&i| log.entries[i].is_write() && log.entries[i].sector >= MARKER)
+            .collect();
+        let Some(&last) = state
+            .acknowledged
+            .checked_sub(1)
+            .and_then(|k| markers.get(k))
+        else {
+            return true;
+        };
+        let flushed_before = (0..last).rev().find(|&i| log.entries[i].is_flush());
+        flushed_before.is_none_or(|flush| {
+            (0..flush)
+                .filter(|&i| log.entries[i].is_write() && log.entries[i].sector < MARKER)
+                .all(|i| state.applied.contains(&i))
+        })
+    }
+
+    /// Every generated state that counts a marker holds what was flushed before it; a
+    /// forged state that counts the marker but drops an earlier epoch's write does not.
+    #[test]
+    fn acknowledged_states_hold_what_was_flushed_before_the_marker() {
+        let log = sample();
+        let states = block_states(&log, MARKER, StateLimits::default());
+        assert!(states.iter().any(|s| s.acknowledged > 0));
+        for state in &states {
+            assert!(markers_are_backed(&log, state), "{state:?}");
+        }
+        let forged = BlockState {
+            kind: StateKind::Reordered,
+            cut: 6,
+            applied: vec![1, 3, 4],
+            torn: None,
+            acknowledged: 1,
+        };
+        assert!(!markers_are_backed(&log, &forged));
+    }
 }
