@@ -4,8 +4,10 @@
 //! (flush points, seeded reorderings of the writes since the last flush, torn writes) is
 //! recovered by e2fsck, extracted by debugfs and checked.
 //!
-//! - ShardLift's own publish over a generation: 0 failing states, and after the writer's
-//!   exit (an acknowledgement) every state recovers the new generation;
+//! - ShardLift's own publish over a generation: 0 failing states, after the writer's exit
+//!   (an acknowledgement) every state recovers the new generation, and every state is one
+//!   the model admits for the same publish (`staging/`, whose temp names hold the
+//!   process id, left out on both sides);
 //! - a writer that renames without fsync loses its acknowledged checkpoint on ext4, and the
 //!   same writer followed by `sync` does not (the control);
 //! - the model held against the kernel: every recovered state of a writer that creates
@@ -109,7 +111,15 @@ fn shardlift_publish_on_ext4_keeps_every_acknowledged_generation() {
     );
     let output = crash_test(
         &dir.path().join("out"),
-        &["--setup", &setup, "--check", &check],
+        &[
+            "--setup",
+            &setup,
+            "--check",
+            &check,
+            "--hold-model",
+            "--unread",
+            "staging",
+        ],
         &[
             SHARDLIFT,
             "store",
@@ -143,6 +153,8 @@ fn shardlift_publish_on_ext4_keeps_every_acknowledged_generation() {
         )
     );
     assert_eq!(report["acknowledgements"], serde_json::json!(["<exit>"]));
+    assert_eq!(report["outside_model_states"], 0, "{report}");
+    assert!(report["model_states"].as_u64().expect("model states") > 10);
 }
 
 /// write + rename with no fsync: after the exit the old checkpoint (or none) is on disk.
