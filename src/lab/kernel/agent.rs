@@ -38,8 +38,21 @@ pub struct AgentConfig {
     pub marker_offset: u64,
 }
 
-/// Runs the agent; never returns (the guest powers off).
+/// The kernel command-line word that marks a crash-test guest. The agent powers its
+/// machine off, so it refuses to run anywhere without it (on a host, say).
+pub const GUEST_TOKEN: &str = "shardlift.guest=1";
+
+/// Runs the agent; never returns (the guest powers off). Outside a crash-test guest it
+/// does nothing and exits 2.
 pub fn run(config_path: &Path) -> ! {
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    if !is_guest(&cmdline) {
+        eprintln!(
+            "shardlift kernel-guest runs only inside a crash-test guest (the kernel command \
+             line lacks {GUEST_TOKEN}); nothing was done"
+        );
+        std::process::exit(2);
+    }
     let mut console = std::io::stdout();
     let result = run_writer(config_path, &mut console);
     match result {
@@ -55,6 +68,11 @@ pub fn run(config_path: &Path) -> ! {
     loop {
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
+}
+
+/// Whether a kernel command line is a crash-test guest's.
+pub fn is_guest(cmdline: &str) -> bool {
+    cmdline.split_whitespace().any(|word| word == GUEST_TOKEN)
 }
 
 fn run_writer(config_path: &Path, console: &mut impl Write) -> Result<(), String> {
@@ -144,4 +162,25 @@ fn root_listing() -> BTreeMap<String, (u64, i64, i64)> {
             Some((key, (meta.len(), meta.mtime(), meta.mtime_nsec())))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The agent powers its machine off: only a guest's exact command-line word lets it.
+    #[test]
+    fn only_a_guest_command_line_lets_the_agent_run() {
+        assert!(is_guest(
+            "console=ttyS0 quiet rdinit=/init shardlift.guest=1"
+        ));
+        let host = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+        assert!(
+            !is_guest(&host),
+            "this host must not look like a guest: {host}"
+        );
+        assert!(!is_guest(
+            "BOOT_IMAGE=/vmlinuz shardlift.guest=10 xshardlift.guest=1"
+        ));
+    }
 }

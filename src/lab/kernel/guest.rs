@@ -123,7 +123,10 @@ pub fn run(qemu: &Path, guest: &GuestRun<'_>) -> Result<GuestReport, KernelError
         .arg("-initrd")
         .arg(guest.initramfs)
         .arg("-append")
-        .arg("console=ttyS0 quiet panic=-1 rdinit=/init")
+        .arg(format!(
+            "console=ttyS0 quiet panic=-1 rdinit=/init {}",
+            crate::lab::kernel::agent::GUEST_TOKEN
+        ))
         .arg("-blockdev")
         .arg(format!(
             "driver=file,node-name=img,filename={},cache.direct=off",

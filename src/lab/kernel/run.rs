@@ -13,7 +13,7 @@ use crate::lab::external::check::{run_check, CheckLimits, CheckOutcome};
 use crate::lab::external::model::{self, ModelLimits, Unread};
 use crate::lab::external::recorder::{self, RecordLimits};
 use crate::lab::external::{run_setup_in, AckPattern, CrashTestError};
-use crate::lab::kernel::agent::{AgentConfig, MAX_MARKERS};
+use crate::lab::kernel::agent::{self, AgentConfig, MAX_MARKERS};
 use crate::lab::kernel::blklog::{self, BlockLog};
 use crate::lab::kernel::error::KernelError;
 use crate::lab::kernel::guest::{self, Accelerator, GuestRun};
@@ -191,8 +191,8 @@ pub fn run(
     config: &KernelConfig,
     progress: &mut dyn FnMut(&str),
 ) -> Result<KernelReport, KernelError> {
-    let name = match config.file_system {
-        FileSystem::Ext4 => "ext4",
+    match config.file_system {
+        FileSystem::Ext4 => {}
         FileSystem::Model => {
             return Err(KernelError::UnknownFileSystem {
                 name: "model (not a kernel file system)".to_owned(),
@@ -200,7 +200,7 @@ pub fn run(
         }
         FileSystem::Xfs => return Err(KernelError::UnsupportedFileSystem { name: "xfs" }),
         FileSystem::Btrfs => return Err(KernelError::UnsupportedFileSystem { name: "btrfs" }),
-    };
+    }
     if config.writer.is_empty() {
         return Err(CrashTestError::NoWriterCommand.into());
     }
@@ -212,30 +212,49 @@ pub fn run(
     let qemu = guest::qemu_binary()?;
     let writer_program = resolve_program(&config.writer[0])?;
     prepare_output(&config.out)?;
+    let booted = boot(config, &install, (&qemu, &writer_program), progress)?;
+    let report = judge_log(config, booted, progress)?;
+    write_report(&config.out, &report)?;
+    Ok(report)
+}
+
+/// What the guest run left: the accelerator, the marked lines, the phase timings so far.
+struct Booted {
+    accelerator: Accelerator,
+    acks: Vec<String>,
+    timings: PhaseTimings,
+}
+
+/// Makes the file system, builds the initramfs, boots the guest and runs the writer.
+fn boot(
+    config: &KernelConfig,
+    install: &KernelInstall,
+    (qemu, writer_program): (&Path, &Path),
+    progress: &mut dyn FnMut(&str),
+) -> Result<Booted, KernelError> {
     let started = Instant::now();
     let mut timings = PhaseTimings::default();
-    progress(&format!("making {name} from the setup command's result"));
+    progress("making ext4 from the setup command's result");
     let disk = config.out.join("disk.img");
-    let base = config.out.join("base.img");
     make_file_system(config, &disk)?;
-    std::fs::copy(&disk, &base).map_err(KernelError::io("copying the starting image"))?;
+    std::fs::copy(&disk, config.out.join("base.img"))
+        .map_err(KernelError::io("copying the starting image"))?;
     timings.prepare_ms = lap(&started, 0);
     let initramfs = config.out.join("initramfs.cpio");
-    build_initramfs(config, &install, &writer_program, &initramfs)?;
-    let accelerator = guest::probe_accelerator(&qemu, &config.out.join("kvm-probe.log"));
+    build_initramfs(config, install, writer_program, &initramfs)?;
+    let accelerator = guest::probe_accelerator(qemu, &config.out.join("kvm-probe.log"));
     timings.initramfs_ms = lap(&started, timings.prepare_ms);
     progress(&format!(
         "booting the guest ({accelerator:?}) and running the writer"
     ));
     let console = config.out.join("console.log");
-    let log_path = config.out.join("blocks.log");
     let report = guest::run(
-        &qemu,
+        qemu,
         &GuestRun {
             vmlinux: &install.vmlinux,
             initramfs: &initramfs,
             disk: &disk,
-            log: &log_path,
+            log: &config.out.join("blocks.log"),
             console: &console,
             accelerator,
             timeout_ms: config.guest_timeout_ms,
@@ -253,8 +272,21 @@ pub fn run(
             console,
         });
     }
-    let states_started = Instant::now();
-    let log_bytes = read_log(&log_path)?;
+    Ok(Booted {
+        accelerator,
+        acks: report.acks,
+        timings,
+    })
+}
+
+/// Parses the block log, builds the crash states and judges each one.
+fn judge_log(
+    config: &KernelConfig,
+    booted: Booted,
+    progress: &mut dyn FnMut(&str),
+) -> Result<KernelReport, KernelError> {
+    let started = Instant::now();
+    let log_bytes = read_log(&config.out.join("blocks.log"))?;
     let log = blklog::parse(&log_bytes, MAX_LOG_BYTES)?;
     let marker_sector = (DISK_BYTES - MARKER_AREA_BYTES) / log.sector_size;
     let all = states::block_states(&log, marker_sector, config.states);
@@ -271,6 +303,7 @@ pub fn run(
         }
         None => None,
     };
+    let base = config.out.join("base.img");
     let failures = check_states(
         config,
         (&log, &log_bytes),
@@ -279,9 +312,10 @@ pub fn run(
         admitted.as_ref(),
         progress,
     )?;
-    timings.states_ms = states_started.elapsed().as_millis() as u64;
+    let mut timings = booted.timings;
+    timings.states_ms = started.elapsed().as_millis() as u64;
     let count = |kind: StateKind| all.iter().filter(|s| s.kind == kind).count();
-    let report = KernelReport {
+    Ok(KernelReport {
         schema: "shardlift-crash-test-kernel-report",
         version: 1,
         file_system: config.file_system,
@@ -289,8 +323,8 @@ pub fn run(
             release: KERNEL_RELEASE,
             package_sha256: KERNEL_PACKAGE_SHA256,
         },
-        accelerator,
-        acknowledgements: report
+        accelerator: booted.accelerator,
+        acknowledgements: booted
             .acks
             .into_iter()
             .chain([crate::lab::external::ack::EXIT_ACK.to_owned()])
@@ -312,9 +346,7 @@ pub fn run(
             .count(),
         failures,
         timings,
-    };
-    write_report(&config.out, &report)?;
-    Ok(report)
+    })
 }
 
 fn lap(started: &Instant, before_ms: u64) -> u64 {
@@ -458,8 +490,6 @@ fn build_initramfs(
     );
     std::fs::write(out, fs.to_cpio()).map_err(KernelError::io("writing the initramfs"))
 }
-
-use crate::lab::kernel::agent;
 
 /// `/init` before the module loads: the kernel's file systems.
 const INIT_HEAD: &str = "#!/bin/busybox sh\n\

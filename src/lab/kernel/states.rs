@@ -78,16 +78,13 @@ pub fn block_states(
     marker_first_sector: u64,
     limits: StateLimits,
 ) -> Vec<BlockState> {
-    let is_marker = |i: usize| log.entries[i].sector >= marker_first_sector;
-    let markers_before = |cut: usize| {
-        (0..cut)
-            .filter(|&i| log.entries[i].is_write() && is_marker(i))
-            .count()
+    let view = LogView {
+        log,
+        marker_first_sector,
     };
-    let fs_write = |i: usize| log.entries[i].is_write() && !is_marker(i);
     let mut out = Vec::new();
     let mut seen = HashSet::new();
-    let mut push = |state: BlockState, out: &mut Vec<BlockState>| {
+    let mut push = |state: BlockState| {
         if seen.insert((state.applied.clone(), state.torn, state.acknowledged)) {
             out.push(state);
         }
@@ -103,67 +100,121 @@ pub fn block_states(
     }
     cuts.push(log.entries.len());
     for &cut in &cuts {
-        let applied: Vec<usize> = (0..cut).filter(|&i| fs_write(i)).collect();
-        let state = BlockState {
+        push(BlockState {
             kind: StateKind::FlushPoint,
             cut,
-            applied,
+            applied: view.fs_writes(0..cut),
             torn: None,
-            acknowledged: markers_before(cut),
-        };
-        push(state, &mut out);
+            acknowledged: view.markers_before(cut),
+        });
     }
     let mut rng = SplitMix64::keyed(limits.seed, "shardlift/crash-test/kernel-states", 0);
     let (mut reordered, mut torn) = (0usize, 0usize);
     let mut epoch_start = 0usize;
     for &cut in &cuts {
-        let durable: Vec<usize> = (0..epoch_start).filter(|&i| fs_write(i)).collect();
-        let volatile: Vec<usize> = (epoch_start..cut).filter(|&i| fs_write(i)).collect();
-        let acknowledged = markers_before(cut);
+        let epoch = Epoch {
+            cut,
+            durable: view.fs_writes(0..epoch_start),
+            volatile: view.fs_writes(epoch_start..cut),
+            acknowledged: view.markers_before(cut),
+        };
         epoch_start = cut;
-        if volatile.len() >= 2 {
-            for _ in 0..limits.reordered_per_epoch {
-                if reordered >= limits.max_reordered {
-                    break;
-                }
-                let mut applied = durable.clone();
-                applied.extend(volatile.iter().copied().filter(|_| rng.next_u64() & 1 == 1));
-                reordered += 1;
-                let state = BlockState {
-                    kind: StateKind::Reordered,
-                    cut,
-                    applied,
-                    torn: None,
-                    acknowledged,
-                };
-                push(state, &mut out);
-            }
+        let budget = limits.max_reordered.saturating_sub(reordered);
+        for state in epoch.reordered(limits.reordered_per_epoch.min(budget), &mut rng) {
+            reordered += 1;
+            push(state);
         }
-        for _ in 0..limits.torn_per_epoch {
-            let candidates: Vec<usize> = (0..volatile.len())
-                .filter(|&k| log.entries[volatile[k]].sectors >= 2)
-                .collect();
-            if torn >= limits.max_torn || candidates.is_empty() {
-                break;
-            }
-            let k = candidates[(rng.next_u64() % candidates.len() as u64) as usize];
-            let entry = volatile[k];
-            let sectors = log.entries[entry].sectors;
-            let kept = 1 + rng.next_u64() % (sectors - 1);
-            let mut applied = durable.clone();
-            applied.extend_from_slice(&volatile[..k]);
+        let budget = limits.max_torn.saturating_sub(torn);
+        for state in epoch.torn(log, limits.torn_per_epoch.min(budget), &mut rng) {
             torn += 1;
-            let state = BlockState {
-                kind: StateKind::Torn,
-                cut,
-                applied,
-                torn: Some((entry, kept)),
-                acknowledged,
-            };
-            push(state, &mut out);
+            push(state);
         }
     }
     out
+}
+
+/// The log with the marker area told apart from the file system.
+struct LogView<'a> {
+    log: &'a BlockLog,
+    marker_first_sector: u64,
+}
+
+impl LogView<'_> {
+    fn is_marker(&self, i: usize) -> bool {
+        self.log.entries[i].is_write() && self.log.entries[i].sector >= self.marker_first_sector
+    }
+
+    fn markers_before(&self, cut: usize) -> usize {
+        (0..cut).filter(|&i| self.is_marker(i)).count()
+    }
+
+    fn fs_writes(&self, range: std::ops::Range<usize>) -> Vec<usize> {
+        range
+            .filter(|&i| self.log.entries[i].is_write() && !self.is_marker(i))
+            .collect()
+    }
+}
+
+/// The writes between two cuts: everything before is durable, these are in the cache.
+struct Epoch {
+    cut: usize,
+    durable: Vec<usize>,
+    volatile: Vec<usize>,
+    acknowledged: usize,
+}
+
+impl Epoch {
+    /// `count` seeded subsets of the volatile writes (none when fewer than two).
+    fn reordered(&self, count: usize, rng: &mut SplitMix64) -> Vec<BlockState> {
+        if self.volatile.len() < 2 {
+            return Vec::new();
+        }
+        (0..count)
+            .map(|_| {
+                let mut applied = self.durable.clone();
+                applied.extend(
+                    self.volatile
+                        .iter()
+                        .copied()
+                        .filter(|_| rng.next_u64() & 1 == 1),
+                );
+                BlockState {
+                    kind: StateKind::Reordered,
+                    cut: self.cut,
+                    applied,
+                    torn: None,
+                    acknowledged: self.acknowledged,
+                }
+            })
+            .collect()
+    }
+
+    /// `count` tears: the volatile writes in order up to a multi-sector one that kept
+    /// only a seeded number of its first sectors.
+    fn torn(&self, log: &BlockLog, count: usize, rng: &mut SplitMix64) -> Vec<BlockState> {
+        let candidates: Vec<usize> = (0..self.volatile.len())
+            .filter(|&k| log.entries[self.volatile[k]].sectors >= 2)
+            .collect();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        (0..count)
+            .map(|_| {
+                let k = candidates[(rng.next_u64() % candidates.len() as u64) as usize];
+                let entry = self.volatile[k];
+                let kept = 1 + rng.next_u64() % (log.entries[entry].sectors - 1);
+                let mut applied = self.durable.clone();
+                applied.extend_from_slice(&self.volatile[..k]);
+                BlockState {
+                    kind: StateKind::Torn,
+                    cut: self.cut,
+                    applied,
+                    torn: Some((entry, kept)),
+                    acknowledged: self.acknowledged,
+                }
+            })
+            .collect()
+    }
 }
 
 /// Writes `state` onto `image` (a copy of the starting image), from the log's bytes.
