@@ -19,9 +19,18 @@
 //!   fsync, remove before rename, rewrite in place, nothing synced) in both modes; the
 //!   model catches every mutant, ext4 catches the last and its verdict on the others is
 //!   printed (it masks them here);
-//! - bad input: an unknown file system, a missing kernel install, a writer that escapes
-//!   the file system under test, a guest that never powers off — each a specific error,
+//! - bad input: an unknown file system, a missing kernel install, a writer too large for
+//!   the guest, a writer that escapes the file system under test, a guest that never
+//!   powers off — each a specific error,
 //!   exit 1, no QEMU left running.
+//!
+//! The guest boots the `shardlift` binary (its agent) and the writer with the libraries
+//! they link; a torch build brings libtorch (about 450 MB), which does not boot under
+//! software emulation in useful time (`crash-test` refuses it: initramfs-too-large). So
+//! these tests are built only without the torch feature: the process lane runs them
+//! with `CARGO_TARGET_DIR=target/fast cargo test --no-default-features`.
+#![cfg(not(feature = "torch"))]
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -347,6 +356,20 @@ fn an_unknown_file_system_and_a_missing_kernel_are_refused() {
     );
     assert!(text.contains("ci/kernel install"), "{text}");
     assert!(!out.exists(), "nothing was created");
+}
+
+/// A program too large to boot under emulation (libtorch's size) is refused before boot.
+#[test]
+fn a_writer_too_large_for_the_guest_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = dir.path().join("big-writer");
+    let file = std::fs::File::create(&big).expect("create");
+    file.set_len(200 << 20).expect("sparse 200 MiB");
+    drop(file);
+    let big = big.to_str().expect("utf-8");
+    let text = refused(&dir.path().join("out"), &["--check", "true"], &[big]);
+    assert!(text.contains("over the cap of 201326592"), "{text}");
+    assert!(text.contains("torch-free build"), "{text}");
 }
 
 #[test]

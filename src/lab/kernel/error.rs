@@ -36,6 +36,15 @@ pub enum KernelError {
         /// The Debian package that has it.
         package: &'static str,
     },
+    /// The writer's program and libraries are too large to boot under emulation (a
+    /// `shardlift` built with the torch feature brings libtorch, about 450 MB).
+    #[error("the guest's initramfs would hold {bytes} bytes, over the cap of {limit_bytes} (a program linked against libtorch? use a torch-free build: --no-default-features)")]
+    InitramfsTooLarge {
+        /// Bytes it would hold.
+        bytes: u64,
+        /// The cap.
+        limit_bytes: u64,
+    },
     /// A host tool failed.
     #[error("{tool} failed ({outcome}): {output}")]
     ToolFailed {
@@ -116,6 +125,7 @@ impl KernelError {
             KernelError::KernelMissing { .. } => "kernel-missing",
             KernelError::ToolMissing { .. } => "tool-missing",
             KernelError::ToolFailed { .. } => "tool-failed",
+            KernelError::InitramfsTooLarge { .. } => "initramfs-too-large",
             KernelError::GuestTimedOut { .. } => "guest-timed-out",
             KernelError::GuestFailed { .. } => "guest-failed",
             KernelError::WriterFailed { .. } => "writer-failed",

@@ -37,6 +37,14 @@ pub struct GuestRun<'a> {
     pub accelerator: Accelerator,
     /// Deadline, in milliseconds.
     pub timeout_ms: u64,
+    /// Guest memory, in MiB.
+    pub memory_mib: u64,
+}
+
+/// Guest memory for an initramfs of `bytes`: the kernel holds the archive and its
+/// unpacked files at once, plus room for the writer.
+pub fn memory_for(bytes: u64) -> u64 {
+    512 + (bytes >> 20) * 5 / 2
 }
 
 /// What the agent reported.

@@ -38,6 +38,14 @@ impl Initramfs {
         Ok(())
     }
 
+    /// Bytes of every file, summed (the guest's memory must hold the archive twice).
+    pub fn payload_bytes(&self) -> u64 {
+        self.files
+            .values()
+            .map(|(_, bytes)| bytes.len() as u64)
+            .sum()
+    }
+
     /// The cpio archive: every parent directory, then the files, then the trailer.
     pub fn to_cpio(&self) -> Vec<u8> {
         let mut dirs: Vec<String> = Vec::new();
@@ -125,9 +133,27 @@ pub fn shared_libraries(program: &Path) -> Result<Vec<PathBuf>, KernelError> {
                 Some((_, right)) => right.split_whitespace().next()?,
                 None => line.split_whitespace().next()?,
             };
-            path.starts_with('/').then(|| PathBuf::from(path))
+            path.starts_with('/')
+                .then(|| lexically_normal(Path::new(path)))
         })
         .collect())
+}
+
+/// `path` with its `.` and `..` parts resolved by name (an rpath such as
+/// `$ORIGIN/../../x/lib` gives such paths), symbolic links kept: the dynamic loader in the
+/// guest asks for the same names the host's did, `/lib64/ld-linux-x86-64.so.2` among them.
+fn lexically_normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// The modules `names` need, in load order (`modprobe --show-depends` on the install).
@@ -186,5 +212,14 @@ mod tests {
         let abc = text.find("a/b/c\0").expect("a/b/c");
         assert!(a < ab && ab < abc);
         assert!(text.ends_with("TRAILER!!!\0\0\0\0") || text.contains("TRAILER!!!"));
+    }
+
+    #[test]
+    fn library_paths_lose_their_dot_dot_parts_by_name() {
+        let path = Path::new("/c/torch/lib/../../nvidia/./lib/libcudart.so.13");
+        assert_eq!(
+            lexically_normal(path),
+            Path::new("/c/nvidia/lib/libcudart.so.13")
+        );
     }
 }
