@@ -19,10 +19,11 @@
 //! there are. Per-file data variants are taken where every pending operation
 //! happened (the namespace with the most names); every other subset gets "all whole" and
 //! "all lost". States are deduplicated by a digest of what a loader can see: every path,
-//! its kind and its bytes, together with the acknowledgements the crash follows (the
-//! same files are judged again when the writer has since claimed more).
+//! its kind and its bytes; a state reached again after more acknowledgements keeps its
+//! first crash point and takes the larger acknowledgement count (a check demands more,
+//! never less, once more has been acknowledged).
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -73,7 +74,7 @@ pub struct CrashState {
     /// How many trace operations had completed at the crash.
     pub crash_point: usize,
     /// Acknowledgements the crash follows ([`Trace::acknowledged_at`] at or before the
-    /// crash point): the same files after more acknowledgements are another state.
+    /// crash point): the most of any crash point that reaches this state.
     pub acknowledged: usize,
     /// Pending entry operations (trace indices) that did not persist.
     pub dropped_operations: Vec<usize>,
@@ -393,7 +394,9 @@ pub fn crash_states(
 ) -> Result<CrashStates, ModelError> {
     trace.validate().map_err(ModelError::BadTrace)?;
     let mut rng = SplitMix64::keyed(limits.subsets.seed, "shardlift/crash-test/subsets", 0);
-    let mut seen: HashSet<(Digest, usize)> = HashSet::new();
+    // Each distinct state once, by what a loader sees; where the same state is reached
+    // again after more acknowledgements, it is judged with the larger count.
+    let mut seen: HashMap<Digest, usize> = HashMap::new();
     let mut out = Vec::new();
     let mut coverage = SubsetCoverage {
         enumerated: 0,
@@ -434,14 +437,18 @@ pub fn crash_states(
                     &files,
                     unread,
                 );
-                if seen.insert((state.digest, state.acknowledged)) {
-                    if out.len() == limits.max_distinct_states {
-                        return Err(ModelError::TooManyStates {
-                            limit: limits.max_distinct_states,
-                        });
-                    }
-                    out.push(state);
+                if let Some(&index) = seen.get(&state.digest) {
+                    let kept: &mut CrashState = &mut out[index];
+                    kept.acknowledged = kept.acknowledged.max(state.acknowledged);
+                    continue;
                 }
+                if out.len() == limits.max_distinct_states {
+                    return Err(ModelError::TooManyStates {
+                        limit: limits.max_distinct_states,
+                    });
+                }
+                seen.insert(state.digest, out.len());
+                out.push(state);
             }
         }
         let Some(op) = trace.ops.get(crash_point) else {
