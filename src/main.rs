@@ -44,7 +44,7 @@ enum Command {
     CrashMatrix(cli::store::CrashMatrixArgs),
     /// Crash-test another program's checkpoint writer: record its file operations with
     /// ptrace, rebuild every crash state and run your check on each.
-    CrashTest(cli::crash_test::CrashTestArgs),
+    CrashTest(Box<cli::crash_test::CrashTestArgs>),
     /// Internal: waits for the crash-test recorder, then execs the writer (traced).
     #[command(hide = true)]
     CrashTestExec(cli::crash_test::CrashTestExecArgs),
@@ -72,6 +72,10 @@ enum Command {
     /// Example: shardlift resume-test --out /tmp/rt --kill-after-step 3
     /// --kill-after-step 5,9 --random-kills 10 --seed 1 -- python /abs/path/train.py
     ResumeTest(cli::resume_test::ResumeTestArgs),
+    /// (internal) The agent inside a kernel-mode guest: runs the writer, marks its
+    /// acknowledgements on the disk, powers the guest off.
+    #[command(hide = true)]
+    KernelGuest(cli::crash_test::KernelGuestArgs),
     /// Train with W worker processes (or in-process) and print the resulting state digests.
     Train(cli::train::TrainArgs),
     #[cfg(feature = "torch")]
@@ -128,7 +132,10 @@ fn main() {
     // with SIGTERM, and a handler would turn that into a wait for the SIGKILL.
     let internal = matches!(
         cli.command,
-        Command::CrashTestExec(_) | Command::Worker(_) | Command::StoreChild(_)
+        Command::CrashTestExec(_)
+            | Command::KernelGuest(_)
+            | Command::Worker(_)
+            | Command::StoreChild(_)
     );
     #[cfg(feature = "torch")]
     let internal = internal || matches!(cli.command, Command::ElasticWorker(_));
@@ -142,9 +149,10 @@ fn main() {
             cli::store::run(args.command)
         }
         Command::CrashMatrix(args) => cli::store::run_crash_matrix(args),
-        Command::CrashTest(args) => cli::crash_test::run(args),
+        Command::CrashTest(args) => cli::crash_test::run(*args),
         Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),
         Command::ResumeTest(args) => cli::resume_test::run(args),
+        Command::KernelGuest(args) => cli::crash_test::kernel_guest(args),
         Command::Train(args) => cli::train::run_train(args),
         #[cfg(feature = "torch")]
         Command::Bench(command) => cli::train::run_bench(command),

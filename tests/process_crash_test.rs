@@ -9,7 +9,10 @@
 //!   returns; a file truncated and rewritten with its own bytes can be left empty;
 //! - the report says whether the subsets of pending operations were sampled, and how
 //!   many were enumerated of how many, in JSON and in words;
-//! - bad input: a failing writer, a hanging check, a hanging writer, an escaping writer,
+//! - acknowledgements: the exit and each stdout line matching `--ack` are placed in the
+//!   trace and the check sees how many a crash follows in `SHARDLIFT_ACKED`; a writer
+//!   that acknowledges before its work is durable is caught, the correct one passes;
+//! - bad input: a bad `--ack` pattern, a failing writer, a hanging check, a hanging writer, an escaping writer,
 //!   unmodelled system calls, a trace over the limits, a used output directory — each a
 //!   specific error, exit 1, nothing left running.
 use std::path::{Path, PathBuf};
@@ -231,6 +234,88 @@ fn the_correct_writer_passes_and_each_broken_writer_is_caught() {
             "{mode}: {classes:?}"
         );
     }
+}
+
+/// Runs a toy writer mode under `check-acked`, with `extra` arguments.
+fn acked(mode: &str, extra: &[&str]) -> (tempfile::TempDir, Output) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let writer = writer_py();
+    let w = writer.to_str().expect("utf-8 path");
+    let setup = format!("python3 {w} atomic 1");
+    let check = format!("python3 {w} check-acked");
+    let mut args = vec!["--setup", setup.as_str(), "--check", check.as_str()];
+    args.extend_from_slice(extra);
+    let output = crash_test(&dir.path().join("out"), &args, &["python3", w, mode, "2"]);
+    (dir, output)
+}
+
+#[test]
+fn an_acknowledged_checkpoint_must_survive_and_an_early_acknowledgement_is_caught() {
+    let ack = ["--ack", "^committed [0-9]+$"];
+    let (dir, output) = acked("ack", &ack);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let correct = report(&output);
+    assert_eq!(correct["failing_states"], 0);
+    let acks = correct["acknowledgements"].as_array().expect("acks");
+    assert_eq!(acks.len(), 2, "the line and the exit: {acks:?}");
+    assert_eq!(acks[0]["line"], "committed 2");
+    assert_eq!(acks[1]["line"], "<exit>");
+    let line_at = acks[0]["after_operations"].as_u64().expect("placed");
+    let exit_at = acks[1]["after_operations"].as_u64().expect("placed");
+    // The line comes after the directory fsync and before the create that follows it.
+    assert_eq!(exit_at, correct["trace_operations"].as_u64().expect("ops"));
+    assert_eq!(line_at + 1, exit_at, "{acks:?}");
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("out/trace.json")).expect("trace"))
+            .expect("trace JSON");
+    let ops = trace["operations"].as_array().expect("operations");
+    assert_eq!(ops[line_at as usize - 1]["op"], "fsync_dir");
+    assert_eq!(
+        trace["acknowledged_at"],
+        serde_json::json!([line_at, exit_at])
+    );
+
+    // Acknowledged before the fsyncs: a crash after the line may keep the old checkpoint.
+    let (_dir, output) = acked("ack-early", &ack);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let early = report(&output);
+    let failures = early["failures"].as_array().expect("failures");
+    assert!(
+        !failures.is_empty(),
+        "the early acknowledgement must be caught"
+    );
+    // The old checkpoint, whole, is refused only because of the acknowledgement.
+    for failure in failures {
+        assert_eq!(failure["acknowledged"], 1, "{failure}");
+        assert!(
+            failure["output_tail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("acknowledged checkpoint lost"),
+            "{failure}"
+        );
+    }
+
+    // Without `--ack` only the exit acknowledges, and by then everything is durable.
+    let (_dir, output) = acked("ack-early", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        report(&output)["acknowledgements"].as_array().map(Vec::len),
+        Some(1)
+    );
+}
+
+#[test]
+fn a_bad_ack_pattern_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let text = refused(
+        &out,
+        &["--check", "true", "--ack", "(unclosed"],
+        &["sh", "-c", "echo x > ckpt"],
+    );
+    assert!(text.contains("--ack pattern `(unclosed`"), "{text}");
+    assert!(!out.exists(), "nothing was created");
 }
 
 #[test]

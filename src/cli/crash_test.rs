@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use shardlift::lab::external::{self, CheckLimits, CrashTestConfig, ModelLimits, RecordLimits};
+use shardlift::lab::kernel::{self, states::StateLimits, FileSystem, KernelConfig};
 
 /// `crash-test` arguments.
 ///
@@ -14,7 +15,10 @@ use shardlift::lab::external::{self, CheckLimits, CrashTestConfig, ModelLimits, 
 /// crash state a power cut could leave (un-fsynced data lost, short, zeroed or torn;
 /// entries durable only after their directory's fsync; renames atomic), writes each into
 /// its own directory and runs CHECK there (`sh -c`): exit 0 means "the checkpoint loads
-/// and is the old or the new one". Exits 0 when every state passes, 1 otherwise.
+/// and is the old or the new one". The writer's exit, and each stdout line matching
+/// `--ack`, is an acknowledgement: CHECK runs with SHARDLIFT_ACKED=<acknowledgements the
+/// crash follows>, so it can demand the new checkpoint once the writer claimed it
+/// durable. Exits 0 when every state passes, 1 otherwise.
 ///
 /// Example: shardlift crash-test --out /tmp/ct --setup 'python save.py 1'
 ///   --check 'python load.py' -- python save.py 2
@@ -31,11 +35,49 @@ pub struct CrashTestArgs {
     /// starting image (e.g. the previous checkpoint).
     #[arg(long)]
     pub setup: Option<String>,
+    /// A regular expression: each line the writer prints on stdout that matches it is
+    /// an acknowledgement (its exit always is one); the check sees how many the crash
+    /// follows in SHARDLIFT_ACKED.
+    #[arg(long, value_name = "REGEX")]
+    pub ack: Option<String>,
     /// A path (relative to the scratch directory) the check never reads, such as the
     /// writer's private staging directory: its operations are applied in every state
     /// instead of multiplying states (repeatable).
     #[arg(long, value_name = "PATH")]
     pub unread: Vec<String>,
+    /// Where the writer's file system comes from: `model` (ShardLift's persistence
+    /// model over a ptrace recording) or `ext4` (a real ext4 in a QEMU guest of the
+    /// pinned Debian kernel; its block log gives the crash states; ci/kernel install).
+    #[arg(long, default_value = "model")]
+    pub file_system: String,
+    /// Kernel mode: kill the guest (QEMU's process group) after this long.
+    #[arg(long, default_value_t = 180_000)]
+    pub guest_timeout_ms: u64,
+    /// Kernel mode: seeded subsets of the writes since the last flush, per flush epoch.
+    #[arg(long, default_value_t = StateLimits::default().reordered_per_epoch)]
+    pub reordered_per_epoch: usize,
+    /// Kernel mode: reordered states in all.
+    #[arg(long, default_value_t = StateLimits::default().max_reordered)]
+    pub max_reordered: usize,
+    /// Kernel mode: torn states in all.
+    #[arg(long, default_value_t = StateLimits::default().max_torn)]
+    pub max_torn: usize,
+    /// Kernel mode: the seed of the reordered subsets and tear points.
+    #[arg(long, default_value_t = StateLimits::default().seed)]
+    pub seed: u64,
+    /// Kernel mode: hold every recovered state against the model — the writer is also
+    /// recorded on the host, and a state none of the model's crash states is fails the
+    /// run, printed whole (a bug in the model).
+    #[arg(long)]
+    pub hold_model: bool,
+    /// Kernel mode, with --hold-model: narrow the model on purpose (no entry operation
+    /// persists before a directory fsync covers it), to show the kernel refutes it.
+    #[arg(long, requires = "hold_model")]
+    pub narrowed_model: bool,
+    /// Kernel mode: the pinned kernel's install directory (default: the per-user cache
+    /// ci/kernel installs into).
+    #[arg(long)]
+    pub kernel_dir: Option<PathBuf>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -77,6 +119,10 @@ pub struct CrashTestExecArgs {
 }
 
 pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
+    let file_system: FileSystem = args.file_system.parse().context("crash-test")?;
+    if file_system != FileSystem::Model {
+        return run_kernel(args, file_system);
+    }
     let stub_exe = std::env::current_exe().context("locating the shardlift executable")?;
     let checks = CheckLimits {
         max_states: args.max_states,
@@ -91,6 +137,7 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
         writer: args.writer,
         check: args.check,
         setup: args.setup,
+        ack: args.ack,
         unread: args.unread,
         record: RecordLimits {
             max_operations: args.max_operations,
@@ -144,6 +191,76 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()> {
+    let config = KernelConfig {
+        agent_exe: std::env::current_exe().context("locating the shardlift executable")?,
+        kernel_dir: args.kernel_dir,
+        file_system,
+        out: args.out.clone(),
+        writer: args.writer,
+        check: args.check,
+        setup: args.setup,
+        ack: args.ack,
+        unread: args.unread,
+        guest_timeout_ms: args.guest_timeout_ms,
+        setup_timeout_ms: args.writer_timeout_ms,
+        states: StateLimits {
+            reordered_per_epoch: args.reordered_per_epoch,
+            max_reordered: args.max_reordered,
+            max_torn: args.max_torn,
+            seed: args.seed,
+            ..StateLimits::default()
+        },
+        max_states: args.max_states,
+        checks: CheckLimits {
+            timeout_ms: args.check_timeout_ms,
+            ..CheckLimits::default()
+        },
+        hold_model: args.hold_model.then_some(ModelLimits {
+            max_distinct_states: args.max_distinct_states,
+            narrowed: args.narrowed_model,
+            ..ModelLimits::default()
+        }),
+    };
+    let report =
+        kernel::run(&config, &mut |line| eprintln!("crash-test: {line}")).context("crash-test")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{:?} on {} ({:?}): {} log entries, {} flushes; {} flush points, {} reordered, {} torn; {} checked, {} failing",
+            report.file_system,
+            report.kernel.release,
+            report.accelerator,
+            report.log_entries,
+            report.log_flushes,
+            report.flush_points,
+            report.reordered_states,
+            report.torn_states,
+            report.states,
+            report.failing_states
+        );
+        println!("report: {}", args.out.join("report.json").display());
+    }
+    if report.failing_states > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The kernel-mode guest agent's arguments.
+#[derive(clap::Args, Debug)]
+pub struct KernelGuestArgs {
+    /// The agent's config (JSON).
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+/// Runs the guest agent; it powers the guest off and never returns.
+pub fn kernel_guest(args: KernelGuestArgs) -> anyhow::Result<()> {
+    kernel::agent::run(&args.config)
 }
 
 /// Waits for the recorder's go byte on stdin, then replaces itself with the writer.

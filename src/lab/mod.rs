@@ -6,6 +6,7 @@ pub mod error;
 pub mod external;
 pub mod handoff;
 pub mod harness;
+pub mod kernel;
 pub mod kills;
 pub mod matrix;
 pub mod mutants;

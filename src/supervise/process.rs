@@ -83,6 +83,9 @@ pub enum Role {
     Check,
     /// `resume-test`'s training command under test.
     Trainer,
+    /// A QEMU guest of `crash-test`'s kernel mode (and the host tools that recover its
+    /// crash states).
+    Guest,
 }
 
 impl Role {
@@ -96,6 +99,7 @@ impl Role {
             Role::Setup => "setup",
             Role::Check => "check",
             Role::Trainer => "trainer",
+            Role::Guest => "guest",
         }
     }
 }
@@ -348,6 +352,16 @@ impl ChildSpec {
     /// Appends one argument.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Appends several arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
         self
     }
 

@@ -10,7 +10,11 @@ rename, like torch 2.13's FileSystemWriter.finish), `in-place` (truncates and re
 the checkpoint, then fsyncs), `threads` (two threads and a child process write the parts
 of a three-file checkpoint, each fsynced and renamed, then the directory fsynced),
 `rewrite-same` (truncates ./ckpt and writes the same bytes again, no fsync, then creates
-./rewritten).
+./rewritten), `ack` (`atomic`, then prints `committed VALUE` and creates ./after-ack
+without any fsync), `ack-early` (`atomic`, but prints `committed VALUE` before the rename
+and the directory fsync: an acknowledgement before the work is durable).
+
+    python3 writer.py check-acked   # `check`, and VALUE must be 2 once SHARDLIFT_ACKED > 0
 
 `overlap`: the main thread renames `b-R.tmp` to `b-R` while a second thread is inside
 sync(2), then creates `synced-R` once that sync has returned, as if the sync had made the
@@ -89,6 +93,17 @@ def save(mode, value):
         write_file("ckpt", data, sync=False)
         # A later entry: a state holding it was cut after the rewrite had completed.
         open("rewritten", "wb").close()
+    elif mode == "ack":
+        write_file("ckpt.tmp", data)
+        os.rename("ckpt.tmp", "ckpt")
+        fsync_dir()
+        print(f"committed {value}", flush=True)
+        open("after-ack", "wb").close()
+    elif mode == "ack-early":
+        write_file("ckpt.tmp", data)
+        print(f"committed {value}", flush=True)
+        os.rename("ckpt.tmp", "ckpt")
+        fsync_dir()
     elif mode == "part":
         part(sys.argv[2], sys.argv[3])
     else:
@@ -184,9 +199,24 @@ def check():
     return 0
 
 
+def check_acked():
+    status = check()
+    if status != 0:
+        return status
+    acked = int(os.environ.get("SHARDLIFT_ACKED", "0"))
+    with open("ckpt", "rb") as f:
+        data = f.read()
+    if acked > 0 and data != payload(2):
+        print(f"acknowledged checkpoint lost ({acked} acknowledgements)")
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         sys.exit(check())
+    if sys.argv[1] == "check-acked":
+        sys.exit(check_acked())
     if sys.argv[1] == "check-overlap":
         sys.exit(check_overlap())
     if sys.argv[1] == "overlap":

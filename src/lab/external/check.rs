@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use crate::lab::external::ack::ACKED_ENV;
 use crate::lab::external::error::CrashTestError;
 use crate::lab::external::model::{state_files, CrashState, StateEntry};
 use crate::lab::external::trace::Trace;
@@ -56,7 +57,8 @@ pub enum CheckOutcome {
 }
 
 impl CheckOutcome {
-    fn passed(&self) -> bool {
+    /// Whether the check exited 0.
+    pub fn passed(&self) -> bool {
         matches!(self, CheckOutcome::Exited(outcome) if outcome.success())
     }
 }
@@ -68,6 +70,8 @@ pub struct Failure {
     pub state: usize,
     /// Trace operations completed at the crash: the failing trace prefix is `0..crash_point`.
     pub crash_point: usize,
+    /// Acknowledgements the crash follows (the check's `SHARDLIFT_ACKED`).
+    pub acknowledged: usize,
     /// The last completed operation, described.
     pub last_operation: Option<String>,
     /// Pending entry operations that did not persist, described with their index.
@@ -182,37 +186,14 @@ fn check_one(
     let dir = states_dir.join(index.to_string());
     let log = states_dir.join(format!("{index}.log"));
     materialise(trace, state, &dir)?;
-    let spec = ChildSpec::new("/bin/sh", Role::Check, "crash-test")
-        .arg("-c")
-        .arg(command)
-        .current_dir(&dir)
-        .output_to(&log);
-    let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::CheckSpawn {
-        command: command.to_owned(),
-        source,
-    })?;
-    let outcome = match child.wait_timeout(limits.timeout_ms) {
-        Ok(Some(record)) => CheckOutcome::Exited(record.outcome),
-        Ok(None) => {
-            let _ = child.signal_group(Signal::KILL);
-            let _ = child.kill_and_reap();
-            CheckOutcome::TimedOut {
-                timeout_ms: limits.timeout_ms,
-            }
-        }
-        Err(source) => {
-            // Not a verdict on the state: the run cannot say what the check did.
-            let _ = child.signal_group(Signal::KILL);
-            let _ = child.kill_and_reap();
-            return Err(CrashTestError::CheckWait {
+    let (outcome, output_tail) = run_check(command, &dir, &log, state.acknowledged, limits)
+        .map_err(|error| match error {
+            CrashTestError::CheckWait { source, .. } => CrashTestError::CheckWait {
                 state: index,
                 source,
-            });
-        }
-    };
-    // A check's children may outlive it in its process group: end them too.
-    let _ = child.signal_group(Signal::KILL);
-    let output_tail = tail(&log, limits.output_tail_bytes)?;
+            },
+            other => other,
+        })?;
     if outcome.passed() {
         if !limits.keep_passing {
             std::fs::remove_dir_all(&dir)
@@ -224,6 +205,7 @@ fn check_one(
     Ok(Some(Failure {
         state: index,
         crash_point: state.crash_point,
+        acknowledged: state.acknowledged,
         last_operation: state
             .crash_point
             .checked_sub(1)
@@ -243,6 +225,47 @@ fn check_one(
         check: outcome,
         output_tail,
     }))
+}
+
+/// Runs `command` (`sh -c`) in `dir` with `SHARDLIFT_ACKED=acknowledged`, its output in
+/// `log`, killed with its process group at the deadline; returns how it ended and the
+/// tail of its output.
+pub fn run_check(
+    command: &str,
+    dir: &Path,
+    log: &Path,
+    acknowledged: usize,
+    limits: CheckLimits,
+) -> Result<(CheckOutcome, String), CrashTestError> {
+    let spec = ChildSpec::new("/bin/sh", Role::Check, "crash-test")
+        .arg("-c")
+        .arg(command)
+        .env(ACKED_ENV, acknowledged.to_string())
+        .current_dir(dir)
+        .output_to(log);
+    let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::CheckSpawn {
+        command: command.to_owned(),
+        source,
+    })?;
+    let outcome = match child.wait_timeout(limits.timeout_ms) {
+        Ok(Some(record)) => CheckOutcome::Exited(record.outcome),
+        Ok(None) => {
+            let _ = child.signal_group(Signal::KILL);
+            let _ = child.kill_and_reap();
+            CheckOutcome::TimedOut {
+                timeout_ms: limits.timeout_ms,
+            }
+        }
+        Err(source) => {
+            // Not a verdict on the state: the run cannot say what the check did.
+            let _ = child.signal_group(Signal::KILL);
+            let _ = child.kill_and_reap();
+            return Err(CrashTestError::CheckWait { state: 0, source });
+        }
+    };
+    // A check's children may outlive it in its process group: end them too.
+    let _ = child.signal_group(Signal::KILL);
+    Ok((outcome, tail(log, limits.output_tail_bytes)?))
 }
 
 /// Writes a state's tree under `dir` (which must not exist).

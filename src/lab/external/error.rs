@@ -17,6 +17,14 @@ pub enum CrashTestError {
         /// The output path.
         path: PathBuf,
     },
+    /// `--ack` is not a valid regular expression.
+    #[error("the --ack pattern `{pattern}` is not a valid regular expression: {reason}")]
+    BadAckPattern {
+        /// The pattern.
+        pattern: String,
+        /// Why it does not compile.
+        reason: String,
+    },
     /// Nothing followed `--`.
     #[error("no writer command was given (put it after `--`)")]
     NoWriterCommand,
@@ -139,6 +147,7 @@ impl CrashTestError {
         match self {
             CrashTestError::OutputNotEmpty { .. } => "output-not-empty",
             CrashTestError::OutputNotADirectory { .. } => "output-not-a-directory",
+            CrashTestError::BadAckPattern { .. } => "bad-ack-pattern",
             CrashTestError::NoWriterCommand => "no-writer-command",
             CrashTestError::SetupSpawn { .. } => "setup-spawn",
             CrashTestError::SetupFailed { .. } => "setup-failed",

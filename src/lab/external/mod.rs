@@ -5,7 +5,7 @@
 //!
 //! Phases, each a function returning a typed value: prepare the output directory → run
 //! the setup command untraced (its result is the durable starting image) → record the
-//! writer (it must exit 0) → enumerate distinct crash states → check them (bounded:
+//! writer (it must exit 0) → place its acknowledgements ([`ack`]) → enumerate distinct crash states → check them (bounded:
 //! states, time per check, output kept) → one report, written once, complete.
 //!
 //! Output directory layout: `scratch/` (the writer's directory; after the run it holds
@@ -13,6 +13,7 @@
 //! `writer.stdout`, `writer.stderr`, `trace.json`, `states/N/` and `states/N.log` for
 //! each failing state (passing ones are removed unless asked to keep them), and
 //! `report.json` (canonical JSON, path-free, the same record `--json` prints).
+pub mod ack;
 pub mod check;
 pub mod error;
 pub mod model;
@@ -28,6 +29,7 @@ use crate::core::digest::Digest;
 use crate::durable::file::{write_file, WriteOptions};
 use crate::supervise::process::{ChildSpec, ExitOutcome, Role, SupervisedChild};
 
+pub use ack::{AckPattern, Acknowledgement, ACKED_ENV};
 pub use check::{CheckLimits, CheckOutcome, Failure, FailureClass};
 pub use error::CrashTestError;
 pub use model::{CrashState, FileData, ModelLimits, StateEntry, SubsetCoverage, Unread};
@@ -51,6 +53,9 @@ pub struct CrashTestConfig {
     pub check: String,
     /// Shell command run untraced in `scratch/` first.
     pub setup: Option<String>,
+    /// A regular expression: each stdout line of the writer that matches it is an
+    /// acknowledgement (the writer's exit always is one).
+    pub ack: Option<String>,
     /// Paths the check never reads (see [`model::Unread`]).
     pub unread: Vec<String>,
     /// Bounds of the recording phase.
@@ -87,6 +92,9 @@ pub struct CrashTestReport {
     pub writer: WriterSummary,
     /// File-system operations in the trace.
     pub trace_operations: usize,
+    /// The writer's acknowledgements in order (the exit last), each placed in the trace;
+    /// every check ran with `SHARDLIFT_ACKED` = how many of them its crash follows.
+    pub acknowledgements: Vec<Acknowledgement>,
     /// Digest of the trace's operations and written bytes.
     pub trace_digest: Digest,
     /// Distinct crash states of the trace.
@@ -127,13 +135,14 @@ pub fn run(
     if config.writer.is_empty() {
         return Err(CrashTestError::NoWriterCommand);
     }
+    let ack_pattern = config.ack.as_deref().map(AckPattern::new).transpose()?;
     let dirs = prepare_output(&config.out)?;
     if let Some(setup) = &config.setup {
         progress("running the setup command (untraced)");
         run_setup(setup, &dirs, config.record.timeout_ms)?;
     }
     progress("recording the writer");
-    let run = recorder::record(
+    let mut run = recorder::record(
         &recorder::WriterSetup {
             stub_exe: &config.stub_exe,
             scratch: &dirs.scratch,
@@ -150,6 +159,11 @@ pub fn run(
             log: config.out.join("writer.stderr"),
         });
     }
+    let acknowledgements = place_acknowledgements(
+        &mut run.trace,
+        &config.out.join("writer.stdout"),
+        ack_pattern.as_ref(),
+    )?;
     write_trace(&config.out, &run.trace)?;
     progress(&format!(
         "recorded {} operations ({} system calls, {} tasks); building crash states",
@@ -172,7 +186,7 @@ pub fn run(
     )?;
     let report = CrashTestReport {
         schema: REPORT_SCHEMA,
-        version: 1,
+        version: 2,
         model: MODEL,
         followed_syscalls: FOLLOWED,
         writer: WriterSummary {
@@ -181,6 +195,7 @@ pub fn run(
             tasks: run.tasks,
         },
         trace_operations: run.trace.ops.len(),
+        acknowledgements,
         trace_digest: run.trace.digest(),
         states_total: states.len(),
         states: checked.checked,
@@ -207,6 +222,31 @@ pub fn run(
         source: std::io::Error::other(e.to_string()),
     })?;
     Ok(report)
+}
+
+/// Longest writer stdout read for acknowledgements, in bytes.
+const MAX_STDOUT_BYTES: u64 = 16 << 20;
+
+/// Reads the writer's stdout, finds its acknowledgements and places them in `trace`.
+fn place_acknowledgements(
+    trace: &mut Trace,
+    stdout_log: &Path,
+    pattern: Option<&AckPattern>,
+) -> Result<Vec<Acknowledgement>, CrashTestError> {
+    let len = std::fs::metadata(stdout_log)
+        .map_err(CrashTestError::io("reading the writer's stdout"))?
+        .len();
+    if len > MAX_STDOUT_BYTES {
+        return Err(CrashTestError::TraceOverLimits {
+            what: "bytes the writer printed on stdout",
+            limit: MAX_STDOUT_BYTES,
+        });
+    }
+    let stdout =
+        std::fs::read(stdout_log).map_err(CrashTestError::io("reading the writer's stdout"))?;
+    let acks = ack::acknowledgements(&stdout, &trace.stdout_writes, pattern, trace.ops.len());
+    trace.acknowledged_at = acks.iter().map(|a| a.after_operations).collect();
+    Ok(acks)
 }
 
 struct OutputDirs {
@@ -247,21 +287,32 @@ fn prepare_output(out: &Path) -> Result<OutputDirs, CrashTestError> {
 }
 
 fn run_setup(command: &str, dirs: &OutputDirs, timeout_ms: u64) -> Result<(), CrashTestError> {
-    run_setup_with_shell(Path::new("/bin/sh"), command, dirs, timeout_ms)
+    run_setup_in(
+        Path::new("/bin/sh"),
+        command,
+        &dirs.scratch,
+        &dirs.tmp,
+        &dirs.setup_log,
+        timeout_ms,
+    )
 }
 
-fn run_setup_with_shell(
+/// Runs the setup command (`shell -c`) in `dir` with `TMPDIR=tmp`, its output in `log`,
+/// killed with its process group at the deadline; anything but exit 0 is an error.
+pub fn run_setup_in(
     shell: &Path,
     command: &str,
-    dirs: &OutputDirs,
+    dir: &Path,
+    tmp: &Path,
+    log: &Path,
     timeout_ms: u64,
 ) -> Result<(), CrashTestError> {
     let spec = ChildSpec::new(shell, Role::Setup, "crash-test")
         .arg("-c")
         .arg(command)
-        .env("TMPDIR", &dirs.tmp)
-        .current_dir(&dirs.scratch)
-        .output_to(&dirs.setup_log);
+        .env("TMPDIR", tmp)
+        .current_dir(dir)
+        .output_to(log);
     let mut child = SupervisedChild::spawn(spec).map_err(|source| CrashTestError::SetupSpawn {
         command: command.to_owned(),
         source,
@@ -280,7 +331,7 @@ fn run_setup_with_shell(
         _ => Err(CrashTestError::SetupFailed {
             command: command.to_owned(),
             outcome,
-            log: dirs.setup_log.clone(),
+            log: log.to_owned(),
         }),
     }
 }
@@ -292,6 +343,8 @@ struct TraceFile<'a> {
     version: u32,
     initial: Vec<(&'a str, &'static str)>,
     operations: Vec<TraceLine<'a>>,
+    /// Operations completed at each acknowledgement, in order.
+    acknowledged_at: &'a [usize],
 }
 
 #[derive(Serialize)]
@@ -304,7 +357,7 @@ struct TraceLine<'a> {
 fn write_trace(out: &Path, trace: &Trace) -> Result<(), CrashTestError> {
     let file = TraceFile {
         schema: "shardlift-crash-test-trace",
-        version: 1,
+        version: 2,
         initial: trace
             .initial
             .iter()
@@ -322,6 +375,7 @@ fn write_trace(out: &Path, trace: &Trace) -> Result<(), CrashTestError> {
             .enumerate()
             .map(|(seq, op)| TraceLine { seq, op })
             .collect(),
+        acknowledged_at: &trace.acknowledged_at,
     };
     let bytes = serde_json_canonicalizer::to_vec(&file).map_err(|e| CrashTestError::Io {
         context: "encoding trace.json".to_owned(),
@@ -346,8 +400,15 @@ mod tests {
         let out = tempfile::tempdir().expect("tempdir");
         let dirs = prepare_output(&out.path().join("run")).expect("layout");
         let missing_shell = out.path().join("no-such-shell");
-        let error = run_setup_with_shell(&missing_shell, "true", &dirs, 5_000)
-            .expect_err("a missing shell cannot run the setup");
+        let error = run_setup_in(
+            &missing_shell,
+            "true",
+            &dirs.scratch,
+            &dirs.tmp,
+            &dirs.setup_log,
+            5_000,
+        )
+        .expect_err("a missing shell cannot run the setup");
         assert_eq!(error.kind(), "setup-spawn", "{error}");
         assert!(error.to_string().contains("`true`"), "{error}");
     }

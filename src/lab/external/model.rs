@@ -19,9 +19,11 @@
 //! there are. Per-file data variants are taken where every pending operation
 //! happened (the namespace with the most names); every other subset gets "all whole" and
 //! "all lost". States are deduplicated by a digest of what a loader can see: every path,
-//! its kind and its bytes.
+//! its kind and its bytes; a state reached again after more acknowledgements keeps its
+//! first crash point and takes the larger acknowledgement count (a check demands more,
+//! never less, once more has been acknowledged).
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -71,6 +73,9 @@ pub enum StateEntry {
 pub struct CrashState {
     /// How many trace operations had completed at the crash.
     pub crash_point: usize,
+    /// Acknowledgements the crash follows ([`Trace::acknowledged_at`] at or before the
+    /// crash point): the most of any crash point that reaches this state.
+    pub acknowledged: usize,
     /// Pending entry operations (trace indices) that did not persist.
     pub dropped_operations: Vec<usize>,
     /// Every entry, by path relative to the state's root.
@@ -121,6 +126,9 @@ pub struct ModelLimits {
     pub write_prefixes: usize,
     /// Fail once this many distinct states exist (the trace is over the limits).
     pub max_distinct_states: usize,
+    /// A deliberately narrowed model, for showing that the kernel can refute a model: no
+    /// pending entry operation persists before a directory fsync (or sync) covers it.
+    pub narrowed: bool,
 }
 
 impl Default for ModelLimits {
@@ -129,6 +137,7 @@ impl Default for ModelLimits {
             subsets: EnumerationLimits::default(),
             write_prefixes: 3,
             max_distinct_states: 50_000,
+            narrowed: false,
         }
     }
 }
@@ -385,7 +394,9 @@ pub fn crash_states(
 ) -> Result<CrashStates, ModelError> {
     trace.validate().map_err(ModelError::BadTrace)?;
     let mut rng = SplitMix64::keyed(limits.subsets.seed, "shardlift/crash-test/subsets", 0);
-    let mut seen: HashSet<Digest> = HashSet::new();
+    // Each distinct state once, by what a loader sees; where the same state is reached
+    // again after more acknowledgements, it is judged with the larger count.
+    let mut seen: HashMap<Digest, usize> = HashMap::new();
     let mut out = Vec::new();
     let mut coverage = SubsetCoverage {
         enumerated: 0,
@@ -396,10 +407,14 @@ pub fn crash_states(
     for crash_point in 0..=trace.ops.len() {
         // Sampling may draw a subset twice; coverage counts distinct ones.
         let mut drawn: HashSet<Vec<usize>> = HashSet::new();
-        let distinct: Vec<Vec<usize>> = subsets(pending.len(), limits.subsets, &mut rng)
-            .into_iter()
-            .filter(|subset| drawn.insert(subset.clone()))
-            .collect();
+        let distinct: Vec<Vec<usize>> = if limits.narrowed {
+            vec![Vec::new()]
+        } else {
+            subsets(pending.len(), limits.subsets, &mut rng)
+                .into_iter()
+                .filter(|subset| drawn.insert(subset.clone()))
+                .collect()
+        };
         coverage.add_crash_point(pending.len(), distinct.len());
         for subset in distinct {
             let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
@@ -422,14 +437,18 @@ pub fn crash_states(
                     &files,
                     unread,
                 );
-                if seen.insert(state.digest) {
-                    if out.len() == limits.max_distinct_states {
-                        return Err(ModelError::TooManyStates {
-                            limit: limits.max_distinct_states,
-                        });
-                    }
-                    out.push(state);
+                if let Some(&index) = seen.get(&state.digest) {
+                    let kept: &mut CrashState = &mut out[index];
+                    kept.acknowledged = kept.acknowledged.max(state.acknowledged);
+                    continue;
                 }
+                if out.len() == limits.max_distinct_states {
+                    return Err(ModelError::TooManyStates {
+                        limit: limits.max_distinct_states,
+                    });
+                }
+                seen.insert(state.digest, out.len());
+                out.push(state);
             }
         }
         let Some(op) = trace.ops.get(crash_point) else {
@@ -598,6 +617,7 @@ fn build_state(
     }
     CrashState {
         crash_point,
+        acknowledged: trace.acknowledged_by(crash_point),
         dropped_operations: pending
             .iter()
             .copied()
@@ -606,6 +626,45 @@ fn build_state(
         entries,
         digest: hasher.finish(),
     }
+}
+
+/// What a loader can see of a directory tree (the same digest as
+/// [`CrashState::digest`]), and every path with `dir` or its content's SHA-256, for
+/// holding a real file system's state against the model's.
+pub fn tree_digest(
+    root: &std::path::Path,
+    unread: &Unread,
+) -> std::io::Result<(Digest, BTreeMap<String, String>)> {
+    let mut tree: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+    for entry in walkdir::WalkDir::new(root).min_depth(1) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let rel = entry
+            .path()
+            .strip_prefix(root)
+            .map_err(std::io::Error::other)?
+            .to_string_lossy()
+            .into_owned();
+        let bytes = if entry.file_type().is_dir() {
+            None
+        } else {
+            Some(std::fs::read(entry.path())?)
+        };
+        tree.insert(rel, bytes);
+    }
+    let mut hasher = FramedHasher::new("shardlift/crash-test/state/v1");
+    let mut listing = BTreeMap::new();
+    for (path, bytes) in &tree {
+        let shown = match bytes {
+            None => "dir".to_owned(),
+            Some(bytes) => Digest::of(bytes).to_string(),
+        };
+        if !unread.covers(path) {
+            hasher.field(path.as_bytes());
+            hasher.field(bytes.as_deref().unwrap_or(b"<dir>"));
+        }
+        listing.insert(path.clone(), shown);
+    }
+    Ok((hasher.finish(), listing))
 }
 
 /// The bytes of every file of `state`, rebuilt from the trace (states keep digests, not
@@ -993,5 +1052,26 @@ mod tests {
         let three = crash_states(&creates(3), limits, &Unread::default()).unwrap();
         assert_eq!(three.subsets.total, Some(15));
         assert!(three.subsets.sampled(), "{:?}", three.subsets);
+    }
+
+    /// A materialised state's tree has the state's own digest (the kernel mode relies
+    /// on it to hold a real file system's states against the model's).
+    #[test]
+    fn a_materialised_state_has_the_states_digest() {
+        let trace = replace_trace(true);
+        let states =
+            crash_states(&trace, ModelLimits::default(), &Unread::default()).expect("states");
+        for state in &states.states {
+            let dir = tempfile::tempdir().expect("tempdir");
+            for (path, bytes) in state_files(&trace, state) {
+                let target = dir.path().join(&path);
+                match bytes {
+                    None => std::fs::create_dir(&target).expect("dir"),
+                    Some(bytes) => std::fs::write(&target, bytes).expect("file"),
+                }
+            }
+            let (digest, _) = tree_digest(dir.path(), &Unread::default()).expect("digest");
+            assert_eq!(digest, state.digest);
+        }
     }
 }

@@ -50,7 +50,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::lab::external::error::CrashTestError;
-use crate::lab::external::trace::{InitialEntry, InodeId, Trace, TraceOp};
+use crate::lab::external::trace::{InitialEntry, InodeId, StdoutWrite, Trace, TraceOp};
 use crate::supervise::process::ExitOutcome;
 
 /// The system calls the recorder follows, as said in refusals and `--help`.
@@ -125,6 +125,15 @@ pub fn record(setup: &WriterSetup<'_>, limits: RecordLimits) -> Result<WriterRun
         setup.scratch,
         &[setup.tmpdir, setup.stdout_log, setup.stderr_log],
     )?;
+    let scope = Scope {
+        stdout_log: Some(
+            setup
+                .stdout_log
+                .canonicalize()
+                .map_err(CrashTestError::io("resolving the writer's stdout log"))?,
+        ),
+        ..scope
+    };
     let mut recorder = Recorder::new(scope, limits);
     recorder.load_initial_image()?;
     let mut child = Command::new(setup.stub_exe)
@@ -242,6 +251,8 @@ fn kill_tree(root: Pid, live: &Mutex<HashSet<i32>>) {
 struct Scope {
     root: PathBuf,
     allowed_outside: Vec<PathBuf>,
+    /// The writer's stdout log, whose writes are stamped in the trace (acknowledgements).
+    stdout_log: Option<PathBuf>,
 }
 
 enum Place {
@@ -265,6 +276,7 @@ impl Scope {
         Ok(Scope {
             root,
             allowed_outside,
+            stdout_log: None,
         })
     }
 
@@ -305,6 +317,8 @@ enum Pending {
         source: Source,
     },
     Op(TraceOp),
+    /// A write to the writer's stdout log: stamped where it completes.
+    Stdout,
 }
 
 struct Recorder {
@@ -732,6 +746,19 @@ impl Recorder {
                 })
             }
             Pending::Op(op) => self.push(op),
+            Pending::Stdout => {
+                if self.trace.stdout_writes.len() >= self.limits.max_operations {
+                    return Err(CrashTestError::TraceOverLimits {
+                        what: "writes to stdout",
+                        limit: self.limits.max_operations as u64,
+                    });
+                }
+                self.trace.stdout_writes.push(StdoutWrite {
+                    after_operations: self.trace.ops.len(),
+                    len: ret,
+                });
+                Ok(())
+            }
         }
     }
 
@@ -864,6 +891,9 @@ impl Recorder {
                     offset,
                     source,
                 })
+            }
+            FdPlace::OutsideFile(path) if self.scope.stdout_log.as_deref() == Some(&path) => {
+                Ok(Pending::Stdout)
             }
             FdPlace::OutsideFile(path) => self.outside_write(syscall, &path),
             FdPlace::InsideDir(_) | FdPlace::Other => Ok(Pending::Nothing),

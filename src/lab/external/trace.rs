@@ -214,6 +214,22 @@ pub struct Trace {
     pub ops: Vec<TraceOp>,
     /// Every byte written, concatenated in operation order.
     pub data: Vec<u8>,
+    /// The writer's writes to its stdout, in completion order: how many operations had
+    /// completed when each one completed, and its length in bytes. Acknowledgement lines
+    /// are placed in the trace by these (see [`super::ack`]).
+    pub stdout_writes: Vec<StdoutWrite>,
+    /// Where the acknowledgements fall: for each, the operations completed when it was
+    /// given, in order (see [`super::ack`]; empty until they are placed).
+    pub acknowledged_at: Vec<usize>,
+}
+
+/// One completed write to the writer's stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StdoutWrite {
+    /// Trace operations completed when the write completed.
+    pub after_operations: usize,
+    /// Bytes written.
+    pub len: u64,
 }
 
 impl Trace {
@@ -276,6 +292,16 @@ impl Trace {
         Ok(())
     }
 
+    /// How many acknowledgements a crash after `crash_point` operations follows: those
+    /// placed at or before it (nothing need happen between an acknowledgement and the
+    /// next operation for a crash to follow it).
+    pub fn acknowledged_by(&self, crash_point: usize) -> usize {
+        self.acknowledged_at
+            .iter()
+            .filter(|&&at| at <= crash_point)
+            .count()
+    }
+
     /// A digest of the trace (operations and written bytes), for reports.
     pub fn digest(&self) -> Digest {
         let mut hasher = crate::core::digest::FramedHasher::new("shardlift/crash-test/trace/v1");
@@ -286,5 +312,22 @@ impl Trace {
             }
         }
         hasher.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crash_at_an_acknowledgement_follows_it() {
+        let trace = Trace {
+            acknowledged_at: vec![3, 5, 5, 9],
+            ..Trace::default()
+        };
+        assert_eq!(trace.acknowledged_by(2), 0);
+        assert_eq!(trace.acknowledged_by(3), 1);
+        assert_eq!(trace.acknowledged_by(5), 3);
+        assert_eq!(trace.acknowledged_by(9), 4);
     }
 }

@@ -1,0 +1,681 @@
+//! One crash test on the kernel, phase by phase (see the module doc of [`super`]).
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::core::digest::Digest;
+use crate::durable::file::{write_file, WriteOptions};
+use crate::lab::external::check::{run_check, CheckLimits, CheckOutcome};
+use crate::lab::external::model::{self, ModelLimits, Unread};
+use crate::lab::external::recorder::{self, RecordLimits};
+use crate::lab::external::{run_setup_in, AckPattern, CrashTestError};
+use crate::lab::kernel::agent::{self, AgentConfig, MAX_MARKERS};
+use crate::lab::kernel::blklog::{self, BlockLog};
+use crate::lab::kernel::error::KernelError;
+use crate::lab::kernel::guest::{self, Accelerator, GuestRun};
+use crate::lab::kernel::initramfs::{module_order, Initramfs};
+use crate::lab::kernel::pin::{self, KernelInstall, KERNEL_PACKAGE_SHA256, KERNEL_RELEASE};
+use crate::lab::kernel::recover::recover_ext4;
+use crate::lab::kernel::states::{self, BlockState, StateKind, StateLimits};
+
+/// Where the writer's file system comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileSystem {
+    /// ShardLift's own persistence model (ptrace recording; `lab::external`).
+    Model,
+    /// ext4 (data=ordered) on the pinned kernel.
+    Ext4,
+    /// xfs on the pinned kernel (not run yet).
+    Xfs,
+    /// btrfs on the pinned kernel (not run yet).
+    Btrfs,
+}
+
+impl std::str::FromStr for FileSystem {
+    type Err = KernelError;
+
+    fn from_str(name: &str) -> Result<Self, KernelError> {
+        match name {
+            "model" => Ok(FileSystem::Model),
+            "ext4" => Ok(FileSystem::Ext4),
+            "xfs" => Ok(FileSystem::Xfs),
+            "btrfs" => Ok(FileSystem::Btrfs),
+            _ => Err(KernelError::UnknownFileSystem {
+                name: name.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Disk image size, in bytes: the file system, then the marker area.
+pub const DISK_BYTES: u64 = 64 << 20;
+/// The marker area at the disk's end, in bytes.
+pub const MARKER_AREA_BYTES: u64 = 4 << 20;
+/// Largest initramfs payload, in bytes: a 530 MB one did not reach `/init` in 180 s
+/// under software emulation here.
+pub const MAX_INITRAMFS_BYTES: u64 = 192 << 20;
+/// Largest block log read, in bytes.
+pub const MAX_LOG_BYTES: u64 = 512 << 20;
+
+/// Everything one kernel crash test needs.
+#[derive(Clone, Debug)]
+pub struct KernelConfig {
+    /// The `shardlift` binary (it is the guest's agent).
+    pub agent_exe: PathBuf,
+    /// The kernel install directory (default: the per-user cache).
+    pub kernel_dir: Option<PathBuf>,
+    /// The file system (ext4 only for now).
+    pub file_system: FileSystem,
+    /// The output directory (new or empty).
+    pub out: PathBuf,
+    /// The writer's argv; its program (and shared libraries) is copied into the guest.
+    pub writer: Vec<OsString>,
+    /// The check command (`sh -c`), run on the host in each extracted state.
+    pub check: String,
+    /// The setup command, run on the host in the directory the file system is made from.
+    pub setup: Option<String>,
+    /// The acknowledgement pattern.
+    pub ack: Option<String>,
+    /// Paths the check never reads (the writer's private staging, temp names that hold
+    /// a process id): with `hold_model`, left out of the comparison on both sides.
+    pub unread: Vec<String>,
+    /// Deadline of the guest, in milliseconds.
+    pub guest_timeout_ms: u64,
+    /// Deadline of the setup command, in milliseconds.
+    pub setup_timeout_ms: u64,
+    /// Bounds of the state generation.
+    pub states: StateLimits,
+    /// Most states checked (the first ones in generation order: flush points first).
+    pub max_states: usize,
+    /// Bounds of each check.
+    pub checks: CheckLimits,
+    /// Hold every recovered state against the model: the writer is also recorded on the
+    /// host (ptrace) and a state whose visible tree is none of the model's crash states
+    /// fails. `None`: do not.
+    pub hold_model: Option<ModelLimits>,
+}
+
+/// The pinned kernel, as reported.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelPin {
+    /// The release.
+    pub release: &'static str,
+    /// SHA-256 of its Debian package.
+    pub package_sha256: &'static str,
+}
+
+/// Wall-clock time of each phase, in milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PhaseTimings {
+    /// The setup command and mkfs.
+    pub prepare_ms: u64,
+    /// Building the initramfs and probing the accelerator.
+    pub initramfs_ms: u64,
+    /// The guest, from QEMU's start to its exit.
+    pub guest_ms: u64,
+    /// Rebuilding, recovering and checking every state.
+    pub states_ms: u64,
+}
+
+/// One failing state.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelFailure {
+    /// Index among the generated states (`states/N/`).
+    pub state: usize,
+    /// How it was made.
+    pub kind: StateKind,
+    /// Log entries before its cut.
+    pub cut: usize,
+    /// Acknowledgements it follows (the check's `SHARDLIFT_ACKED`).
+    pub acknowledged: usize,
+    /// Why recovery failed (then no check ran), if it did.
+    pub recovery: Option<String>,
+    /// The recovered tree (every path: `dir` or its SHA-256) when it is none of the
+    /// model's crash states (then no check ran): a state the model does not admit.
+    pub outside_model: Option<BTreeMap<String, String>>,
+    /// How the check ended, if it ran.
+    pub check: Option<CheckOutcome>,
+    /// The last bytes of the check's output.
+    pub output_tail: String,
+}
+
+/// The result of one kernel crash test (`report.json`, and stdout with `--json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelReport {
+    /// `shardlift-crash-test-kernel-report`.
+    pub schema: &'static str,
+    /// The schema's version (1).
+    pub version: u32,
+    /// The file system.
+    pub file_system: FileSystem,
+    /// The pinned kernel.
+    pub kernel: KernelPin,
+    /// The accelerator QEMU used.
+    pub accelerator: Accelerator,
+    /// The acknowledgement lines the agent marked, in order, then `<exit>` (also marked).
+    pub acknowledgements: Vec<String>,
+    /// Entries in the block log.
+    pub log_entries: usize,
+    /// Write entries (file system and markers).
+    pub log_writes: usize,
+    /// Flush entries.
+    pub log_flushes: usize,
+    /// Distinct flush-point states.
+    pub flush_points: usize,
+    /// Distinct seeded reordered states.
+    pub reordered_states: usize,
+    /// Distinct torn states.
+    pub torn_states: usize,
+    /// States checked.
+    pub states: usize,
+    /// States that recovered and whose check passed.
+    pub passing_states: usize,
+    /// States that failed recovery or the check, or lie outside the model.
+    pub failing_states: usize,
+    /// With `--hold-model`: the model's distinct crash states of the same writer.
+    pub model_states: Option<usize>,
+    /// With `--hold-model`: whether the model was deliberately narrowed.
+    pub narrowed_model: bool,
+    /// Recovered states that are none of the model's (each is a failure).
+    pub outside_model_states: usize,
+    /// Every failing state.
+    pub failures: Vec<KernelFailure>,
+    /// Per-phase timings.
+    pub timings: PhaseTimings,
+}
+
+/// Runs a whole kernel crash test.
+pub fn run(
+    config: &KernelConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<KernelReport, KernelError> {
+    match config.file_system {
+        FileSystem::Ext4 => {}
+        FileSystem::Model => {
+            return Err(KernelError::UnknownFileSystem {
+                name: "model (not a kernel file system)".to_owned(),
+            })
+        }
+        FileSystem::Xfs => return Err(KernelError::UnsupportedFileSystem { name: "xfs" }),
+        FileSystem::Btrfs => return Err(KernelError::UnsupportedFileSystem { name: "btrfs" }),
+    }
+    if config.writer.is_empty() {
+        return Err(CrashTestError::NoWriterCommand.into());
+    }
+    if let Some(pattern) = &config.ack {
+        AckPattern::new(pattern)?;
+    }
+    let install =
+        KernelInstall::locate(&config.kernel_dir.clone().unwrap_or_else(pin::default_dir))?;
+    let qemu = guest::qemu_binary()?;
+    let writer_program = resolve_program(&config.writer[0])?;
+    prepare_output(&config.out)?;
+    let booted = boot(config, &install, (&qemu, &writer_program), progress)?;
+    let report = judge_log(config, booted, progress)?;
+    write_report(&config.out, &report)?;
+    Ok(report)
+}
+
+/// What the guest run left: the accelerator, the marked lines, the phase timings so far.
+struct Booted {
+    accelerator: Accelerator,
+    acks: Vec<String>,
+    timings: PhaseTimings,
+}
+
+/// Makes the file system, builds the initramfs, boots the guest and runs the writer.
+fn boot(
+    config: &KernelConfig,
+    install: &KernelInstall,
+    (qemu, writer_program): (&Path, &Path),
+    progress: &mut dyn FnMut(&str),
+) -> Result<Booted, KernelError> {
+    let started = Instant::now();
+    let mut timings = PhaseTimings::default();
+    progress("making ext4 from the setup command's result");
+    let disk = config.out.join("disk.img");
+    make_file_system(config, &disk)?;
+    std::fs::copy(&disk, config.out.join("base.img"))
+        .map_err(KernelError::io("copying the starting image"))?;
+    timings.prepare_ms = lap(&started, 0);
+    let initramfs = config.out.join("initramfs.cpio");
+    let memory_mib = build_initramfs(config, install, writer_program, &initramfs)?;
+    let accelerator = guest::probe_accelerator(qemu, &config.out.join("kvm-probe.log"));
+    timings.initramfs_ms = lap(&started, timings.prepare_ms);
+    progress(&format!(
+        "booting the guest ({accelerator:?}) and running the writer"
+    ));
+    let console = config.out.join("console.log");
+    let report = guest::run(
+        qemu,
+        &GuestRun {
+            vmlinux: &install.vmlinux,
+            initramfs: &initramfs,
+            disk: &disk,
+            log: &config.out.join("blocks.log"),
+            console: &console,
+            accelerator,
+            timeout_ms: config.guest_timeout_ms,
+            memory_mib,
+        },
+    )?;
+    timings.guest_ms = report.wall_ms;
+    if !report.escaped.is_empty() {
+        return Err(KernelError::Escape {
+            paths: report.escaped.join(", "),
+        });
+    }
+    if report.exit.as_deref() != Some("0") {
+        return Err(KernelError::WriterFailed {
+            outcome: report.exit.unwrap_or_default(),
+            console,
+        });
+    }
+    Ok(Booted {
+        accelerator,
+        acks: report.acks,
+        timings,
+    })
+}
+
+/// Parses the block log, builds the crash states and judges each one.
+fn judge_log(
+    config: &KernelConfig,
+    booted: Booted,
+    progress: &mut dyn FnMut(&str),
+) -> Result<KernelReport, KernelError> {
+    let started = Instant::now();
+    let log_bytes = read_log(&config.out.join("blocks.log"))?;
+    let log = blklog::parse(&log_bytes, MAX_LOG_BYTES)?;
+    let marker_sector = (DISK_BYTES - MARKER_AREA_BYTES) / log.sector_size;
+    let all = states::block_states(&log, marker_sector, config.states);
+    progress(&format!(
+        "{} log entries; {} crash states; recovering and checking",
+        log.entries.len(),
+        all.len()
+    ));
+    let checked = &all[..all.len().min(config.max_states)];
+    let admitted = match config.hold_model {
+        Some(limits) => {
+            progress("recording the writer on the host for the model");
+            Some(model_digests(config, limits)?)
+        }
+        None => None,
+    };
+    let base = config.out.join("base.img");
+    let failures = check_states(
+        config,
+        (&log, &log_bytes),
+        &base,
+        checked,
+        admitted.as_ref(),
+        progress,
+    )?;
+    let mut timings = booted.timings;
+    timings.states_ms = started.elapsed().as_millis() as u64;
+    let count = |kind: StateKind| all.iter().filter(|s| s.kind == kind).count();
+    Ok(KernelReport {
+        schema: "shardlift-crash-test-kernel-report",
+        version: 1,
+        file_system: config.file_system,
+        kernel: KernelPin {
+            release: KERNEL_RELEASE,
+            package_sha256: KERNEL_PACKAGE_SHA256,
+        },
+        accelerator: booted.accelerator,
+        acknowledgements: booted
+            .acks
+            .into_iter()
+            .chain([crate::lab::external::ack::EXIT_ACK.to_owned()])
+            .collect(),
+        log_entries: log.entries.len(),
+        log_writes: log.entries.iter().filter(|e| e.is_write()).count(),
+        log_flushes: log.entries.iter().filter(|e| e.is_flush()).count(),
+        flush_points: count(StateKind::FlushPoint),
+        reordered_states: count(StateKind::Reordered),
+        torn_states: count(StateKind::Torn),
+        states: checked.len(),
+        passing_states: checked.len() - failures.len(),
+        failing_states: failures.len(),
+        model_states: admitted.as_ref().map(HashSet::len),
+        narrowed_model: config.hold_model.is_some_and(|l| l.narrowed),
+        outside_model_states: failures
+            .iter()
+            .filter(|f| f.outside_model.is_some())
+            .count(),
+        failures,
+        timings,
+    })
+}
+
+fn lap(started: &Instant, before_ms: u64) -> u64 {
+    (started.elapsed().as_millis() as u64).saturating_sub(before_ms)
+}
+
+fn prepare_output(out: &Path) -> Result<(), KernelError> {
+    match std::fs::read_dir(out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(CrashTestError::OutputNotEmpty {
+                    path: out.to_owned(),
+                }
+                .into());
+            }
+        }
+        Err(_) => std::fs::create_dir_all(out)
+            .map_err(KernelError::io("creating the output directory"))?,
+    }
+    for dir in ["setup", "tmp", "states"] {
+        std::fs::create_dir(out.join(dir))
+            .map_err(KernelError::io("creating the output layout"))?;
+    }
+    Ok(())
+}
+
+/// The writer's program as a host path (through `PATH` when it has no `/`).
+fn resolve_program(program: &OsString) -> Result<PathBuf, KernelError> {
+    let path = Path::new(program);
+    let found = if path.components().count() > 1 {
+        Some(path.to_owned())
+    } else {
+        guest::find_on_path(&program.to_string_lossy())
+    };
+    found
+        .and_then(|p| p.canonicalize().ok())
+        .ok_or_else(|| KernelError::Io {
+            context: format!("finding the writer program {}", path.display()),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        })
+}
+
+fn make_file_system(config: &KernelConfig, disk: &Path) -> Result<(), KernelError> {
+    let setup_dir = config.out.join("setup");
+    if let Some(command) = &config.setup {
+        run_setup_in(
+            Path::new("/bin/sh"),
+            command,
+            &setup_dir,
+            &config.out.join("tmp"),
+            &config.out.join("setup.log"),
+            config.setup_timeout_ms,
+        )?;
+    }
+    let file = std::fs::File::create(disk).map_err(KernelError::io("creating the disk image"))?;
+    file.set_len(DISK_BYTES)
+        .map_err(KernelError::io("sizing the disk image"))?;
+    drop(file);
+    let blocks = (DISK_BYTES - MARKER_AREA_BYTES) / 4096;
+    let mkfs = guest::find_on_path("mkfs.ext4").ok_or(KernelError::ToolMissing {
+        tool: "mkfs.ext4",
+        package: "e2fsprogs",
+    })?;
+    let output = Command::new(mkfs)
+        .args(["-q", "-F", "-b", "4096", "-O", "^fast_commit"])
+        .args([
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0,nodiscard",
+            "-d",
+        ])
+        .arg(&setup_dir)
+        .arg(disk)
+        .arg(blocks.to_string())
+        .output()
+        .map_err(KernelError::io("running mkfs.ext4"))?;
+    if !output.status.success() {
+        return Err(KernelError::ToolFailed {
+            tool: "mkfs.ext4".to_owned(),
+            outcome: output.status.to_string(),
+            output: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    Ok(())
+}
+
+fn build_initramfs(
+    config: &KernelConfig,
+    install: &KernelInstall,
+    writer: &Path,
+    out: &Path,
+) -> Result<u64, KernelError> {
+    let mut fs = Initramfs::default();
+    let busybox = std::fs::read("/bin/busybox").map_err(|_| KernelError::ToolMissing {
+        tool: "busybox",
+        package: "busybox-static",
+    })?;
+    fs.file("/bin/busybox", 0o755, busybox);
+    let root = install.dir.join("root");
+    let modules = module_order(&root, KERNEL_RELEASE, &["virtio_pci", "virtio_blk", "ext4"])?;
+    let mut script = String::from(INIT_HEAD);
+    for (i, module) in modules.iter().enumerate() {
+        let name = format!("/modules/{i:02}.ko");
+        let bytes = std::fs::read(module)
+            .map_err(KernelError::io(format!("reading {}", module.display())))?;
+        fs.file(&name, 0o644, bytes);
+        script.push_str(&format!("/bin/busybox insmod {name} 2>/dev/null\n"));
+    }
+    script.push_str(INIT_TAIL);
+    fs.file("/init", 0o755, script.into_bytes());
+    fs.program(
+        &config
+            .agent_exe
+            .canonicalize()
+            .map_err(KernelError::io("locating shardlift"))?,
+    )?;
+    fs.program(writer)?;
+    let agent = AgentConfig {
+        argv: config
+            .writer
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        ack: config.ack.clone(),
+        device: "/dev/vda".to_owned(),
+        marker_offset: DISK_BYTES - MARKER_AREA_BYTES,
+    };
+    debug_assert!(MAX_MARKERS * agent::MARKER_BYTES as u64 <= MARKER_AREA_BYTES);
+    let json = serde_json::to_vec(&agent).map_err(|e| KernelError::Io {
+        context: "encoding the agent's config".to_owned(),
+        source: std::io::Error::other(e),
+    })?;
+    fs.file("/agent.json", 0o644, json);
+    let agent_path = config
+        .agent_exe
+        .canonicalize()
+        .map_err(KernelError::io("locating shardlift"))?;
+    fs.file(
+        "/agent-path",
+        0o644,
+        agent_path.to_string_lossy().into_owned().into_bytes(),
+    );
+    if fs.payload_bytes() > MAX_INITRAMFS_BYTES {
+        return Err(KernelError::InitramfsTooLarge {
+            bytes: fs.payload_bytes(),
+            limit_bytes: MAX_INITRAMFS_BYTES,
+        });
+    }
+    std::fs::write(out, fs.to_cpio()).map_err(KernelError::io("writing the initramfs"))?;
+    Ok(guest::memory_for(fs.payload_bytes()))
+}
+
+/// `/init` before the module loads: the kernel's file systems.
+const INIT_HEAD: &str = "#!/bin/busybox sh\n\
+/bin/busybox mkdir -p /proc /sys /dev /mnt /tmp\n\
+/bin/busybox mount -t proc proc /proc\n\
+/bin/busybox mount -t sysfs sys /sys\n\
+/bin/busybox mount -t devtmpfs dev /dev\n\
+/bin/busybox --install -s /bin\n";
+
+/// `/init` after them: mount the file system under test and hand over to the agent,
+/// which powers the guest off; if the mount or the agent fails, power off anyway.
+const INIT_TAIL: &str = "if /bin/busybox mount -t ext4 /dev/vda /mnt; then\n\
+  \"$(/bin/busybox cat /agent-path)\" kernel-guest --config /agent.json\n\
+else\n\
+  echo 'shardlift-guest: error mounting /dev/vda failed'\n\
+fi\n\
+echo o > /proc/sysrq-trigger\n\
+/bin/busybox sleep 60\n";
+
+fn read_log(path: &Path) -> Result<Vec<u8>, KernelError> {
+    let len = std::fs::metadata(path)
+        .map_err(KernelError::io("reading the block log"))?
+        .len();
+    if len > MAX_LOG_BYTES {
+        return Err(KernelError::LogOverLimit {
+            limit_bytes: MAX_LOG_BYTES,
+        });
+    }
+    std::fs::read(path).map_err(KernelError::io("reading the block log"))
+}
+
+fn check_states(
+    config: &KernelConfig,
+    (log, log_bytes): (&BlockLog, &[u8]),
+    base: &Path,
+    states: &[BlockState],
+    admitted: Option<&HashSet<Digest>>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<KernelFailure>, KernelError> {
+    let dir = config.out.join("states");
+    let mut failures = Vec::new();
+    for (index, state) in states.iter().enumerate() {
+        let image = dir.join(format!("{index}.img"));
+        std::fs::copy(base, &image).map_err(KernelError::io("copying the starting image"))?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&image)
+            .map_err(KernelError::io("opening a state image"))?;
+        states::apply(log, log_bytes, state, &mut file)
+            .map_err(KernelError::io("applying the log"))?;
+        drop(file);
+        let tree = dir.join(index.to_string());
+        let check_log = dir.join(format!("{index}.log"));
+        let verdict = judge(config, &image, (&tree, &check_log), state, admitted)?;
+        std::fs::remove_file(&image).map_err(KernelError::io("removing a state image"))?;
+        match verdict {
+            None => {
+                std::fs::remove_dir_all(&tree)
+                    .map_err(KernelError::io("removing a checked state"))?;
+                std::fs::remove_file(&check_log)
+                    .map_err(KernelError::io("removing a check log"))?;
+            }
+            Some(mut failure) => {
+                failure.state = index;
+                failures.push(failure);
+            }
+        }
+        if (index + 1) % 10 == 0 || index + 1 == states.len() {
+            progress(&format!(
+                "checked {}/{} crash states",
+                index + 1,
+                states.len()
+            ));
+        }
+    }
+    Ok(failures)
+}
+
+/// Recovers one state image, holds it against the model, checks it: `None` when it
+/// passes (its tree and check log are left for the caller to remove).
+fn judge(
+    config: &KernelConfig,
+    image: &Path,
+    (tree, check_log): (&Path, &Path),
+    state: &BlockState,
+    admitted: Option<&HashSet<Digest>>,
+) -> Result<Option<KernelFailure>, KernelError> {
+    let mut failure = KernelFailure {
+        state: 0,
+        kind: state.kind,
+        cut: state.cut,
+        acknowledged: state.acknowledged,
+        recovery: None,
+        outside_model: None,
+        check: None,
+        output_tail: String::new(),
+    };
+    if let Err(why) = recover_ext4(image, tree)? {
+        failure.recovery = Some(why);
+        return Ok(Some(failure));
+    }
+    // The check log must exist for the caller to remove, whatever happens next.
+    std::fs::write(check_log, b"").map_err(KernelError::io("creating a check log"))?;
+    if let Some(admitted) = admitted {
+        let (digest, listing) = model::tree_digest(tree, &Unread::new(&config.unread))
+            .map_err(KernelError::io("reading a recovered state"))?;
+        if !admitted.contains(&digest) {
+            failure.outside_model = Some(listing);
+            return Ok(Some(failure));
+        }
+    }
+    let (outcome, tail) = run_check(
+        &config.check,
+        tree,
+        check_log,
+        state.acknowledged,
+        config.checks,
+    )?;
+    if outcome.passed() {
+        return Ok(None);
+    }
+    failure.check = Some(outcome);
+    failure.output_tail = tail;
+    Ok(Some(failure))
+}
+
+/// The digests of the model's crash states of the same writer, recorded on the host
+/// under ptrace in `model/` after the same setup command.
+fn model_digests(
+    config: &KernelConfig,
+    limits: ModelLimits,
+) -> Result<HashSet<Digest>, KernelError> {
+    let root = config.out.join("model");
+    let (scratch, tmp) = (root.join("scratch"), root.join("tmp"));
+    for dir in [&root, &scratch, &tmp] {
+        std::fs::create_dir(dir).map_err(KernelError::io("creating model/"))?;
+    }
+    if let Some(command) = &config.setup {
+        let log = root.join("setup.log");
+        let sh = Path::new("/bin/sh");
+        run_setup_in(sh, command, &scratch, &tmp, &log, config.setup_timeout_ms)?;
+    }
+    let stderr_log = root.join("writer.stderr");
+    let run = recorder::record(
+        &recorder::WriterSetup {
+            stub_exe: &config.agent_exe,
+            scratch: &scratch,
+            tmpdir: &tmp,
+            argv: &config.writer,
+            stdout_log: &root.join("writer.stdout"),
+            stderr_log: &stderr_log,
+        },
+        RecordLimits::default(),
+    )?;
+    if !run.exit.success() {
+        return Err(CrashTestError::WriterFailed {
+            outcome: run.exit.to_string(),
+            log: stderr_log,
+        }
+        .into());
+    }
+    let states = model::crash_states(&run.trace, limits, &Unread::new(&config.unread))
+        .map_err(CrashTestError::from)?;
+    Ok(states.states.iter().map(|s| s.digest).collect())
+}
+
+fn write_report(out: &Path, report: &KernelReport) -> Result<(), KernelError> {
+    let bytes = serde_json_canonicalizer::to_vec(report).map_err(|e| KernelError::Io {
+        context: "encoding the report".to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    write_file(&out.join("report.json"), &bytes, WriteOptions::REPLACEABLE)
+        .map(drop)
+        .map_err(|e| KernelError::Io {
+            context: "writing report.json".to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })
+}
