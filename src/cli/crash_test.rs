@@ -227,9 +227,9 @@ fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()
     let report =
         kernel::run(&config, &mut |line| eprintln!("crash-test: {line}")).context("crash-test")?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
+        outln!(
             "{:?} on {} ({:?}): {} log entries, {} flushes; {} flush points, {} reordered, {} torn; {} checked, {} failing",
             report.file_system,
             report.kernel.release,
@@ -242,7 +242,7 @@ fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()
             report.states,
             report.failing_states
         );
-        println!("report: {}", args.out.join("report.json").display());
+        outln!("report: {}", args.out.join("report.json").display());
     }
     if report.failing_states > 0 {
         std::process::exit(1);
