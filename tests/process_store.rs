@@ -189,17 +189,6 @@ fn cli_errors_exit_non_zero_and_modify_nothing() {
             "3",
             "--json",
         ],
-        vec![
-            "store",
-            "reshard",
-            "--store",
-            store,
-            "--generation",
-            "0",
-            "--workers",
-            "0",
-            "--json",
-        ],
         vec!["store", "verify", "--store", store, "--generation", "3"],
         vec![
             "store",
@@ -213,6 +202,20 @@ fn cli_errors_exit_non_zero_and_modify_nothing() {
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(!out.stderr.is_empty());
     }
+    // A worker count outside 1..=12 is a wrong command line: clap refuses it (exit 2).
+    let out = run(&[
+        "store",
+        "reshard",
+        "--store",
+        store,
+        "--generation",
+        "0",
+        "--workers",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "--workers 0");
+    assert!(!out.stderr.is_empty());
     assert_eq!(tree_digest(&root).expect("hash"), before);
 }
 
