@@ -153,41 +153,61 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
     };
     let report = external::run(&config, &mut |line| eprintln!("crash-test: {line}"))
         .context("crash-test")?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        let subsets_total = match report.subsets_total {
-            Some(total) => total.to_string(),
-            None => format!("more than {}", u64::MAX),
-        };
-        outln!(
-            "{} operations traced; {} of {} subsets of pending entry operations enumerated{}; \
-             {} distinct crash states, {} checked; {}; {} failing",
-            report.trace_operations,
-            report.subsets_checked,
-            subsets_total,
-            if report.sampled { " (sampled)" } else { "" },
-            report.states_total,
-            report.states,
-            if report.exhaustive {
-                "exhaustive"
-            } else {
-                "not exhaustive"
-            },
-            report.failing_states
-        );
-        for class in &report.failure_classes {
+    finish(
+        args.json,
+        &report,
+        &args.out,
+        report.failing_states > 0,
+        || {
+            let subsets_total = match report.subsets_total {
+                Some(total) => total.to_string(),
+                None => format!("more than {}", u64::MAX),
+            };
             outln!(
-                "  {} state(s), shortest prefix {} operations (e.g. states/{}): {}",
-                class.states,
-                class.smallest_crash_point,
-                class.example_state,
-                class.message
+                "{} operations traced; {} of {} subsets of pending entry operations enumerated{}; \
+             {} distinct crash states, {} checked; {}; {} failing",
+                report.trace_operations,
+                report.subsets_checked,
+                subsets_total,
+                if report.sampled { " (sampled)" } else { "" },
+                report.states_total,
+                report.states,
+                if report.exhaustive {
+                    "exhaustive"
+                } else {
+                    "not exhaustive"
+                },
+                report.failing_states
             );
-        }
-        outln!("report: {}", args.out.join("report.json").display());
+            for class in &report.failure_classes {
+                outln!(
+                    "  {} state(s), shortest prefix {} operations (e.g. states/{}): {}",
+                    class.states,
+                    class.smallest_crash_point,
+                    class.example_state,
+                    class.message
+                );
+            }
+        },
+    )
+}
+
+/// Prints `report` as JSON, or the summary `lines` print and the report's path; then exits
+/// 1 when any state failed.
+fn finish<T: serde::Serialize>(
+    json: bool,
+    report: &T,
+    out: &std::path::Path,
+    any_failed: bool,
+    lines: impl FnOnce(),
+) -> anyhow::Result<()> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        lines();
+        outln!("report: {}", out.join("report.json").display());
     }
-    if report.failing_states > 0 {
+    if any_failed {
         std::process::exit(1);
     }
     Ok(())
@@ -226,10 +246,13 @@ fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()
     };
     let report =
         kernel::run(&config, &mut |line| eprintln!("crash-test: {line}")).context("crash-test")?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        outln!(
+    finish(
+        args.json,
+        &report,
+        &args.out,
+        report.failing_states > 0,
+        || {
+            outln!(
             "{:?} on {} ({:?}): {} log entries, {} flushes; {} flush points, {} reordered, {} torn; {} checked, {} failing",
             report.file_system,
             report.kernel.release,
@@ -242,12 +265,8 @@ fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()
             report.states,
             report.failing_states
         );
-        outln!("report: {}", args.out.join("report.json").display());
-    }
-    if report.failing_states > 0 {
-        std::process::exit(1);
-    }
-    Ok(())
+        },
+    )
 }
 
 /// The kernel-mode guest agent's arguments.
