@@ -424,3 +424,65 @@ pub fn expected_outcome(barrier: Barrier) -> Option<(bool, u64, u64, u64, u64, u
         _ => None,
     }
 }
+
+/// A run's verdict, as `audit.json` states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// The run matched its row of the outcome table and every comparison held.
+    Passed,
+    /// It did not.
+    Failed,
+}
+
+impl RunStatus {
+    /// `Passed` when `passed`, else `Failed`.
+    pub fn from_passed(passed: bool) -> Self {
+        if passed {
+            RunStatus::Passed
+        } else {
+            RunStatus::Failed
+        }
+    }
+
+    /// The name recorded in `audit.json` (and printed in every report of the run).
+    pub fn name(self) -> &'static str {
+        match self {
+            RunStatus::Passed => "passed",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    /// The status recorded as `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [RunStatus::Passed, RunStatus::Failed]
+            .into_iter()
+            .find(|status| status.name() == name)
+    }
+}
+
+/// Which state an evaluation record is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvaluationRole {
+    /// The uninterrupted reference at the target step.
+    Reference,
+    /// The final checkpoint, loaded back from disk after recovery and reshard.
+    Recovered,
+}
+
+impl EvaluationRole {
+    /// The name recorded in an evaluation record's `role`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EvaluationRole::Reference => "reference",
+            EvaluationRole::Recovered => "recovered",
+        }
+    }
+
+    /// The role recorded as `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [EvaluationRole::Reference, EvaluationRole::Recovered]
+            .into_iter()
+            .find(|role| role.name() == name)
+    }
+}

@@ -6,8 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use super::read::{IdentityField, ReadStage};
+use super::verify::verify_with;
 use super::*;
 use crate::core::barrier::Barrier;
+use crate::core::digest::Digest;
 use crate::dataset::{Resource, FASHION_MNIST};
 
 fn root(step: u64) -> Digest {
