@@ -18,7 +18,8 @@ use crate::lab::{ChildStore, LabError, LocalStore};
 use crate::objstore::{ConditionalCreate, ObjStore, ObjStoreError, ObjStoreOptions};
 use crate::store::{self, CommitSummary, ObjectCheck};
 
-use super::{store_error, DemoError};
+use super::error::store_error;
+use super::DemoError;
 
 /// What the run's record says about an object-store crash store.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
