@@ -7,23 +7,28 @@
 //! takes back the updated chunks. Any failure — a dead worker, a timeout, a malformed or
 //! unexpected reply — tears the whole group down (SIGTERM, grace, SIGKILL, reap) and is
 //! returned as an error naming the rank; nothing waits without a deadline.
-use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::core::logical::{ChunkState, LogicalState};
+use crate::core::logical::LogicalState;
 use crate::core::sampling::SampleStream;
-use crate::core::topology::{Topology, TopologyError};
-use crate::supervise::ipc::{self, FramedStream, IpcError};
-use crate::supervise::process::{
-    ChildSpec, ExitRecord, ProcessError, ShardliftChild, Supervisor, TEARDOWN_GRACE_MS,
-};
+use crate::core::topology::Topology;
+use crate::supervise::ipc::{self, FramedStream};
+use crate::supervise::process::{ExitRecord, Supervisor, TEARDOWN_GRACE_MS};
 
-use crate::core::step::{self, MicroBatch, SplitView, StepError, StepOutcome};
+use crate::core::step::{self, MicroBatch, SplitView, StepOutcome};
 use crate::trainer::engines::EngineKind;
-use crate::trainer::protocol::{self, GradientBytes, GradientsView, Message, ProtocolError};
+use crate::trainer::protocol::{self, GradientsView, Message};
+
+mod error;
+mod frames;
+mod spawn;
+mod timings;
+
+pub use error::*;
+use frames::*;
+use spawn::*;
+pub use timings::*;
 
 /// Options of one session.
 #[derive(Clone, Debug)]
@@ -61,261 +66,6 @@ impl SessionOptions {
         self.engine = engine;
         self
     }
-}
-
-/// Why a session failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    /// The worker count is not a valid topology.
-    #[error(transparent)]
-    Topology(#[from] TopologyError),
-    /// The private directory for the session's socket could not be created.
-    #[error("cannot prepare the socket directory {path}: {source}")]
-    SocketDirectory {
-        /// The directory concerned.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-    /// Starting, signalling or reaping a worker failed.
-    #[error(transparent)]
-    Process(#[from] ProcessError),
-    /// Binding the socket or accepting a worker's connection failed.
-    #[error("worker connection: {0}")]
-    Accept(IpcError),
-    /// Talking to a connected worker failed; `exit` says how it ended, once reaped.
-    #[error("worker rank {rank}: {source}{exit}")]
-    Ipc {
-        /// The worker's rank.
-        rank: u32,
-        /// The underlying error.
-        source: IpcError,
-        /// The worker's exit, when the group has been reaped.
-        exit: ExitNote,
-    },
-    /// A worker's frame is not a well-formed message.
-    #[error("worker rank {rank} sent an undecodable message: {source}")]
-    Protocol {
-        /// The worker's rank.
-        rank: u32,
-        /// Why it could not be decoded.
-        source: ProtocolError,
-    },
-    /// A worker sent a well-formed message of the wrong kind for this point of the step.
-    #[error("worker rank {rank} sent {got} where {expected} was expected")]
-    UnexpectedMessage {
-        /// The worker's rank.
-        rank: u32,
-        /// The kind of message expected.
-        expected: &'static str,
-        /// The kind received.
-        got: &'static str,
-    },
-    /// A worker reported that it failed.
-    #[error("worker rank {rank} reported a failure: {message}")]
-    WorkerFailure {
-        /// The worker's rank.
-        rank: u32,
-        /// Its message.
-        message: String,
-    },
-    /// A worker's reply is well-formed but inconsistent with what it was sent (wrong
-    /// micro-batches, chunks or sizes, or a rank claimed from the wrong pid).
-    #[error("worker rank {rank} replied inconsistently: {reason}")]
-    BadReply {
-        /// The worker's rank.
-        rank: u32,
-        /// What is inconsistent.
-        reason: String,
-    },
-    /// A worker exited before the session finished.
-    #[error("a worker exited before the session finished: {role} rank {rank:?} ({outcome})", role = .0.role, rank = .0.rank, outcome = .0.outcome)]
-    WorkerExited(ExitRecord),
-    /// At shutdown a worker ended other than with exit code 0.
-    #[error("worker rank {rank} ended with {outcome} at shutdown", outcome = .record.outcome)]
-    UncleanExit {
-        /// The worker's rank (`u32::MAX` if its record has none).
-        rank: u32,
-        /// Its exit record.
-        record: ExitRecord,
-    },
-    /// The step arithmetic refused the gathered gradients or the update.
-    #[error(transparent)]
-    Step(#[from] StepError),
-}
-
-/// How a failed worker ended, appended to IPC errors once the group is reaped.
-#[derive(Debug, Default)]
-pub struct ExitNote(pub Option<ExitRecord>);
-
-impl std::fmt::Display for ExitNote {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
-            Some(record) => write!(f, " (the worker ended with {})", record.outcome),
-            None => Ok(()),
-        }
-    }
-}
-
-static SOCKET_SERIAL: AtomicU32 = AtomicU32::new(0);
-
-/// A private directory for the session's socket, removed on drop. Kept short: sun_path
-/// holds 108 bytes, and run directories can be deep.
-#[derive(Debug)]
-struct SocketDirectory(PathBuf);
-
-impl SocketDirectory {
-    fn create() -> Result<Self, SessionError> {
-        let serial = SOCKET_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("sl-{}-{serial}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|source| SessionError::SocketDirectory {
-                path: path.clone(),
-                source,
-            })?;
-        Ok(SocketDirectory(path))
-    }
-}
-
-impl Drop for SocketDirectory {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Starts one `shardlift worker` per rank; returns each rank's child index.
-fn spawn_workers(
-    supervisor: &mut Supervisor,
-    options: &SessionOptions,
-    topology: Topology,
-    socket_path: &Path,
-) -> Result<Vec<usize>, SessionError> {
-    let mut child_of_rank = Vec::new();
-    for rank in 0..topology.workers() {
-        let worker = ShardliftChild::Worker {
-            socket: socket_path,
-            rank,
-            engine: options.engine.name(),
-        };
-        let spec = ChildSpec::shardlift(&options.shardlift_exe, &options.session, worker);
-        child_of_rank.push(supervisor.spawn(spec)?);
-    }
-    Ok(child_of_rank)
-}
-
-/// Accepts one checked connection per rank, ordered by rank. The caller tears the group
-/// down on failure.
-fn accept_workers(
-    listener: &UnixListener,
-    supervisor: &mut Supervisor,
-    child_of_rank: &[usize],
-    options: &SessionOptions,
-) -> Result<Vec<FramedStream>, SessionError> {
-    let mut by_rank: Vec<Option<FramedStream>> = child_of_rank.iter().map(|_| None).collect();
-    for _ in 0..child_of_rank.len() {
-        let (rank, pid, framed) = accept_hello(listener, supervisor, options)?;
-        // The rank claimed must be the rank we spawned at that pid.
-        let expected_pid = child_of_rank
-            .get(rank as usize)
-            .and_then(|&index| supervisor.children().get(index))
-            .map(|child| child.pid());
-        match by_rank.get_mut(rank as usize) {
-            Some(slot @ None) if expected_pid == Some(pid) => *slot = Some(framed),
-            _ => {
-                return Err(SessionError::BadReply {
-                    rank,
-                    reason: format!("pid {pid} claimed rank {rank}"),
-                })
-            }
-        }
-    }
-    Ok(by_rank.into_iter().flatten().collect())
-}
-
-/// Accepts the next connection from a live worker and reads its `Hello`: the claimed
-/// rank, the peer's pid and the connection.
-fn accept_hello(
-    listener: &UnixListener,
-    supervisor: &mut Supervisor,
-    options: &SessionOptions,
-) -> Result<(u32, u32, FramedStream), SessionError> {
-    let live = supervisor.live_pids();
-    let (stream, pid) = ipc::accept_checked(
-        listener,
-        options.connect_timeout_ms,
-        |pid| live.contains(&pid),
-        || match supervisor.poll_exited() {
-            Ok(Some(record)) => Err(IpcError::Malformed {
-                peer: format!("worker rank {:?}", record.rank),
-                reason: format!("exited before connecting ({})", record.outcome),
-            }),
-            _ => Ok(()),
-        },
-    )
-    .map_err(SessionError::Accept)?;
-    let mut framed =
-        FramedStream::new(stream, format!("worker pid {pid}"), options.step_timeout_ms)
-            .map_err(SessionError::Accept)?;
-    let hello = framed.receive().map_err(SessionError::Accept)?;
-    match Message::decode(&hello) {
-        Ok(Message::Hello { rank }) => Ok((rank, pid, framed)),
-        Ok(other) => Err(SessionError::UnexpectedMessage {
-            rank: u32::MAX,
-            expected: "hello",
-            got: other.kind(),
-        }),
-        Err(source) => Err(SessionError::Protocol {
-            rank: u32::MAX,
-            source,
-        }),
-    }
-}
-
-/// Where one step of a session spent its time, as the coordinator and the workers
-/// measured it (nanoseconds of wall-clock time).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StepTimings {
-    /// The whole step, planning to the last updated chunk taken back.
-    pub total_ns: u64,
-    /// Planning the micro-batches (gathering their bytes from the split).
-    pub plan_ns: u64,
-    /// From encoding the first `Compute` to the last micro-batch gradient added to the
-    /// logical-order sum (the sum runs as the gradients arrive, inside this phase).
-    pub compute_round_trip_ns: u64,
-    /// The slowest worker's forward and backward passes (its engine time alone).
-    pub compute_max_ns: u64,
-    /// All workers' forward and backward time, added up.
-    pub compute_sum_ns: u64,
-    /// Summing the micro-batch gradients in logical order (the adds alone, made during
-    /// the compute round trip as each gradient arrives).
-    pub reduction_ns: u64,
-    /// From encoding the first `Update` to the last `Chunks` applied.
-    pub update_round_trip_ns: u64,
-    /// The slowest worker's AdamW.
-    pub adamw_max_ns: u64,
-    /// All workers' AdamW time, added up.
-    pub adamw_sum_ns: u64,
-}
-
-impl StepTimings {
-    /// The round trips less the slowest worker's own work and the coordinator's adds:
-    /// encoding, the socket writes and reads, decoding and waiting to be scheduled.
-    pub fn ipc_ns(&self) -> u64 {
-        self.compute_round_trip_ns
-            .saturating_sub(self.compute_max_ns)
-            .saturating_sub(self.reduction_ns)
-            + self.update_round_trip_ns.saturating_sub(self.adamw_max_ns)
-    }
-}
-
-fn elapsed_ns(since: Instant) -> u64 {
-    duration_ns(since.elapsed())
-}
-
-fn duration_ns(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A running session.
@@ -682,78 +432,11 @@ impl CoordinatorSession {
     }
 }
 
-/// Why a gathered `Gradients` frame was refused.
-enum GradientsRefusal {
-    /// A `Gradients` reply that is wrong (the reason).
-    Bad(String),
-    /// Another message, or none that decodes.
-    Other(Result<Message, ProtocolError>),
-}
-
-/// Checks one streamed `Gradients` frame from `rank`: it must be for `step` and hold
-/// exactly one result, micro-batch `expected` (the next in logical order, which `rank`
-/// owns). Returns that result.
-fn check_gradients_frame<'a>(
-    view: &GradientsView<'a>,
-    step: u64,
-    expected: u32,
-    rank: u32,
-    topology: Topology,
-) -> Result<GradientBytes<'a>, String> {
-    if view.step != step {
-        return Err(format!("gradients for step {}, expected {step}", view.step));
-    }
-    match view.results.as_slice() {
-        [result] if result.index == expected => Ok(*result),
-        [result] if topology.micro_batch_owner(result.index) != rank => Err(format!(
-            "returned micro-batch {} it does not own",
-            result.index
-        )),
-        [result] => Err(format!(
-            "returned micro-batch {}, expected micro-batch {expected} next",
-            result.index
-        )),
-        results => Err(format!(
-            "a gradients frame holds {} micro-batches, not one",
-            results.len()
-        )),
-    }
-}
-
-/// Checks a `Chunks` reply against the chunk ids the worker owns (`owned`, ascending):
-/// every chunk must be owned and of its chunk's size, and the reply must hold each owned
-/// chunk exactly once, in that order (the order the update sent them).
-fn check_chunks_reply(
-    state: &LogicalState,
-    owned: &[u32],
-    chunks: &[ChunkState],
-) -> Result<(), String> {
-    for chunk in chunks {
-        // A `ChunkState`'s three slots are equal in length by construction.
-        let fits = state
-            .chunks()
-            .get(chunk.id() as usize)
-            .is_some_and(|old| old.len() == chunk.len());
-        if !owned.contains(&chunk.id()) || !fits {
-            return Err(format!(
-                "returned chunk {} it does not own or of the wrong size",
-                chunk.id()
-            ));
-        }
-    }
-    let returned: Vec<u32> = chunks.iter().map(|chunk| chunk.id()).collect();
-    if returned != owned {
-        return Err(format!(
-            "returned chunks {returned:?}, expected exactly its chunks {owned:?}"
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::logical::Hyperparameters;
+    use crate::core::logical::{ChunkState, Hyperparameters};
+    use crate::trainer::protocol::GradientBytes;
 
     fn owned_by(state: &LogicalState, topology: Topology, rank: u32) -> Vec<ChunkState> {
         state
