@@ -410,6 +410,9 @@ struct Derived {
 /// Derives the comparisons from the recorded digests. The reshard's root is derived from
 /// the two roots the demo recomputed from chunk objects loaded back from the store, not
 /// from the commit record's root field (which the reshard writer copies).
+/// Two named digests that must be equal: `(a_name, a, b_name, b)`.
+type DigestPair = (String, Digest, String, Digest);
+
 fn derive_comparisons(
     reference: &EvaluationRecord,
     recovered: &EvaluationRecord,
@@ -417,11 +420,8 @@ fn derive_comparisons(
     reference_at_target: &StateDigests,
 ) -> Result<Derived, BundleError> {
     let reference_at_selected = reference_at(evidence, evidence.recovery.selected_step)?;
-    let reshard = &evidence.reshard;
-    let target = evidence.target_step;
-    let ev = |field: &str| format!("{RECOVERY_EVIDENCE} {field}");
     let mut unequal = Vec::new();
-    let mut all_equal = |pairs: &[(String, Digest, String, Digest)]| {
+    let mut all_equal = |pairs: &[DigestPair]| {
         let mut equal = true;
         for (a_name, a, b_name, b) in pairs {
             if a != b {
@@ -431,8 +431,44 @@ fn derive_comparisons(
         }
         equal
     };
-    let at_target = format!("reference[step {target}]");
-    let roots_equal = all_equal(&[
+    let roots_equal = all_equal(&root_pairs(
+        evidence,
+        reference_at_target,
+        reference_at_selected,
+    ));
+    let ledgers_equal = all_equal(&ledger_pairs(evidence, recovered, reference_at_target));
+    let probe_equal = all_equal(&[(
+        format!("{REFERENCE_EVALUATION} logit_probe_sha256"),
+        reference.logit_probe_sha256,
+        format!("{RECOVERED_EVALUATION} logit_probe_sha256"),
+        recovered.logit_probe_sha256,
+    )]);
+    Ok(Derived {
+        comparisons: Comparisons {
+            logical_state_roots_equal: roots_equal,
+            ledger_digests_equal: ledgers_equal,
+            logit_probe_equal: probe_equal,
+        },
+        unequal,
+    })
+}
+
+/// A field of the recovery evidence, named as a comparison reports it.
+fn evidence_field(field: &str) -> String {
+    format!("{RECOVERY_EVIDENCE} {field}")
+}
+
+/// The logical-state roots that must all equal the reference's: the recovered and the
+/// resharded state at the target step, and the reshard's source, result and commit.
+fn root_pairs(
+    evidence: &RecoveryEvidenceRecord,
+    reference_at_target: &StateDigests,
+    reference_at_selected: &StateDigests,
+) -> Vec<DigestPair> {
+    let ev = evidence_field;
+    let reshard = &evidence.reshard;
+    let at_target = format!("reference[step {}]", evidence.target_step);
+    vec![
         (
             ev("recovered_w4.logical_state_root"),
             evidence.recovered_w4.logical_state_root,
@@ -466,8 +502,18 @@ fn derive_comparisons(
             ev("reshard.resharded_root_from_chunks"),
             reshard.resharded_root_from_chunks,
         ),
-    ]);
-    let ledgers_equal = all_equal(&[
+    ]
+}
+
+/// The ledger digests that must all equal the reference's at the target step.
+fn ledger_pairs(
+    evidence: &RecoveryEvidenceRecord,
+    recovered: &EvaluationRecord,
+    reference_at_target: &StateDigests,
+) -> Vec<DigestPair> {
+    let ev = evidence_field;
+    let at_target = format!("reference[step {}]", evidence.target_step);
+    vec![
         (
             ev("recovered_w4.ledger_digest"),
             evidence.recovered_w4.ledger_digest,
@@ -486,21 +532,7 @@ fn derive_comparisons(
             ev(&format!("{at_target}.ledger_digest")),
             reference_at_target.ledger_digest,
         ),
-    ]);
-    let probe_equal = all_equal(&[(
-        format!("{REFERENCE_EVALUATION} logit_probe_sha256"),
-        reference.logit_probe_sha256,
-        format!("{RECOVERED_EVALUATION} logit_probe_sha256"),
-        recovered.logit_probe_sha256,
-    )]);
-    Ok(Derived {
-        comparisons: Comparisons {
-            logical_state_roots_equal: roots_equal,
-            ledger_digests_equal: ledgers_equal,
-            logit_probe_equal: probe_equal,
-        },
-        unequal,
-    })
+    ]
 }
 
 /// The audit summarises the evidence faithfully, and the evidence shows a SIGKILL at the
