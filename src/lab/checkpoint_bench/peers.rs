@@ -101,7 +101,10 @@ impl Peer {
             .ok_or_else(|| fail("stdin closed".into()))?;
         writeln!(stdin, "{request}")
             .and_then(|()| stdin.flush())
-            .map_err(|e| fail(format!("writing the request: {e}")))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::BrokenPipe => fail("exited before reading the request".into()),
+                _ => fail(format!("writing the request: {e}")),
+            })?;
         let line = match self.replies.recv_timeout(self.timeout) {
             Ok(Ok(line)) if line.is_empty() => return Err(fail("exited without a reply".into())),
             Ok(Ok(line)) => line,
