@@ -31,7 +31,7 @@ fn copy_dir(from: &Path, to: &Path) {
 fn committed_visuals_are_current() {
     let checked = visuals::check(&root(), &committed_evidence(), &root().join("docs/visuals"))
         .expect("docs/visuals is current; run `pipeline visuals render`");
-    assert_eq!(checked.files, 13);
+    assert_eq!(checked.files, 14);
     assert_eq!(checked.gif_frames, 6);
 }
 
