@@ -161,7 +161,7 @@ fn disk_and_shardlift_sides_report_every_figure_and_ratios_recomputable_from_the
         "bound_objects_as_files_over_disk_write",
         "publish_over_bound_objects_as_files",
         "bound_reads_plus_hashing_over_disk_read",
-        "recover_over_bound_reads_plus_hashing",
+        "bound_reads_plus_hashing_over_recover",
     ] {
         assert!(computed.contains(&name.to_owned()), "{name} has no value");
     }

@@ -435,12 +435,12 @@ const RATIOS: &[RatioSpec] = &[
         &[("disk_read_cold", M)],
     ),
     (
-        "recover_over_bound_reads_plus_hashing",
-        &[("shardlift_recover_cold", M)],
+        "bound_reads_plus_hashing_over_recover",
         &[
             ("bound_objects_as_files_read_cold", M),
             ("bound_sha256_parallel", M),
         ],
+        &[("shardlift_recover_cold", M)],
     ),
 ];
 
