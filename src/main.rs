@@ -81,8 +81,14 @@ enum Command {
     /// Measure checkpoint I/O against the disk and the PyTorch formats (`bench
     /// checkpoint`), and step times (workers vs in-process vs plain tch; needs the torch
     /// engine), and print their ratios.
+    #[cfg(feature = "torch")]
     #[command(subcommand)]
     Bench(cli::bench_checkpoint::BenchCommand),
+    /// Measure checkpoint I/O against the disk and the PyTorch formats (`bench
+    /// checkpoint`); the step-time benches need the torch engine, which this build does
+    /// not have.
+    #[cfg(not(feature = "torch"))]
+    Bench(cli::bench_checkpoint::TorchFreeBenchArgs),
     #[cfg(feature = "torch")]
     /// Kill a checkpoint publisher at a commit barrier, recover, reshard W4 -> W3, and
     /// write a verifiable evidence bundle (the headline run).
@@ -152,7 +158,10 @@ fn main() {
         Command::ResumeTest(args) => cli::resume_test::run(args),
         Command::KernelGuest(args) => cli::crash_test::kernel_guest(args),
         Command::Train(args) => cli::train::run_train(args),
+        #[cfg(feature = "torch")]
         Command::Bench(command) => cli::bench_checkpoint::run(command),
+        #[cfg(not(feature = "torch"))]
+        Command::Bench(args) => cli::bench_checkpoint::run_torch_free(args),
         #[cfg(feature = "torch")]
         Command::KillerDemo(args) => cli::demo::run_killer_demo(args),
         #[cfg(feature = "torch")]

@@ -31,14 +31,41 @@ pub enum BenchCommand {
     #[cfg(feature = "torch")]
     #[command(flatten)]
     Torch(crate::cli::train::BenchCommand),
-    /// Any other bench needs the torch engine, which this build does not have.
-    #[cfg(not(feature = "torch"))]
-    #[command(external_subcommand)]
-    NeedsTorch(Vec<String>),
+}
+
+/// `bench` in a build without the torch engine: `bench checkpoint`, or anything else
+/// (taken whole) to say that the other benches need the engine.
+#[cfg(not(feature = "torch"))]
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, disable_help_flag = true)]
+pub struct TorchFreeBenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    /// Whatever followed `bench` when it is not `checkpoint`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    ignored: Vec<String>,
+}
+
+/// Runs `bench` in a build without the torch engine.
+#[cfg(not(feature = "torch"))]
+pub fn run_torch_free(args: TorchFreeBenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        Some(command) => run(command),
+        None => {
+            let bench = args.ignored.first().filter(|w| !w.starts_with('-'));
+            crate::cli::needs_torch(&bench.map_or("bench".to_owned(), |b| format!("bench {b}")))
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
 pub struct CheckpointArgs {
+    // The torch-free `bench` disables clap's help flag, which its subcommands inherit, so
+    // that `bench --help` says the step-time benches need torch; this one keeps a help.
+    /// Print help.
+    #[cfg(not(feature = "torch"))]
+    #[arg(short = 'h', long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
     /// Bytes of the state (rounded down to whole FP32 weight/moment triples; 4 MiB to 16 GiB).
     #[arg(long, default_value_t = 1 << 30)]
     pub state_bytes: u64,
@@ -73,13 +100,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Checkpoint(args) => run_checkpoint(args),
         #[cfg(feature = "torch")]
         BenchCommand::Torch(command) => crate::cli::train::run_bench(command),
-        #[cfg(not(feature = "torch"))]
-        BenchCommand::NeedsTorch(words) => {
-            let bench = words
-                .first()
-                .map_or(String::new(), |name| format!(" {name}"));
-            crate::cli::needs_torch(&format!("bench{bench}"))
-        }
     }
 }
 
