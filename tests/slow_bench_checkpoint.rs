@@ -39,6 +39,24 @@ fn the_python_peers_save_load_and_reshard_and_every_ratio_has_a_value() {
         report["peers"]
     );
     assert_eq!(report["peers"]["safetensors"], "0.8.0");
+    let environment = report["peers"]["python_environment"].as_str();
+    assert!(
+        environment.is_some_and(|e| e.starts_with("python-torch-")),
+        "{environment:?}"
+    );
+    let venv = torchrun
+        .parent()
+        .and_then(|bin| bin.parent())
+        .expect("a venv");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !text.contains(&*venv.to_string_lossy()),
+        "a host path in the report"
+    );
+    assert!(
+        !text.contains(&*dir.path().to_string_lossy()),
+        "a host path in the report"
+    );
     for format in ["dcp", "torch", "safetensors"] {
         for figure in [format!("{format}_save"), format!("{format}_load_cold")] {
             let seconds = report["figures"][&figure]["median_s"].as_f64();

@@ -133,7 +133,12 @@ impl Peer {
         let reply = self.request(json!({"op": "hello"}))?;
         let text = |key: &str| reply[key].as_str().unwrap_or("unknown").to_owned();
         Ok(PeerVersions {
-            python: self.python.display().to_string(),
+            python_environment: self
+                .python
+                .parent()
+                .and_then(Path::parent)
+                .and_then(Path::file_name)
+                .map_or("unknown".to_owned(), |n| n.to_string_lossy().into_owned()),
             torch: text("torch"),
             safetensors: text("safetensors"),
         })

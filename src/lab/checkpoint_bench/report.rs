@@ -136,8 +136,9 @@ pub struct ShardliftLayout {
 /// The Python peers' versions, as they reported them.
 #[derive(Clone, Debug, Serialize)]
 pub struct PeerVersions {
-    /// The interpreter that ran them.
-    pub python: String,
+    /// The virtual environment the peers ran in, by its directory's name (the
+    /// hash-locked environment's name carries its lock's digest); no host path.
+    pub python_environment: String,
     /// `torch.__version__`.
     pub torch: String,
     /// `safetensors.__version__`.
