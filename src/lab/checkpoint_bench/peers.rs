@@ -17,6 +17,8 @@ pub const PEER_SCRIPT: &str = include_str!("../../../python/checkpoint_peers.py"
 
 /// Longest reply line accepted.
 const MAX_REPLY_BYTES: u64 = 64 << 10;
+/// How often a wait for a reply looks for Ctrl-C.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 
 /// The Python interpreter beside `torchrun` (the hash-locked virtual environment's).
 pub fn python_beside(torchrun: Option<&Path>) -> Result<PathBuf, CheckpointBenchError> {
@@ -105,7 +107,7 @@ impl Peer {
                 std::io::ErrorKind::BrokenPipe => fail("exited before reading the request".into()),
                 _ => fail(format!("writing the request: {e}")),
             })?;
-        let line = match self.replies.recv_timeout(self.timeout) {
+        let line = match self.wait_for_reply()? {
             Ok(Ok(line)) if line.is_empty() => return Err(fail("exited without a reply".into())),
             Ok(Ok(line)) => line,
             Ok(Err(e)) => return Err(fail(format!("reading the reply: {e}"))),
@@ -126,6 +128,22 @@ impl Peer {
             return Err(fail(message.to_owned()));
         }
         Ok(reply)
+    }
+
+    /// Waits for the next reply line until the timeout, in short slices so that Ctrl-C
+    /// (SIGTERM) stops the bench mid-request; the peer is then killed as it is dropped.
+    fn wait_for_reply(
+        &self,
+    ) -> Result<Result<std::io::Result<String>, RecvTimeoutError>, CheckpointBenchError> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            super::error::stop_if_interrupted()?;
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.replies.recv_timeout(left.min(INTERRUPT_POLL)) {
+                Err(RecvTimeoutError::Timeout) if !left.is_zero() => continue,
+                other => return Ok(other),
+            }
+        }
     }
 
     /// The versions the peer runs with.
