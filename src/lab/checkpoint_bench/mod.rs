@@ -161,11 +161,39 @@ pub fn run(
     let bounds = measure_bounds(&state.bytes, &work.path().join("bounds"))?;
     progress.finish();
     let figures = figures(state_bytes, samples, bounds);
-    Ok(CheckpointBenchReport {
+    let measured = Measured {
+        state: &state,
+        shardlift: &shardlift,
+        versions,
+        figures,
+        load_average_start,
+    };
+    Ok(assemble(options, measured))
+}
+
+/// What a run measured, before it becomes the report.
+struct Measured<'a> {
+    state: &'a state::BenchState,
+    shardlift: &'a ShardliftState,
+    versions: Option<report::PeerVersions>,
+    figures: BTreeMap<String, Figure>,
+    load_average_start: String,
+}
+
+/// The report of a run with `options` that measured `measured`.
+fn assemble(options: &CheckpointBenchOptions, measured: Measured<'_>) -> CheckpointBenchReport {
+    let Measured {
+        state,
+        shardlift,
+        versions,
+        figures,
+        load_average_start,
+    } = measured;
+    CheckpointBenchReport {
         schema: report::REPORT_SCHEMA,
         version: report::REPORT_VERSION,
         state_bytes_requested: options.state_bytes,
-        state_bytes,
+        state_bytes: state.bytes.len() as u64,
         tensors: state.tensors.len(),
         tensor_bytes_max: state
             .tensors
@@ -190,7 +218,7 @@ pub fn run(
         ratios: ratios(&figures),
         figures,
         notes: NOTES.iter().map(|n| (*n).to_owned()).collect(),
-    })
+    }
 }
 
 fn verify_threads() -> usize {
