@@ -78,10 +78,17 @@ enum Command {
     KernelGuest(cli::crash_test::KernelGuestArgs),
     /// Train with W worker processes (or in-process) and print the resulting state digests.
     Train(cli::train::TrainArgs),
+    /// Measure checkpoint I/O against the disk and the PyTorch formats (`bench
+    /// checkpoint`), and step times (workers vs in-process vs plain tch; needs the torch
+    /// engine), and print their ratios.
     #[cfg(feature = "torch")]
-    /// Measure step times (workers vs in-process vs plain tch) and print their ratios.
     #[command(subcommand)]
-    Bench(cli::train::BenchCommand),
+    Bench(cli::bench_checkpoint::BenchCommand),
+    /// Measure checkpoint I/O against the disk and the PyTorch formats (`bench
+    /// checkpoint`); the step-time benches need the torch engine, which this build does
+    /// not have.
+    #[cfg(not(feature = "torch"))]
+    Bench(cli::bench_checkpoint::TorchFreeBenchArgs),
     #[cfg(feature = "torch")]
     /// Kill a checkpoint publisher at a commit barrier, recover, reshard W4 -> W3, and
     /// write a verifiable evidence bundle (the headline run).
@@ -90,9 +97,6 @@ enum Command {
     /// Run or verify the checkpoint-invariant suite (eleven named scenarios).
     #[command(subcommand)]
     Invariants(cli::invariants::InvariantsCommand),
-    #[cfg(not(feature = "torch"))]
-    /// Needs the torch engine, which this build does not have.
-    Bench(cli::NeedsTorchArgs),
     #[cfg(not(feature = "torch"))]
     /// Needs the torch engine, which this build does not have.
     KillerDemo(cli::NeedsTorchArgs),
@@ -155,15 +159,15 @@ fn main() {
         Command::KernelGuest(args) => cli::crash_test::kernel_guest(args),
         Command::Train(args) => cli::train::run_train(args),
         #[cfg(feature = "torch")]
-        Command::Bench(command) => cli::train::run_bench(command),
+        Command::Bench(command) => cli::bench_checkpoint::run(command),
+        #[cfg(not(feature = "torch"))]
+        Command::Bench(args) => cli::bench_checkpoint::run_torch_free(args),
         #[cfg(feature = "torch")]
         Command::KillerDemo(args) => cli::demo::run_killer_demo(args),
         #[cfg(feature = "torch")]
         Command::Invariants(command) => cli::invariants::run(command),
         #[cfg(feature = "torch")]
         Command::ElasticWorker(args) => cli::invariants::run_elastic_worker(args),
-        #[cfg(not(feature = "torch"))]
-        Command::Bench(_) => cli::needs_torch("bench"),
         #[cfg(not(feature = "torch"))]
         Command::KillerDemo(_) => cli::needs_torch("killer-demo"),
         #[cfg(not(feature = "torch"))]

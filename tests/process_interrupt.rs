@@ -259,3 +259,49 @@ fn an_interrupted_killer_demo_keeps_its_run_directory_and_stops_every_worker() {
     assert_stopped(code, &stderr, mark);
     assert!(dir.path().join("run").is_dir(), "the run directory is kept");
 }
+
+#[test]
+fn an_interrupted_bench_checkpoint_kills_its_peer_and_removes_its_scratch_directory() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bench = dir.path().join("bench");
+    std::fs::create_dir(&bench).expect("bench dir");
+    // A forged peer that answers the handshake, then hangs in the first save with SIGINT
+    // ignored: only the bench's own teardown can stop it.
+    let bin = dir.path().join("venv/bin");
+    std::fs::create_dir_all(&bin).expect("venv");
+    let python = bin.join("python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\ntrap '' INT\nread line; echo '{\"ok\": true, \"torch\": \"forged\", \"safetensors\": \"forged\"}'\nread line; echo '{\"ok\": true}'\nexec sleep 600\n",
+    )
+    .expect("write the forged peer");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let torchrun = bin.join("torchrun");
+    let mark = "bench-checkpoint";
+    let mut running = start(
+        &[
+            "bench",
+            "checkpoint",
+            "--state-bytes",
+            "16777216",
+            "--repetitions",
+            "1",
+            "--dir",
+            bench.to_str().expect("utf-8 path"),
+            "--torchrun",
+            torchrun.to_str().expect("utf-8 path"),
+            "--json",
+        ],
+        dir.path(),
+        mark,
+        tmp.path(),
+    );
+    running.wait_for_stderr("bench checkpoint: repetition 1/1", Duration::from_secs(60));
+    // The disk and ShardLift sides take well under a second on 16 MiB; then the save hangs.
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, stderr) = running.interrupt();
+    assert_stopped(code, &stderr, mark);
+    assert_eq!(entries(&bench), Vec::<String>::new(), "bench scratch left");
+}

@@ -1,7 +1,8 @@
 //! `pipeline visuals`: the committed docs/visuals are current; rendering is repeatable;
 //! one flipped byte in any file, or visuals rendered from other evidence (even with a
 //! manifest whose digests were recomputed), fail the check naming the file; the auditor
-//! refuses a looping GIF.
+//! refuses a looping GIF; the checkpoint view drawn from another bench report, or a report
+//! of another schema, or two reports, are refused naming the report.
 use std::path::{Path, PathBuf};
 
 use pipeline::visuals::{self, evidence, manifest::MANIFEST, VisualsError};
@@ -31,7 +32,7 @@ fn copy_dir(from: &Path, to: &Path) {
 fn committed_visuals_are_current() {
     let checked = visuals::check(&root(), &committed_evidence(), &root().join("docs/visuals"))
         .expect("docs/visuals is current; run `pipeline visuals render`");
-    assert_eq!(checked.files, 13);
+    assert_eq!(checked.files, 14);
     assert_eq!(checked.gif_frames, 6);
 }
 
@@ -162,4 +163,64 @@ fn writing_into_a_path_that_is_a_file_is_a_durable_error_and_leaves_the_file() {
     let error = visuals::write(&fresh, &out).expect_err("a file is not a directory");
     assert!(matches!(error, VisualsError::Durable(_)), "{error:?}");
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+}
+
+/// A scratch root holding RFC 0001 and the committed bench report, changed by `edit`.
+fn root_with_bench_report(edit: impl Fn(&str) -> String) -> (tempfile::TempDir, String) {
+    let scratch = tempfile::tempdir().unwrap();
+    let rfc = scratch.path().join(evidence::RFC_PATH);
+    std::fs::create_dir_all(rfc.parent().unwrap()).unwrap();
+    std::fs::copy(root().join(evidence::RFC_PATH), &rfc).unwrap();
+    let (name, bytes, _) = visuals::bench::read(&root()).expect("the committed report");
+    let copy = scratch.path().join(&name);
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::write(&copy, edit(std::str::from_utf8(&bytes).unwrap())).unwrap();
+    (scratch, name)
+}
+
+#[test]
+fn a_view_drawn_from_another_bench_report_fails_naming_the_report() {
+    // Another run: one figure's median changed, still a valid report.
+    let (other_root, name) = root_with_bench_report(|text| {
+        let mut report: serde_json::Value = serde_json::from_str(text).unwrap();
+        let median = &mut report["figures"]["disk_write"]["median_s"];
+        *median = serde_json::Value::from(median.as_f64().unwrap() * 2.0);
+        serde_json::to_string_pretty(&report).unwrap()
+    });
+    let committed = committed_evidence();
+    let elsewhere = visuals::render(other_root.path(), &committed).expect("it renders");
+    let scratch = tempfile::tempdir().unwrap();
+    let out = scratch.path().join("visuals");
+    visuals::write(&elsewhere, &out).unwrap();
+    let fresh = visuals::render(&root(), &committed).unwrap();
+    match visuals::check_against(&fresh, &committed, &out).unwrap_err() {
+        VisualsError::RenderedFromOther { name: view, input } => {
+            assert_eq!(view, visuals::bench::VIEW);
+            assert_eq!(input, name);
+        }
+        other => panic!("expected RenderedFromOther, got {other}"),
+    }
+}
+
+#[test]
+fn a_bench_report_of_another_schema_or_two_reports_are_refused() {
+    let (wrong, _) = root_with_bench_report(|text| {
+        text.replace(
+            "\"shardlift.bench.checkpoint\"",
+            "\"shardlift.bench.other\"",
+        )
+    });
+    let error = visuals::bench::read(wrong.path()).unwrap_err();
+    assert!(
+        matches!(&error, VisualsError::BenchReport { reason, .. } if reason.contains("schema")),
+        "{error}"
+    );
+    let (two, name) = root_with_bench_report(str::to_owned);
+    let second = two.path().join(name.replace("checkpoint-", "checkpoint-0"));
+    std::fs::copy(two.path().join(&name), second).unwrap();
+    let error = visuals::bench::read(two.path()).unwrap_err();
+    assert!(
+        matches!(&error, VisualsError::BenchReport { reason, .. } if reason.contains("expected one")),
+        "{error}"
+    );
 }

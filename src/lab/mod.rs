@@ -1,6 +1,7 @@
 //! The crash lab: process kills, the power-loss model, corruption injection and benches
 //! that test the store. The lab depends on the store; the store never depends on the lab.
 pub mod bench;
+pub mod checkpoint_bench;
 pub mod corruption;
 pub mod error;
 pub mod external;

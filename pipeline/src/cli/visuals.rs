@@ -9,7 +9,8 @@ use pipeline::visuals;
 #[derive(clap::Subcommand, Debug)]
 pub enum VisualsCommand {
     /// Draw the ten SVG views, the transcript PNG, the workflow GIF and manifest.json
-    /// from one release-evidence directory (and RFC 0001), into --out.
+    /// from one release-evidence directory (and RFC 0001), and the checkpoint bench's
+    /// view from the committed evidence/bench/checkpoint-<commit>.json, into --out.
     Render(RenderArgs),
     /// Render again in memory and compare with the committed visuals byte for byte,
     /// verify the manifest and audit the rasters; fails naming the first stale or

@@ -48,6 +48,14 @@ pub enum VisualsError {
         /// Why it does not decode.
         source: CanonicalError,
     },
+    /// The committed `bench checkpoint` report is missing, ambiguous or does not decode.
+    #[error("{name}: not one bench checkpoint report: {reason}")]
+    BenchReport {
+        /// The report (or the directory searched), repository-relative.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A verify-bundle transcript has no stdout section.
     #[error("{name} has no stdout section")]
     TranscriptNoStdout {

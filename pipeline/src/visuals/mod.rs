@@ -1,6 +1,7 @@
 //! `pipeline visuals`: pictures of the committed release evidence, and their check.
 //!
-//! `render` draws ten SVG views, a PNG raster of the committed `verify-bundle`
+//! `render` draws ten SVG views of the evidence and one of the committed `bench
+//! checkpoint` report ([`bench`]), a PNG raster of the committed `verify-bundle`
 //! transcripts and a six-frame GIF of the workflow (no looping extension: it plays once)
 //! from one evidence directory, RFC 0001 and the barrier enum, and writes them with
 //! `manifest.json` (see [`manifest`]). Text is drawn as paths from the embedded font, and
@@ -14,6 +15,7 @@
 //! `manifest.json`, byte for byte (with the first input whose recorded digest is not the
 //! committed file's); then the independent [`audit`] of the rasters.
 pub mod audit;
+pub mod bench;
 pub mod error;
 pub mod evidence;
 pub mod font;
@@ -65,6 +67,7 @@ pub fn output_names() -> Vec<String> {
         "08-topology.svg",
         "09-protocol.svg",
         "10-bundle.svg",
+        bench::VIEW,
         TRANSCRIPTS_PNG,
         WORKFLOW_GIF,
     ]
@@ -77,12 +80,16 @@ pub fn output_names() -> Vec<String> {
 /// Renders every file from the evidence directory `evidence_dir` (and RFC 0001 under
 /// `root`), without writing anything.
 pub fn render(root: &Path, evidence_dir: &Path) -> Result<Rendered, VisualsError> {
-    let evidence = evidence::read(root, evidence_dir)?;
+    let mut evidence = evidence::read(root, evidence_dir)?;
     let font = font::Font::embedded()?;
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for (name, svg) in views::views(&evidence) {
         files.push((name.to_owned(), svg.finish(&font)?.into_bytes()));
     }
+    let (bench_name, bench_bytes, bench_report) = bench::read(root)?;
+    let bench_svg = bench::view(&bench_name, &bench_report).finish(&font)?;
+    files.push((bench::VIEW.to_owned(), bench_svg.into_bytes()));
+    evidence.inputs.push((bench_name, bench_bytes));
     let mut rasters = Vec::new();
 
     let page = views::transcripts(&evidence).finish(&font)?;
@@ -171,9 +178,10 @@ pub fn render(root: &Path, evidence_dir: &Path) -> Result<Rendered, VisualsError
     })
 }
 
-/// An input's repository-relative name: evidence files under `evidence/<dir>/`.
+/// An input's repository-relative name: evidence files under `evidence/<dir>/`; RFC 0001
+/// and the bench report as they are.
 fn input_path(evidence_path: &str, name: &str) -> String {
-    if name == evidence::RFC_PATH {
+    if name == evidence::RFC_PATH || name.starts_with(bench::REPORT_DIR) {
         name.to_owned()
     } else {
         format!("{evidence_path}/{name}")

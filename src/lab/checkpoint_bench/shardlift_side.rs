@@ -1,0 +1,121 @@
+//! ShardLift's side: publish through the store's public API, recover and load with every
+//! digest verified, and the offline reshard W4 -> W3.
+use std::path::Path;
+use std::time::Instant;
+
+use super::disk::{evict_tree, tree_bytes};
+use super::error::CheckpointBenchError;
+use crate::core::logical::{LogicalState, PARAMETER_COUNT};
+use crate::core::progress::NoProgress;
+use crate::core::topology::Topology;
+use crate::store::codec::MAX_CHUNK_OBJECT_BYTES;
+use crate::store::layout::synthetic_state;
+use crate::store::writer::SyntheticSpec;
+use crate::store::{NoHooks, ObjectCheck};
+
+/// What ShardLift publishes for a state of `state_bytes`: the model's state as one chunk
+/// (three objects of [`MAX_CHUNK_OBJECT_BYTES`], the largest RFC 0001 allows) plus the
+/// store's seeded synthetic objects of that size for the rest.
+pub struct ShardliftState {
+    /// The model's state.
+    pub model: LogicalState,
+    /// The synthetic objects.
+    pub spec: SyntheticSpec,
+}
+
+impl ShardliftState {
+    /// The state for `state_bytes` (more than the model's three objects) seeded by `seed`.
+    pub fn new(state_bytes: u64, seed: u64) -> ShardliftState {
+        let model = synthetic_state(seed, 0, PARAMETER_COUNT as u32);
+        ShardliftState {
+            model,
+            spec: SyntheticSpec {
+                seed,
+                object_bytes: MAX_CHUNK_OBJECT_BYTES as u32,
+                total_bytes: state_bytes.saturating_sub(model_bytes()).max(1),
+            },
+        }
+    }
+
+    /// Objects one publish installs besides the manifest and the commit record.
+    pub fn objects(&self) -> u64 {
+        3 + self.spec.object_count()
+    }
+}
+
+/// Bytes of the model's chunk objects (parameters and the two moments, FP32).
+pub fn model_bytes() -> u64 {
+    PARAMETER_COUNT as u64 * 12
+}
+
+/// Publishes `state` on W4 as generation 0 of a new store at `store`; returns the seconds.
+pub fn publish(store: &Path, state: &ShardliftState) -> Result<f64, CheckpointBenchError> {
+    let started = Instant::now();
+    let summary = crate::store::publish_synthetic(
+        store,
+        &state.model,
+        Topology::new(4).map_err(crate::store::StoreError::from)?,
+        state.spec,
+        &mut NoHooks,
+        &mut NoProgress,
+    )?;
+    let seconds = started.elapsed().as_secs_f64();
+    if summary.generation != 0 {
+        return Err(CheckpointBenchError::NotVerified(format!(
+            "publish into a new store committed generation {}",
+            summary.generation
+        )));
+    }
+    Ok(seconds)
+}
+
+/// Evicts the store, then times recovery (every commit record, manifest and object digest
+/// verified) and the load of the selected generation (verified again, as every load is).
+/// Returns the recovery's seconds and the recovery's plus the load's.
+pub fn recover_and_load_cold(
+    store: &Path,
+    state: &ShardliftState,
+) -> Result<(f64, f64), CheckpointBenchError> {
+    evict_tree(store)?;
+    let started = Instant::now();
+    let report = crate::store::recover(store)?;
+    let recover_s = started.elapsed().as_secs_f64();
+    let selected = report.selected.as_ref().map(|s| s.generation);
+    if !report.rejected.is_empty() || selected != Some(0) {
+        return Err(CheckpointBenchError::NotVerified(format!(
+            "recovery selected {selected:?} with {} rejected",
+            report.rejected.len()
+        )));
+    }
+    let (loaded, topology) = crate::store::load_generation(store, 0)?;
+    let total_s = started.elapsed().as_secs_f64();
+    if loaded.chunks().len() != state.model.chunks().len() || topology.workers() != 4 {
+        return Err(CheckpointBenchError::NotVerified(
+            "the loaded generation is not the published state".to_owned(),
+        ));
+    }
+    Ok((recover_s, total_s))
+}
+
+/// Evicts the store, then reshards generation 0 to W3 offline (the default source check,
+/// RFC 0001 §7); returns the seconds and the bytes the reshard added to the store.
+pub fn reshard_w3(store: &Path) -> Result<(f64, u64), CheckpointBenchError> {
+    evict_tree(store)?;
+    let before = tree_bytes(store)?;
+    let started = Instant::now();
+    let summary = crate::store::reshard(
+        store,
+        0,
+        Topology::new(3).map_err(crate::store::StoreError::from)?,
+        ObjectCheck::Lengths,
+    )?;
+    let seconds = started.elapsed().as_secs_f64();
+    if summary.generation != 1 {
+        return Err(CheckpointBenchError::NotVerified(format!(
+            "the reshard committed generation {}",
+            summary.generation
+        )));
+    }
+    let after = tree_bytes(store)?;
+    Ok((seconds, after.saturating_sub(before)))
+}
