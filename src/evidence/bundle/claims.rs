@@ -6,7 +6,6 @@ use crate::dataset::{PinTable, Resource};
 use super::error::*;
 use super::records;
 use super::records::*;
-use super::verify::*;
 
 /// Every claim must follow from the facts recorded beside it. The checks run in a fixed
 /// order and the first that fails names the claim (and the file and field it is in).

@@ -269,3 +269,12 @@ pub(super) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BundleErro
         source,
     }
 }
+
+/// `Ok` when `condition` holds, else the claim as a [`BundleError::Inconsistent`].
+pub(super) fn require(condition: bool, claim: impl FnOnce() -> String) -> Result<(), BundleError> {
+    if condition {
+        Ok(())
+    } else {
+        Err(BundleError::Inconsistent(claim()))
+    }
+}

@@ -58,14 +58,6 @@ pub(super) fn check_binding(
     Ok(())
 }
 
-pub(super) fn require(condition: bool, claim: impl FnOnce() -> String) -> Result<(), BundleError> {
-    if condition {
-        Ok(())
-    } else {
-        Err(BundleError::Inconsistent(claim()))
-    }
-}
-
 /// A verified bundle: its summary, and the two evaluation records exactly as they were
 /// read and verified (what [`reevaluate::reevaluate`](super::reevaluate::reevaluate) checks against the run's stores).
 #[derive(Clone, Debug, PartialEq, Eq)]
