@@ -43,6 +43,7 @@ pub fn write_stdout_line(line: std::fmt::Arguments<'_>) {
         std::process::exit(1);
     }
 }
+pub mod crash_matrix_kernel;
 pub mod crash_test;
 pub mod dataset;
 #[cfg(feature = "torch")]

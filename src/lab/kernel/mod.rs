@@ -21,10 +21,12 @@ pub mod blklog;
 pub mod error;
 pub mod guest;
 pub mod initramfs;
+pub mod matrix;
 pub mod pin;
 pub mod recover;
 pub mod run;
 pub mod states;
+pub mod store_writer;
 
 pub use error::KernelError;
-pub use run::{run, FileSystem, KernelConfig, KernelReport};
+pub use run::{run, run_with, FileSystem, KernelConfig, KernelReport, StateCheck};
