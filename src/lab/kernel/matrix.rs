@@ -290,7 +290,11 @@ fn one_run(
         out: dir.to_owned(),
         writer,
         check: String::new(),
-        setup: Some(format!("cp -a '{}'/. .", base.display())),
+        // Single-quoted for `sh -c`, a quote in the path closed and escaped.
+        setup: Some(format!(
+            "cp -a '{}'/. .",
+            base.display().to_string().replace('\'', "'\\''")
+        )),
         ack: Some(ACK_PATTERN.to_owned()),
         unread: Vec::new(),
         guest_timeout_ms: config.guest_timeout_ms,
