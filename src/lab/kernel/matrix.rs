@@ -22,7 +22,8 @@ use serde::Serialize;
 use crate::core::digest::Digest;
 use crate::lab::external::check::CheckLimits;
 use crate::lab::kernel::error::KernelError;
-use crate::lab::kernel::run::{self, FileSystem, KernelConfig, KernelReport, StateCheck};
+use crate::lab::kernel::run::{self, FileSystem, KernelConfig, KernelReport};
+use crate::lab::kernel::state_check::StateCheck;
 use crate::lab::kernel::states::StateLimits;
 use crate::lab::kernel::store_writer::{
     prepare_store, run_scenario, KernelScenario, ACK_COMMIT_DURABLE, ACK_LATEST_DURABLE,
@@ -317,6 +318,26 @@ fn one_run(
     if report.failing_states == 0 {
         let _ = std::fs::remove_file(dir.join("blocks.log"));
     }
+    let (invariants_violated, violations) = tally(&report);
+    let run = KernelRun {
+        scenario,
+        log_flushes: report.log_flushes,
+        flush_points: report.flush_points,
+        reordered_states: report.reordered_states,
+        torn_states: report.torn_states,
+        states_checked: check.checked.get(),
+        failing_states: report.failing_states,
+        acknowledgements: report.acknowledgements.clone(),
+        invariants_violated,
+        violations,
+        wall_ms: started.elapsed().as_millis() as u64,
+    };
+    Ok((run, report))
+}
+
+/// Per invariant, the states of `report` that broke it; and its first violations (a
+/// state the file system could not recover counts as `check-completed`).
+fn tally(report: &KernelReport) -> (BTreeMap<Invariant, usize>, Vec<Violation>) {
     let mut invariants_violated: BTreeMap<Invariant, usize> = BTreeMap::new();
     let mut violations = Vec::new();
     for failure in &report.failures {
@@ -341,20 +362,7 @@ fn one_run(
             }
         }
     }
-    let run = KernelRun {
-        scenario,
-        log_flushes: report.log_flushes,
-        flush_points: report.flush_points,
-        reordered_states: report.reordered_states,
-        torn_states: report.torn_states,
-        states_checked: check.checked.get(),
-        failing_states: report.failing_states,
-        acknowledgements: report.acknowledgements.clone(),
-        invariants_violated,
-        violations,
-        wall_ms: started.elapsed().as_millis() as u64,
-    };
-    Ok((run, report))
+    (invariants_violated, violations)
 }
 
 /// The crash matrix's invariants on a kernel run's recovered states.

@@ -20,6 +20,7 @@ use crate::lab::kernel::guest::{self, Accelerator, GuestRun};
 use crate::lab::kernel::initramfs::{module_order, Initramfs};
 use crate::lab::kernel::pin::{self, KernelInstall, KERNEL_PACKAGE_SHA256, KERNEL_RELEASE};
 use crate::lab::kernel::recover::recover_ext4;
+use crate::lab::kernel::state_check::StateCheck;
 use crate::lab::kernel::states::{self, BlockState, StateKind, StateLimits};
 use crate::lab::matrix::Violation;
 
@@ -146,19 +147,6 @@ pub struct KernelFailure {
     /// With an in-process check: the invariants the state broke.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub violations: Vec<Violation>,
-}
-
-/// A check that runs in this process instead of the `--check` command.
-pub trait StateCheck {
-    /// Called once the guest has run, with the acknowledgement lines the agent marked.
-    fn prepare(&mut self, acks: &[String]) -> Result<(), KernelError>;
-    /// The invariants broken by the recovered state `tree`, which follows `acknowledged`
-    /// acknowledgements (the writer's exit is the last one).
-    fn violations(&self, tree: &Path, acknowledged: usize, context: &str) -> Vec<Violation>;
-    /// Whether enough was found: the remaining states are not checked.
-    fn done(&self) -> bool {
-        false
-    }
 }
 
 /// The result of one kernel crash test (`report.json`, and stdout with `--json`).
