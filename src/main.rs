@@ -76,6 +76,10 @@ enum Command {
     /// acknowledgements on the disk, powers the guest off.
     #[command(hide = true)]
     KernelGuest(cli::crash_test::KernelGuestArgs),
+    /// (internal) The store's writer inside a kernel-mode guest (crash-matrix
+    /// --file-system), with a writer mutant's faults or none.
+    #[command(hide = true)]
+    KernelStoreWriter(cli::crash_matrix_kernel::StoreWriterArgs),
     /// Train with W worker processes (or in-process) and print the resulting state digests.
     Train(cli::train::TrainArgs),
     /// Measure checkpoint I/O against the disk and the PyTorch formats (`bench
@@ -138,6 +142,7 @@ fn main() {
         cli.command,
         Command::CrashTestExec(_)
             | Command::KernelGuest(_)
+            | Command::KernelStoreWriter(_)
             | Command::Worker(_)
             | Command::StoreChild(_)
     );
@@ -157,6 +162,7 @@ fn main() {
         Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),
         Command::ResumeTest(args) => cli::resume_test::run(args),
         Command::KernelGuest(args) => cli::crash_test::kernel_guest(args),
+        Command::KernelStoreWriter(args) => cli::crash_matrix_kernel::store_writer(args),
         Command::Train(args) => cli::train::run_train(args),
         #[cfg(feature = "torch")]
         Command::Bench(command) => cli::bench_checkpoint::run(command),

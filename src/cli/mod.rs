@@ -44,6 +44,7 @@ pub fn write_stdout_line(line: std::fmt::Arguments<'_>) {
     }
 }
 pub mod bench_checkpoint;
+pub mod crash_matrix_kernel;
 pub mod crash_test;
 pub mod dataset;
 #[cfg(feature = "torch")]

@@ -210,6 +210,8 @@ pub struct CrashMatrixArgs {
     /// violations that kill it (0 would mean the model cannot see that bug).
     #[arg(long, value_name = "NAME")]
     pub mutant: Option<String>,
+    #[command(flatten)]
+    pub kernel: super::crash_matrix_kernel::KernelMatrixArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -689,6 +691,9 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
             outln!("{}", mutant.name);
         }
         return Ok(());
+    }
+    if args.kernel.file_system != "model" {
+        return super::crash_matrix_kernel::run(&args);
     }
     if let Some(name) = &args.mutant {
         return run_one_mutant(name, &config, args.json);

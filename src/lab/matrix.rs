@@ -514,14 +514,7 @@ fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) 
         let Some(bytes) = recording.file_bytes(&state.image, path) else {
             continue;
         };
-        let torn = if let Some(address) = rel.strip_prefix("objects/") {
-            Digest::of(&bytes).to_hex() != address.replace('/', "")
-        } else if rel.starts_with("commits/") && rel.ends_with(".json") {
-            crate::store::codec::decode::<crate::store::codec::CommitRecord>(Path::new(rel), &bytes)
-                .is_err()
-        } else {
-            false
-        };
+        let torn = !complete_bytes(rel, &bytes);
         if torn {
             violations.push(Violation::new(
                 Invariant::CompleteBytesVisible,
@@ -535,24 +528,74 @@ fn torn_visible_files(recording: &Recording, state: &CrashState, context: &str) 
     violations
 }
 
+/// Whether a file at `rel` (relative to the store) shows complete bytes: an object whose
+/// bytes are its address, a commit record that decodes; any other file passes.
+pub fn complete_bytes(rel: &str, bytes: &[u8]) -> bool {
+    if let Some(address) = rel.strip_prefix("objects/") {
+        Digest::of(bytes).to_hex() == address.replace('/', "")
+    } else if rel.starts_with("commits/") && rel.ends_with(".json") {
+        crate::store::codec::decode::<crate::store::codec::CommitRecord>(Path::new(rel), bytes)
+            .is_ok()
+    } else {
+        true
+    }
+}
+
+/// Whether every file of `expectation` is readable through `read` (a path relative to the
+/// store) with its digest.
+pub fn intact_with<B: AsRef<[u8]>>(
+    expectation: &GenerationExpectation,
+    read: impl Fn(&str) -> Option<B>,
+) -> bool {
+    expectation
+        .files
+        .iter()
+        .all(|(path, digest)| read(path).is_some_and(|bytes| Digest::of(bytes.as_ref()) == *digest))
+}
+
 fn intact(recording: &Recording, state: &CrashState, expectation: &GenerationExpectation) -> bool {
-    expectation.files.iter().all(|(path, digest)| {
-        recording
-            .file_bytes(&state.image, &recording.store_path(path))
-            .is_some_and(|bytes| Digest::of(&bytes) == *digest)
+    intact_with(expectation, |path| {
+        recording.file_bytes(&state.image, &recording.store_path(path))
     })
 }
 
 struct ScenarioChecks<'a> {
     recording: &'a Recording,
-    recovery: RecoveryFaults,
-    previous: Option<&'a GenerationExpectation>,
-    candidate: &'a GenerationExpectation,
-    roots: BTreeMap<u64, Digest>,
+    expectations: StoreExpectations<'a>,
     /// Operations issued when the candidate's `commits/` fsync (step 12) completed.
     durable_from: Option<usize>,
     /// Operations issued when LATEST's `refs/` fsync (step 16) completed.
     latest_durable_from: Option<usize>,
+}
+
+/// What a crash state of one writer run is held to: the generations it may show and how
+/// recovery runs (with a recovery mutant's faults, or none).
+pub struct StoreExpectations<'a> {
+    /// Faults of recovery.
+    pub recovery: RecoveryFaults,
+    /// The generation recovery selected before the run, if any.
+    pub previous: Option<&'a GenerationExpectation>,
+    /// The generation the run committed.
+    pub candidate: &'a GenerationExpectation,
+    /// The logical-state root of every generation a state may select.
+    pub roots: BTreeMap<u64, Digest>,
+}
+
+/// One crash state as the invariants see it, however it was made (the model's image, a
+/// kernel's recovered disk).
+pub struct StoreStateView<'a> {
+    /// Where it came from, for the violations' details.
+    pub context: &'a str,
+    /// The store's directory in the state (`None`: the store root itself is absent).
+    pub store_dir: Option<&'a Path>,
+    /// Every file of the candidate is there with its digest.
+    pub candidate_intact: bool,
+    /// Every file of the previous generation is there with its digest.
+    pub previous_intact: bool,
+    /// The crash came after the candidate's `commits/` fsync (step 12) completed.
+    pub candidate_durable: bool,
+    /// The crash came after LATEST's `refs/` fsync (step 16) completed.
+    pub latest_durable: bool,
 }
 
 fn check_crash_state(
@@ -576,41 +619,69 @@ fn check_crash_state(
         return;
     }
     violations.extend(torn_visible_files(checks.recording, state, &context));
-    // Without its root the image holds no store: nothing is selected, nothing to recover.
-    let root_present = checks.recording.has_store_root(&state.image);
-    let (selected, latest) = if root_present {
-        let store_dir = dir.path().join(&checks.recording.store);
-        let Some(report) = check_recovery_common(
-            &store_dir,
-            &checks.roots,
-            violations,
-            &context,
-            checks.recovery,
-        ) else {
-            return;
-        };
-        (
-            report.selected.as_ref().map(|s| s.generation),
-            Some(report.latest.status),
-        )
-    } else {
-        (None, None)
+    let store_dir = dir.path().join(&checks.recording.store);
+    let expectations = &checks.expectations;
+    let view = StoreStateView {
+        context: &context,
+        store_dir: checks
+            .recording
+            .has_store_root(&state.image)
+            .then_some(store_dir.as_path()),
+        candidate_intact: intact(checks.recording, state, expectations.candidate),
+        previous_intact: expectations
+            .previous
+            .is_some_and(|p| intact(checks.recording, state, p)),
+        candidate_durable: checks
+            .durable_from
+            .is_some_and(|from| state.crash_point >= from),
+        latest_durable: checks
+            .latest_durable_from
+            .is_some_and(|from| state.crash_point >= from),
     };
-    let candidate_ok = intact(checks.recording, state, checks.candidate);
-    let previous_ok = checks
-        .previous
-        .is_some_and(|p| intact(checks.recording, state, p));
+    check_store_state(expectations, &view, violations);
+}
+
+/// The recovery invariants of RFC 0001 §5 on one crash state: recovery completes, changes
+/// nothing, is deterministic and ignores LATEST; it selects the newest intact generation,
+/// which loads; nothing committed is lost; LATEST is never ahead or garbage, and durable
+/// once its fsync completed.
+pub fn check_store_state(
+    expectations: &StoreExpectations<'_>,
+    view: &StoreStateView<'_>,
+    violations: &mut Vec<Violation>,
+) {
+    let context = view.context;
+    // Without its root the state holds no store: nothing is selected, nothing to recover.
+    let (selected, latest) = match view.store_dir {
+        Some(store_dir) => {
+            let Some(report) = check_recovery_common(
+                store_dir,
+                &expectations.roots,
+                violations,
+                context,
+                expectations.recovery,
+            ) else {
+                return;
+            };
+            (
+                report.selected.as_ref().map(|s| s.generation),
+                Some(report.latest.status),
+            )
+        }
+        None => (None, None),
+    };
+    let candidate = expectations.candidate;
+    let previous = expectations.previous;
+    let candidate_ok = view.candidate_intact;
+    let previous_ok = previous.is_some() && view.previous_intact;
     let expected = if candidate_ok {
-        Some(checks.candidate.generation)
+        Some(candidate.generation)
     } else if previous_ok {
-        checks.previous.map(|p| p.generation)
+        previous.map(|p| p.generation)
     } else {
         None
     };
-    let allowed = [
-        checks.previous.map(|p| p.generation),
-        Some(checks.candidate.generation),
-    ];
+    let allowed = [previous.map(|p| p.generation), Some(candidate.generation)];
     if selected.is_some() && !allowed.contains(&selected) {
         violations.push(Violation::new(
             Invariant::SelectedPreviousOrCandidate,
@@ -625,30 +696,28 @@ fn check_crash_state(
             ),
         ));
     }
-    let lost = if root_present {
+    let lost = if view.store_dir.is_some() {
         ""
     } else {
         " (the store root itself is absent)"
     };
-    if checks.previous.is_some() && !previous_ok {
+    if previous.is_some() && !previous_ok {
         violations.push(Violation::new(
             Invariant::CommittedNotLost,
             format!("{context}: the previous durable generation was lost{lost}"),
         ));
     }
-    if let Some(from) = checks.durable_from {
-        // Committed means its record and every file it names survive, not only a record
-        // of that generation: a second writer's record replacing it loses it too.
-        let kept = selected == Some(checks.candidate.generation) && candidate_ok;
-        if state.crash_point >= from && !kept {
-            violations.push(Violation::new(
-                Invariant::CommittedNotLost,
-                format!(
-                    "{context}: generation {} was lost after its commits/ fsync{lost}",
-                    checks.candidate.generation
-                ),
-            ));
-        }
+    // Committed means its record and every file it names survive, not only a record of
+    // that generation: a second writer's record replacing it loses it too.
+    let kept = selected == Some(candidate.generation) && candidate_ok;
+    if view.candidate_durable && !kept {
+        violations.push(Violation::new(
+            Invariant::CommittedNotLost,
+            format!(
+                "{context}: generation {} was lost after its commits/ fsync{lost}",
+                candidate.generation
+            ),
+        ));
     }
     if matches!(latest, Some(LatestStatus::Ahead | LatestStatus::Garbage)) {
         violations.push(Violation::new(
@@ -656,13 +725,11 @@ fn check_crash_state(
             format!("{context}: LATEST is {latest:?}: the writer exposed a hint ahead of durable commits"),
         ));
     }
-    if let Some(from) = checks.latest_durable_from {
-        if state.crash_point >= from && latest != Some(LatestStatus::Consistent) {
-            violations.push(Violation::new(
-                Invariant::LatestDurableAfterItsFsync,
-                format!("{context}: LATEST is {latest:?} after its refs/ fsync completed"),
-            ));
-        }
+    if view.latest_durable && latest != Some(LatestStatus::Consistent) {
+        violations.push(Violation::new(
+            Invariant::LatestDurableAfterItsFsync,
+            format!("{context}: LATEST is {latest:?} after its refs/ fsync completed"),
+        ));
     }
 }
 
@@ -713,10 +780,12 @@ pub fn power_loss_scenario(
     }
     let checks = ScenarioChecks {
         recording: &recording,
-        recovery: faults.recovery,
-        previous: previous.as_ref(),
-        candidate: &candidate,
-        roots,
+        expectations: StoreExpectations {
+            recovery: faults.recovery,
+            previous: previous.as_ref(),
+            candidate: &candidate,
+            roots,
+        },
         durable_from,
         latest_durable_from,
     };
@@ -770,6 +839,14 @@ fn seed_from_base(
     root: &Path,
 ) -> Result<(Option<GenerationExpectation>, BTreeMap<u64, Digest>), LabError> {
     copy_tree(base, root)?;
+    store_expectations(root)
+}
+
+/// The generation recovery selects in the store `root` (the one a writer's run must not
+/// lose) and the logical state root of every valid generation there.
+pub fn store_expectations(
+    root: &Path,
+) -> Result<(Option<GenerationExpectation>, BTreeMap<u64, Digest>), LabError> {
     let report = crate::store::recover(root)?;
     let mut roots = BTreeMap::new();
     for g in &report.valid_generations {
@@ -1051,7 +1128,10 @@ fn record_action(
 /// What a generation's commit record and manifest name (read from `root`, the objects
 /// not verified): the files it needs intact. The candidate of a writer that committed
 /// without checking what it found is described this way, since it never verifies.
-fn recorded_expectation(root: &Path, generation: u64) -> Result<GenerationExpectation, LabError> {
+pub fn recorded_expectation(
+    root: &Path,
+    generation: u64,
+) -> Result<GenerationExpectation, LabError> {
     use crate::store::codec::{decode, CommitRecord, ManifestRecord};
     let commit_rel = commit_rel_path(generation);
     let commit_bytes = std::fs::read(root.join(&commit_rel))?;

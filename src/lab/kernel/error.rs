@@ -105,6 +105,25 @@ pub enum KernelError {
         /// The cap, in bytes.
         limit_bytes: u64,
     },
+    /// `crash-matrix --file-system` was given a mutant name that is no writer mutant.
+    #[error("no writer mutant {name:?}; the writer mutants are: {known}")]
+    UnknownMutant {
+        /// What was given.
+        name: String,
+        /// The writer mutants' names.
+        known: String,
+    },
+    /// `crash-matrix --file-system` was given an unknown kernel scenario.
+    #[error("no kernel scenario {name:?}; the scenarios are: {known}")]
+    UnknownScenario {
+        /// What was given.
+        name: String,
+        /// The scenarios' names.
+        known: String,
+    },
+    /// The store's writer or its expectations failed on the host.
+    #[error("the store's writer or its expectations: {0}")]
+    Store(#[from] crate::lab::error::LabError),
     /// I/O on the host failed.
     #[error("{context}: {source}")]
     Io {
@@ -133,6 +152,9 @@ impl KernelError {
             KernelError::Escape { .. } => "escape",
             KernelError::BadLog { .. } => "bad-log",
             KernelError::LogOverLimit { .. } => "log-over-limit",
+            KernelError::UnknownMutant { .. } => "unknown-mutant",
+            KernelError::UnknownScenario { .. } => "unknown-scenario",
+            KernelError::Store(_) => "store",
             KernelError::Io { .. } => "io",
         }
     }

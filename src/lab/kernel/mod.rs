@@ -21,10 +21,14 @@ pub mod blklog;
 pub mod error;
 pub mod guest;
 pub mod initramfs;
+pub mod matrix;
 pub mod pin;
 pub mod recover;
 pub mod run;
+pub mod state_check;
 pub mod states;
+pub mod store_writer;
 
 pub use error::KernelError;
-pub use run::{run, FileSystem, KernelConfig, KernelReport};
+pub use run::{run, run_with, FileSystem, KernelConfig, KernelReport};
+pub use state_check::StateCheck;

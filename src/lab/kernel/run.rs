@@ -20,7 +20,9 @@ use crate::lab::kernel::guest::{self, Accelerator, GuestRun};
 use crate::lab::kernel::initramfs::{module_order, Initramfs};
 use crate::lab::kernel::pin::{self, KernelInstall, KERNEL_PACKAGE_SHA256, KERNEL_RELEASE};
 use crate::lab::kernel::recover::recover_ext4;
+use crate::lab::kernel::state_check::StateCheck;
 use crate::lab::kernel::states::{self, BlockState, StateKind, StateLimits};
+use crate::lab::matrix::Violation;
 
 /// Where the writer's file system comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -142,6 +144,9 @@ pub struct KernelFailure {
     pub check: Option<CheckOutcome>,
     /// The last bytes of the check's output.
     pub output_tail: String,
+    /// With an in-process check: the invariants the state broke.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub violations: Vec<Violation>,
 }
 
 /// The result of one kernel crash test (`report.json`, and stdout with `--json`).
@@ -194,6 +199,16 @@ pub fn run(
     config: &KernelConfig,
     progress: &mut dyn FnMut(&str),
 ) -> Result<KernelReport, KernelError> {
+    run_with(config, None, progress)
+}
+
+/// Runs a whole kernel crash test, each state checked by `in_process` when given, else
+/// by the check command.
+pub fn run_with(
+    config: &KernelConfig,
+    in_process: Option<&mut dyn StateCheck>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<KernelReport, KernelError> {
     match config.file_system {
         FileSystem::Ext4 => {}
         FileSystem::Model => {
@@ -216,7 +231,7 @@ pub fn run(
     let writer_program = resolve_program(&config.writer[0])?;
     prepare_output(&config.out)?;
     let booted = boot(config, &install, (&qemu, &writer_program), progress)?;
-    let report = judge_log(config, booted, progress)?;
+    let report = judge_log(config, booted, in_process, progress)?;
     write_report(&config.out, &report)?;
     Ok(report)
 }
@@ -287,6 +302,7 @@ fn boot(
 fn judge_log(
     config: &KernelConfig,
     booted: Booted,
+    mut in_process: Option<&mut dyn StateCheck>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<KernelReport, KernelError> {
     let started = Instant::now();
@@ -307,13 +323,16 @@ fn judge_log(
         }
         None => None,
     };
+    if let Some(check) = in_process.as_deref_mut() {
+        check.prepare(&booted.acks)?;
+    }
     let base = config.out.join("base.img");
     let failures = check_states(
         config,
         (&log, &log_bytes),
         &base,
         checked,
-        admitted.as_ref(),
+        (admitted.as_ref(), in_process.as_deref()),
         progress,
     )?;
     let mut timings = booted.timings;
@@ -532,17 +551,24 @@ fn read_log(path: &Path) -> Result<Vec<u8>, KernelError> {
     std::fs::read(path).map_err(KernelError::io("reading the block log"))
 }
 
+/// How each state is judged besides recovery: held against the model's states, and by
+/// an in-process check instead of the command.
+type Judges<'a> = (Option<&'a HashSet<Digest>>, Option<&'a dyn StateCheck>);
+
 fn check_states(
     config: &KernelConfig,
     (log, log_bytes): (&BlockLog, &[u8]),
     base: &Path,
     states: &[BlockState],
-    admitted: Option<&HashSet<Digest>>,
+    judges: Judges<'_>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<KernelFailure>, KernelError> {
     let dir = config.out.join("states");
     let mut failures = Vec::new();
     for (index, state) in states.iter().enumerate() {
+        if judges.1.is_some_and(|check| check.done()) {
+            break;
+        }
         let image = dir.join(format!("{index}.img"));
         std::fs::copy(base, &image).map_err(KernelError::io("copying the starting image"))?;
         let mut file = std::fs::OpenOptions::new()
@@ -554,7 +580,7 @@ fn check_states(
         drop(file);
         let tree = dir.join(index.to_string());
         let check_log = dir.join(format!("{index}.log"));
-        let verdict = judge(config, &image, (&tree, &check_log), state, admitted)?;
+        let verdict = judge(config, &image, (&tree, &check_log), state, judges)?;
         std::fs::remove_file(&image).map_err(KernelError::io("removing a state image"))?;
         match verdict {
             None => {
@@ -586,7 +612,7 @@ fn judge(
     image: &Path,
     (tree, check_log): (&Path, &Path),
     state: &BlockState,
-    admitted: Option<&HashSet<Digest>>,
+    (admitted, in_process): Judges<'_>,
 ) -> Result<Option<KernelFailure>, KernelError> {
     let mut failure = KernelFailure {
         state: 0,
@@ -597,6 +623,7 @@ fn judge(
         outside_model: None,
         check: None,
         output_tail: String::new(),
+        violations: Vec::new(),
     };
     if let Err(why) = recover_ext4(image, tree)? {
         failure.recovery = Some(why);
@@ -611,6 +638,11 @@ fn judge(
             failure.outside_model = Some(listing);
             return Ok(Some(failure));
         }
+    }
+    if let Some(check) = in_process {
+        let context = format!("{:?} state at log entry {}", state.kind, state.cut);
+        failure.violations = check.violations(tree, state.acknowledged, &context);
+        return Ok((!failure.violations.is_empty()).then_some(failure));
     }
     let (outcome, tail) = run_check(
         &config.check,
