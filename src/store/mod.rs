@@ -20,6 +20,7 @@ pub mod codec;
 pub mod error;
 pub mod layout;
 pub mod paths;
+pub mod protocol;
 pub mod recovery;
 pub mod verify;
 pub mod writer;
