@@ -22,6 +22,7 @@ pub mod layout;
 pub mod paths;
 pub mod protocol;
 pub mod recovery;
+pub mod scan;
 pub mod verify;
 pub mod writer;
 
