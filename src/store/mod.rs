@@ -19,6 +19,7 @@ pub mod checks;
 pub mod codec;
 pub mod error;
 pub mod layout;
+pub mod location;
 pub mod paths;
 pub mod protocol;
 pub mod recovery;
