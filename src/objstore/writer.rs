@@ -165,8 +165,9 @@ impl<'a> Run<'a> {
     /// One PUT with its four barriers: the two "write/fsync" barriers when the bytes are
     /// ready and nothing is sent, the two "rename/directory-fsync" barriers when the PUT
     /// was acknowledged (visible and, on a store that fsyncs before acknowledging,
-    /// durable). RFC 0001 §9.6. With `claim`, the generation is claimed once the
-    /// bytes-ready barriers are reached and before the PUT (RFC 0001 §9.8).
+    /// durable). RFC 0001 §9.6. With `claim_for` (the commit record's digest), the
+    /// generation is claimed once the bytes-ready barriers are reached and before the PUT
+    /// (RFC 0001 §9.8).
     fn put(
         &mut self,
         barriers: [Barrier; 4],
