@@ -1,7 +1,9 @@
 //! The crate's layering, checked from the source: every `crate::…` and `super::…` path in
 //! `src/` (outside the binary's `src/main.rs` and `src/cli/`, and outside `mod tests`) is
 //! an edge between two files. The file graph must have no cycles, and no edge may point
-//! from a room to one it is not allowed to use (docs/architecture.md draws the layers):
+//! from a room to one it is not allowed to use (docs/architecture.md draws the layers).
+//! The binary's command modules (`src/cli/`) form a file graph of their own, which must
+//! have no cycles either:
 //!
 //! core ← durable ← dataset, store ← lab; supervise and engine beside; trainer above
 //! them; evidence and orchestrate on top; the binary last.
@@ -56,6 +58,16 @@ const ALLOWED: &[(&str, &[&str])] = &[
 
 /// A module path (`store::writer`) for each library source file, with its text.
 fn library_sources(src: &Path) -> BTreeMap<String, String> {
+    sources_where(src, |rel| rel != "main.rs" && !rel.starts_with("cli/"))
+}
+
+/// A module path (`cli::store`) for each source file of the binary's command layer.
+fn command_sources(src: &Path) -> BTreeMap<String, String> {
+    sources_where(src, |rel| rel.starts_with("cli/"))
+}
+
+/// A module path for each source file under `src` whose relative path `keep` accepts.
+fn sources_where(src: &Path, keep: impl Fn(&str) -> bool) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for entry in walkdir::WalkDir::new(src).sort_by_file_name() {
         let entry = entry.expect("walk src");
@@ -65,7 +77,7 @@ fn library_sources(src: &Path) -> BTreeMap<String, String> {
         }
         let rel = path.strip_prefix(src).expect("under src");
         let rel = rel.to_string_lossy().replace('\\', "/");
-        if rel == "main.rs" || rel.starts_with("cli/") {
+        if !keep(&rel) {
             continue;
         }
         let module = module_of(&rel);
@@ -304,6 +316,46 @@ fn the_library_is_layered_and_acyclic() {
         forbidden.is_empty(),
         "edges across a forbidden line:\n{}",
         forbidden.join("\n")
+    );
+}
+
+#[test]
+fn the_command_modules_are_acyclic() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let sources = command_sources(&src);
+    assert!(sources.len() > 10, "read only {} files", sources.len());
+    assert!(sources.contains_key("cli::store") && sources.contains_key("cli::objstore"));
+    let mod_files: BTreeSet<String> = ["cli".to_owned()].into();
+    let edges = edges(&sources, &mod_files);
+    assert!(
+        edges.contains(&("cli::store".to_owned(), "cli::objstore".to_owned())),
+        "the graph sees the command modules' edges: {edges:?}"
+    );
+    assert_eq!(
+        find_cycle(&edges),
+        None,
+        "an import cycle between command modules"
+    );
+}
+
+#[test]
+fn a_cycle_between_command_modules_is_found() {
+    let cyclic = synthetic(&[
+        ("cli", ""),
+        ("cli::store", "use super::objstore::recover;"),
+        (
+            "cli::objstore",
+            "fn f() { super::store::print_recovery(); }",
+        ),
+    ]);
+    let mod_files: BTreeSet<String> = ["cli".to_owned()].into();
+    assert_eq!(
+        find_cycle(&edges(&cyclic, &mod_files)),
+        Some(vec![
+            "cli::objstore".to_owned(),
+            "cli::store".to_owned(),
+            "cli::objstore".to_owned()
+        ])
     );
 }
 

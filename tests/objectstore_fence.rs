@@ -8,7 +8,7 @@ use std::sync::Arc;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use shardlift::core::topology::Topology;
-use shardlift::objstore::client::{ObjClient, ObjLocation, ObjStoreOptions};
+use shardlift::objstore::client::{ObjClient, ObjStoreOptions, S3Location};
 use shardlift::objstore::keys::claim_key;
 use shardlift::objstore::{writer, ConditionalCreate, ObjStore, ObjStoreError};
 use shardlift::store::barrier::{BarrierEvent, FnHook, NoHooks};
@@ -17,7 +17,7 @@ use shardlift::store::layout::synthetic_state;
 /// A store over `backend`; `probe` false leaves the capability `not-probed` until a
 /// writer probes it.
 fn store_over(backend: &Arc<dyn ObjectStore>, probe: bool) -> ObjStore {
-    let location = ObjLocation::parse("s3://fence-test/store").expect("location");
+    let location = S3Location::parse("s3://fence-test/store").expect("location");
     let client = ObjClient::with_store(location, Arc::clone(backend), ObjStoreOptions::default())
         .expect("client");
     ObjStore::with_client(client, probe).expect("open")

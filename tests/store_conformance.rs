@@ -7,7 +7,7 @@ use std::sync::Arc;
 use object_store::memory::InMemory;
 use shardlift::core::logical::LogicalState;
 use shardlift::core::topology::Topology;
-use shardlift::objstore::client::{ObjClient, ObjLocation, ObjStoreOptions};
+use shardlift::objstore::client::{ObjClient, ObjStoreOptions, S3Location};
 use shardlift::objstore::ObjStore;
 use shardlift::store::barrier::NoHooks;
 use shardlift::store::writer::SyntheticSpec;
@@ -101,7 +101,7 @@ impl Backend for LocalBackend {
 
 /// The object store over a fresh in-memory backend.
 fn in_memory_backend() -> ObjectStoreBackend {
-    let location = ObjLocation::parse("s3://conformance/store").expect("location");
+    let location = S3Location::parse("s3://conformance/store").expect("location");
     let client = ObjClient::with_store(
         location,
         Arc::new(InMemory::new()),

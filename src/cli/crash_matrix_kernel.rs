@@ -49,10 +49,21 @@ pub struct KernelMatrixArgs {
     pub guest_timeout_ms: u64,
 }
 
+/// What `crash-matrix` says for both of its modes that the kernel mode reads.
+pub struct MatrixOptions<'a> {
+    /// Seed for sampled states.
+    pub seed: u64,
+    /// Upper bound on distinct model states checked per scenario (0: all).
+    pub max_states_per_scenario: usize,
+    /// Run one writer mutant only.
+    pub mutant: Option<&'a str>,
+    /// Print the report as JSON.
+    pub json: bool,
+}
+
 /// Runs the kernel crash matrix; exit 1 when the correct writer fails a state or a
 /// mutant survives the model.
-pub fn run(args: &super::store::CrashMatrixArgs) -> anyhow::Result<()> {
-    let kernel = &args.kernel;
+pub fn run(kernel: &KernelMatrixArgs, args: &MatrixOptions<'_>) -> anyhow::Result<()> {
     let file_system: FileSystem = kernel.file_system.parse()?;
     let out = kernel
         .out
@@ -65,7 +76,7 @@ pub fn run(args: &super::store::CrashMatrixArgs) -> anyhow::Result<()> {
         out,
         seed: args.seed,
         scenarios: scenarios(&kernel.kernel_scenarios)?,
-        mutants: mutants(&kernel.kernel_mutants, args.mutant.as_deref())?,
+        mutants: mutants(&kernel.kernel_mutants, args.mutant)?,
         states: StateLimits {
             reordered_per_epoch: kernel.kernel_reordered_per_epoch,
             max_reordered: kernel.kernel_max_reordered,

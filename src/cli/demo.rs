@@ -57,7 +57,7 @@ pub struct KillerDemoArgs {
 }
 
 fn parse_crash_store(text: &str) -> Result<String, String> {
-    shardlift::objstore::ObjLocation::parse(text)
+    shardlift::objstore::S3Location::parse(text)
         .map(|location| location.url())
         .map_err(|e| e.to_string())
 }

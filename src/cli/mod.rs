@@ -55,6 +55,7 @@ pub mod objstore;
 pub mod progress;
 pub mod resume_test;
 pub mod store;
+pub mod store_report;
 pub mod train;
 pub mod verify_bundle;
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 use shardlift::core::logical::LogicalState;
 use shardlift::core::progress::Progress;
 use shardlift::core::topology::Topology;
-use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions};
+use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions, S3Location};
 use shardlift::store::barrier::{Barrier, BarrierEvent, BarrierHook, NoHooks};
 use shardlift::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
 use shardlift::store::writer::SyntheticSpec;
@@ -59,11 +59,11 @@ fn fail(error: ObjStoreError, json: bool) -> anyhow::Error {
     anyhow::Error::new(error)
 }
 
-/// Publishes a synthetic state to `url`, probing conditional create first. With
+/// Publishes a synthetic state to `location`, probing conditional create first. With
 /// `pause_at_barriers` it stops after every barrier event until the parent acknowledges
 /// it (`shardlift::lab::harness::stepping_barrier_hook`).
 pub fn publish(
-    url: &str,
+    location: &S3Location,
     state: &LogicalState,
     workers: u32,
     json: bool,
@@ -71,9 +71,10 @@ pub fn publish(
     synthetic: Option<SyntheticSpec>,
 ) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
-    let store = ObjStore::open(url, client_options(), true).map_err(|e| fail(e, json))?;
+    let store =
+        ObjStore::open_at(location.clone(), client_options(), true).map_err(|e| fail(e, json))?;
     eprintln!(
-        "objstore: {url}: conditional create {:?}",
+        "objstore: {location}: conditional create {:?}",
         store.conditional_create()
     );
     let summary = match (pause_at_barriers, synthetic) {
@@ -105,21 +106,22 @@ pub fn publish(
     })
 }
 
-/// Reshards generation `generation` of `url` onto `workers` workers, as the next generation.
+/// Reshards generation `generation` of `location` onto `workers` workers, as the next generation.
 pub fn reshard(
-    url: &str,
+    location: &S3Location,
     generation: u64,
     workers: u32,
     objects: ObjectCheck,
     json: bool,
 ) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
-    let store = ObjStore::open(url, client_options(), true).map_err(|e| fail(e, json))?;
+    let store =
+        ObjStore::open_at(location.clone(), client_options(), true).map_err(|e| fail(e, json))?;
     let mut progress = super::progress::StderrProgress::new();
     let summary = store
         .reshard(generation, topology, objects, &mut NoHooks, &mut progress)
         .map_err(|e| fail(e, json))?;
-    super::store::print_reshard_report(json, &summary, objects, || {
+    super::store_report::print_reshard_report(json, &summary, objects, || {
         format!(
             "generation {} = generation {generation} on {workers} workers (root {}; source \
              objects checked: {})",
@@ -130,16 +132,17 @@ pub fn reshard(
     })
 }
 
-/// Verifies generation `generation` of `url` (a loader's checks, RFC 0001 §9.4) and writes
+/// Verifies generation `generation` of `location` (a loader's checks, RFC 0001 §9.4) and writes
 /// its export directory `out`; the caller prints the summary.
 pub fn export(
-    url: &str,
+    location: &S3Location,
     generation: u64,
     out: &std::path::Path,
     json: bool,
 ) -> anyhow::Result<shardlift::interop::ExportSummary> {
     shardlift::interop::check_output(out)?;
-    let store = ObjStore::open(url, client_options(), false).map_err(|e| fail(e, json))?;
+    let store =
+        ObjStore::open_at(location.clone(), client_options(), false).map_err(|e| fail(e, json))?;
     let (state, _, commit_digest) = store
         .load_generation_record(generation)
         .map_err(|e| fail(e, json))?;
@@ -151,12 +154,18 @@ pub fn export(
     )?)
 }
 
-/// Checks the export directory `from` and publishes its state to `url` on `workers`
+/// Checks the export directory `from` and publishes its state to `location` on `workers`
 /// workers, as the next generation.
-pub fn import(url: &str, from: &std::path::Path, workers: u32, json: bool) -> anyhow::Result<()> {
+pub fn import(
+    location: &S3Location,
+    from: &std::path::Path,
+    workers: u32,
+    json: bool,
+) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
     let (state, _) = shardlift::interop::read_export(from)?;
-    let store = ObjStore::open(url, client_options(), true).map_err(|e| fail(e, json))?;
+    let store =
+        ObjStore::open_at(location.clone(), client_options(), true).map_err(|e| fail(e, json))?;
     let commit = store
         .publish(&state, topology, &mut NoHooks)
         .map_err(|e| fail(e, json))?;
@@ -170,27 +179,29 @@ pub fn import(url: &str, from: &std::path::Path, workers: u32, json: bool) -> an
     })
 }
 
-/// Recovers `url` read-only and prints the report.
-pub fn recover(url: &str, json: bool, expect_root: &[String]) -> anyhow::Result<()> {
-    let store = ObjStore::open(url, client_options(), false).map_err(|e| fail(e, json))?;
+/// Recovers `location` read-only and prints the report.
+pub fn recover(location: &S3Location, json: bool, expect_root: &[String]) -> anyhow::Result<()> {
+    let store =
+        ObjStore::open_at(location.clone(), client_options(), false).map_err(|e| fail(e, json))?;
     let report = store.recover().map_err(|e| fail(e, json))?;
     if json {
         print_json(&serde_json::json!({ "report": report }))?;
     } else {
-        super::store::print_recovery(&report.scan)?;
+        super::store_report::print_recovery(&report.scan)?;
     }
-    super::store::check_expected_root(&report.scan, expect_root)
+    super::store_report::check_expected_root(&report.scan, expect_root)
 }
 
-/// Loads and fully verifies one generation of `url`.
-pub fn verify(url: &str, generation: u64, json: bool) -> anyhow::Result<()> {
-    let store = ObjStore::open(url, client_options(), false).map_err(|e| fail(e, json))?;
+/// Loads and fully verifies one generation of `location`.
+pub fn verify(location: &S3Location, generation: u64, json: bool) -> anyhow::Result<()> {
+    let store =
+        ObjStore::open_at(location.clone(), client_options(), false).map_err(|e| fail(e, json))?;
     let (state, topology) = store
         .load_generation(generation)
         .map_err(|e| fail(e, json))?;
     let root = state.logical_state_root();
-    let mut report = super::store::verified_report(generation, &state, topology);
-    report["location"] = serde_json::json!(url);
+    let mut report = super::store_report::verified_report(generation, &state, topology);
+    report["location"] = serde_json::json!(location.url());
     report["conditional_create"] = serde_json::json!(store.conditional_create());
     print_report(json, &report, || {
         format!("generation {generation} verifies: root {root}")
@@ -276,8 +287,14 @@ impl Throughput {
 /// deleted afterwards, on failure too, best effort), and prints both figures as JSON on
 /// stdout; progress goes to stderr. Requests run one after another,
 /// as RFC 0001 §9.3 has the writer issue them.
-pub fn bench(url: &str, state_bytes: u64, chunk_elements: u32, seed: u64) -> anyhow::Result<()> {
-    let store = ObjStore::open(url, client_options(), true).map_err(|e| fail(e, true))?;
+pub fn bench(
+    location: &S3Location,
+    state_bytes: u64,
+    chunk_elements: u32,
+    seed: u64,
+) -> anyhow::Result<()> {
+    let store =
+        ObjStore::open_at(location.clone(), client_options(), true).map_err(|e| fail(e, true))?;
     let state = synthetic_state(seed, 1, chunk_elements);
     let spec = synthetic_spec(&state, seed, state_bytes);
     let topology = Topology::new(4)?;
@@ -358,7 +375,7 @@ pub fn bench(url: &str, state_bytes: u64, chunk_elements: u32, seed: u64) -> any
         0.0
     };
     print_json(&serde_json::json!({
-        "location": url,
+        "location": location.url(),
         "state_bytes": model_bytes(&state) + spec.total_bytes,
         "object_bytes": spec.object_bytes,
         "objects": objects,
@@ -371,15 +388,15 @@ pub fn bench(url: &str, state_bytes: u64, chunk_elements: u32, seed: u64) -> any
 }
 
 /// Child side of `store-child publish --store s3://…`: the handoff's state published to
-/// `url` under the harness's pause protocol (`lab::harness::child_publish_on`), so a
+/// `location` under the harness's pause protocol (`lab::harness::child_publish_on`), so a
 /// parent can SIGKILL it at a named barrier as it does a local publisher.
 pub fn child_publish(
-    url: &str,
+    location: &S3Location,
     handoff: &std::path::Path,
     pause: shardlift::supervise::process::PublisherPause,
 ) -> anyhow::Result<()> {
     shardlift::lab::harness::child_publish_on(handoff, pause, |state, topology, hooks| {
-        let store = ObjStore::open(url, client_options(), true)?;
+        let store = ObjStore::open_at(location.clone(), client_options(), true)?;
         let summary = store.publish(state, topology, hooks)?;
         anyhow::Ok(summary.commit_summary())
     })?;
@@ -389,8 +406,8 @@ pub fn child_publish(
 /// Child side of `store-child recover --store s3://…`: the scan part of the object-store
 /// recovery report (the local report's fields) as one JSON line; a split brain at the
 /// highest valid generation fails the child.
-pub fn child_recover(url: &str) -> anyhow::Result<()> {
-    let store = ObjStore::open(url, client_options(), false)?;
+pub fn child_recover(location: &S3Location) -> anyhow::Result<()> {
+    let store = ObjStore::open_at(location.clone(), client_options(), false)?;
     let report = store.recover()?;
     shardlift::lab::harness::child_print_report(&report.scan)?;
     Ok(())

@@ -9,8 +9,12 @@ use shardlift::core::topology::{Topology, MAX_WORKERS};
 
 use shardlift::store::barrier::{BarrierHook, InOrder, NoHooks};
 use shardlift::store::layout::synthetic_state;
+use shardlift::store::location::{Location, S3Location};
 use shardlift::store::ObjectCheck;
 
+use super::store_report::{
+    check_expected_root, print_recovery, print_reshard_report, verified_report,
+};
 use super::{print_json, print_report};
 
 /// `store bench` arguments.
@@ -51,7 +55,7 @@ pub struct BenchArgs {
         value_name = "s3://BUCKET/PREFIX",
         conflicts_with_all = ["bytes", "skip_small", "skip_large", "drop_caches", "dir"]
     )]
-    pub store: Option<String>,
+    pub store: Option<S3Location>,
     /// Seed of the object-store bench's synthetic state (default 1; with --store only).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -77,7 +81,7 @@ pub enum StoreCommand {
     /// report LATEST's status. Read-only unless --repair-latest.
     Recover {
         #[arg(long)]
-        store: PathBuf,
+        store: Location,
         #[arg(long)]
         json: bool,
         /// Rewrite refs/LATEST to name the selected generation if it does not.
@@ -105,7 +109,7 @@ pub enum StoreCommand {
     /// check the source passed (`source_objects`: "lengths" or "hashed").
     Reshard {
         #[arg(long)]
-        store: PathBuf,
+        store: Location,
         #[arg(long)]
         generation: u64,
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_WORKERS)))]
@@ -119,7 +123,7 @@ pub enum StoreCommand {
     /// Load and fully verify one generation; print its root and placement.
     Verify {
         #[arg(long)]
-        store: PathBuf,
+        store: Location,
         #[arg(long)]
         generation: u64,
         #[arg(long)]
@@ -128,7 +132,7 @@ pub enum StoreCommand {
     /// Publish a synthetic state (for demos and tests).
     PublishSynthetic {
         #[arg(long)]
-        store: PathBuf,
+        store: Location,
         #[arg(long, default_value_t = 1)]
         seed: u64,
         #[arg(long, default_value_t = 0)]
@@ -168,7 +172,7 @@ pub enum StoreCommand {
     /// appears whole or not at all.
     Export {
         #[arg(long)]
-        store: PathBuf,
+        store: Location,
         #[arg(long)]
         generation: u64,
         #[arg(long)]
@@ -181,7 +185,7 @@ pub enum StoreCommand {
     /// unless every check passes.
     Import {
         #[arg(long)]
-        store: PathBuf,
+        store: Location,
         #[arg(long)]
         from: PathBuf,
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_WORKERS)))]
@@ -226,7 +230,7 @@ pub enum StoreChildCommand {
     Publish {
         /// A store directory or an `s3://bucket/prefix` location.
         #[arg(long)]
-        store: PathBuf,
+        store: Location,
         #[arg(long)]
         handoff: PathBuf,
         /// barriers (after every named step), operations (before every file-system
@@ -238,13 +242,8 @@ pub enum StoreChildCommand {
     Recover {
         /// A store directory or an `s3://bucket/prefix` location.
         #[arg(long)]
-        store: PathBuf,
+        store: Location,
     },
-}
-
-/// The `s3://…` location `--store` names, if it names one (else a local directory).
-fn s3_location(store: &Path) -> Option<&str> {
-    store.to_str().filter(|s| s.starts_with("s3://"))
 }
 
 pub fn run(command: StoreCommand) -> anyhow::Result<()> {
@@ -254,15 +253,15 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             json,
             repair_latest,
             expect_root,
-        } => match s3_location(&store) {
-            Some(url) => {
+        } => match store {
+            Location::S3(location) => {
                 anyhow::ensure!(
                     !repair_latest,
                     "--repair-latest is not supported on an object store yet"
                 );
-                super::objstore::recover(url, json, &expect_root)
+                super::objstore::recover(&location, json, &expect_root)
             }
-            None => recover(&store, json, repair_latest, &expect_root),
+            Location::Dir(dir) => recover(&dir, json, repair_latest, &expect_root),
         },
         StoreCommand::Reshard {
             store,
@@ -276,18 +275,20 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             } else {
                 ObjectCheck::Lengths
             };
-            match s3_location(&store) {
-                Some(url) => super::objstore::reshard(url, generation, workers, objects, json),
-                None => reshard(&store, generation, workers, objects, json),
+            match store {
+                Location::S3(location) => {
+                    super::objstore::reshard(&location, generation, workers, objects, json)
+                }
+                Location::Dir(dir) => reshard(&dir, generation, workers, objects, json),
             }
         }
         StoreCommand::Verify {
             store,
             generation,
             json,
-        } => match s3_location(&store) {
-            Some(url) => super::objstore::verify(url, generation, json),
-            None => verify(&store, generation, json),
+        } => match store {
+            Location::S3(location) => super::objstore::verify(&location, generation, json),
+            Location::Dir(dir) => verify(&dir, generation, json),
         },
         StoreCommand::PublishSynthetic {
             store,
@@ -340,11 +341,15 @@ struct PublishOptions {
 
 /// `store publish-synthetic` on either backend.
 fn publish_command(
-    store: &Path,
+    store: &Location,
     state: &LogicalState,
     seed: u64,
     options: PublishOptions,
 ) -> anyhow::Result<()> {
+    let store = match store {
+        Location::Dir(dir) => dir,
+        Location::S3(location) => return publish_s3(location, state, seed, options),
+    };
     let PublishOptions {
         workers,
         state_bytes,
@@ -353,24 +358,6 @@ fn publish_command(
         sequential,
         pause_at,
     } = options;
-    if let Some(url) = s3_location(store) {
-        anyhow::ensure!(
-            !trace_operations,
-            "--trace-operations traces the local file-system seam; an object store has none"
-        );
-        anyhow::ensure!(
-            !sequential,
-            "--sequential is for a local store; an object store's writer always issues one request after another (RFC 0001 §9.3)"
-        );
-        let synthetic =
-            state_bytes.map(|bytes| super::objstore::synthetic_spec(state, seed, bytes));
-        let pause_at_barriers = match pause_at.as_deref() {
-            None => false,
-            Some("barriers") => true,
-            Some(other) => anyhow::bail!("--pause-at {other:?}: expected barriers"),
-        };
-        return super::objstore::publish(url, state, workers, json, pause_at_barriers, synthetic);
-    }
     anyhow::ensure!(
         pause_at.is_none(),
         "--pause-at works on an object store only; a local store's paused publisher is `store-child publish`"
@@ -400,10 +387,43 @@ fn publish_command(
     }
 }
 
-fn export(store: &Path, generation: u64, out: &Path, json: bool) -> anyhow::Result<()> {
-    let summary = match s3_location(store) {
-        Some(url) => super::objstore::export(url, generation, out, json)?,
-        None => shardlift::interop::export(store, generation, out)
+/// `store publish-synthetic` on an object store.
+fn publish_s3(
+    location: &S3Location,
+    state: &LogicalState,
+    seed: u64,
+    options: PublishOptions,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !options.trace_operations,
+        "--trace-operations traces the local file-system seam; an object store has none"
+    );
+    anyhow::ensure!(
+        !options.sequential,
+        "--sequential is for a local store; an object store's writer always issues one request after another (RFC 0001 §9.3)"
+    );
+    let synthetic = options
+        .state_bytes
+        .map(|bytes| super::objstore::synthetic_spec(state, seed, bytes));
+    let pause_at_barriers = match options.pause_at.as_deref() {
+        None => false,
+        Some("barriers") => true,
+        Some(other) => anyhow::bail!("--pause-at {other:?}: expected barriers"),
+    };
+    super::objstore::publish(
+        location,
+        state,
+        options.workers,
+        options.json,
+        pause_at_barriers,
+        synthetic,
+    )
+}
+
+fn export(store: &Location, generation: u64, out: &Path, json: bool) -> anyhow::Result<()> {
+    let summary = match store {
+        Location::S3(location) => super::objstore::export(location, generation, out, json)?,
+        Location::Dir(dir) => shardlift::interop::export(dir, generation, out)
             .with_context(|| format!("exporting generation {generation}"))?,
     };
     print_report(json, &summary, || {
@@ -418,10 +438,11 @@ fn export(store: &Path, generation: u64, out: &Path, json: bool) -> anyhow::Resu
     })
 }
 
-fn import(store: &Path, from: &Path, workers: u32, json: bool) -> anyhow::Result<()> {
-    if let Some(url) = s3_location(store) {
-        return super::objstore::import(url, from, workers, json);
-    }
+fn import(store: &Location, from: &Path, workers: u32, json: bool) -> anyhow::Result<()> {
+    let store = match store {
+        Location::S3(location) => return super::objstore::import(location, from, workers, json),
+        Location::Dir(dir) => dir,
+    };
     let summary = shardlift::interop::import(store, from, workers)
         .with_context(|| format!("importing {}", from.display()))?;
     print_report(json, &summary, || {
@@ -439,13 +460,9 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         args.seed.is_none() || args.store.is_some(),
         "--seed seeds the object-store bench (--store s3://…); the local bench's states are fixed"
     );
-    if let Some(url) = args.store.as_deref() {
-        anyhow::ensure!(
-            url.starts_with("s3://"),
-            "--store {url:?}: the bench's --store is an s3:// location"
-        );
+    if let Some(location) = &args.store {
         let seed = args.seed.unwrap_or(1);
-        return super::objstore::bench(url, args.state_bytes, args.chunk_elements, seed);
+        return super::objstore::bench(location, args.state_bytes, args.chunk_elements, seed);
     }
     let mut progress = super::progress::StderrProgress::new();
     let large = if args.skip_large {
@@ -499,48 +516,6 @@ fn recover(
     check_expected_root(&report, expect_root)
 }
 
-/// With `--expect-root`: fails unless recovery selected a generation with one of those roots.
-pub(super) fn check_expected_root(
-    report: &shardlift::store::recovery::RecoveryReport,
-    expect_root: &[String],
-) -> anyhow::Result<()> {
-    if expect_root.is_empty() {
-        return Ok(());
-    }
-    let selected = report
-        .selected
-        .as_ref()
-        .map(|s| s.logical_state_root.to_string());
-    match selected {
-        Some(root) if expect_root.iter().any(|e| e.eq_ignore_ascii_case(&root)) => Ok(()),
-        Some(root) => {
-            anyhow::bail!("the selected generation's root {root} is not an expected one")
-        }
-        None => anyhow::bail!("no valid generation (expected one with a given root)"),
-    }
-}
-
-/// The human-readable recovery report: the selection, then every rejected record.
-pub(super) fn print_recovery(
-    report: &shardlift::store::recovery::RecoveryReport,
-) -> anyhow::Result<()> {
-    match &report.selected {
-        Some(s) => outln!(
-            "selected generation {} (step {}, {} workers, root {})",
-            s.generation,
-            s.step,
-            s.workers,
-            s.logical_state_root
-        ),
-        None => outln!("no valid generation"),
-    }
-    outln!("LATEST: {:?}", report.latest.status);
-    for r in &report.rejected {
-        outln!("rejected {}: {}", r.file, r.reason);
-    }
-    Ok(())
-}
-
 fn reshard(
     store: &Path,
     generation: u64,
@@ -561,37 +536,6 @@ fn reshard(
             summary.logical_state_root,
             objects.name()
         )
-    })
-}
-
-/// A reshard's commit summary with the check its source passed (`source_objects`), on
-/// either backend.
-pub(super) fn print_reshard_report<T: serde::Serialize>(
-    json: bool,
-    summary: &T,
-    objects: ObjectCheck,
-    line: impl FnOnce() -> String,
-) -> anyhow::Result<()> {
-    let mut report = serde_json::to_value(summary)?;
-    if let Some(fields) = report.as_object_mut() {
-        fields.insert("source_objects".into(), objects.name().into());
-    }
-    print_report(json, &report, line)
-}
-
-/// What `store verify --json` prints of a generation that verified, on either backend.
-pub(super) fn verified_report(
-    generation: u64,
-    state: &LogicalState,
-    topology: Topology,
-) -> serde_json::Value {
-    serde_json::json!({
-        "generation": generation,
-        "step": state.step(),
-        "cursor": state.cursor(),
-        "workers": topology.workers(),
-        "chunks": state.chunks().len(),
-        "logical_state_root": state.logical_state_root(),
     })
 }
 
@@ -693,7 +637,15 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if args.kernel.file_system != "model" {
-        return super::crash_matrix_kernel::run(&args);
+        return super::crash_matrix_kernel::run(
+            &args.kernel,
+            &super::crash_matrix_kernel::MatrixOptions {
+                seed: args.seed,
+                max_states_per_scenario: args.max_states_per_scenario,
+                mutant: args.mutant.as_deref(),
+                json: args.json,
+            },
+        );
     }
     if let Some(name) = &args.mutant {
         return run_one_mutant(name, &config, args.json);
@@ -822,18 +774,20 @@ pub fn run_child(args: StoreChildArgs) -> anyhow::Result<()> {
             let pause = PublisherPause::from_arg(&pause_at).with_context(|| {
                 format!("--pause-at {pause_at:?}: expected barriers, operations or nowhere")
             })?;
-            match s3_location(&store) {
-                Some(url) => super::objstore::child_publish(url, &handoff, pause),
-                None => {
-                    shardlift::lab::harness::child_publish(&store, &handoff, pause)?;
+            match store {
+                Location::S3(location) => {
+                    super::objstore::child_publish(&location, &handoff, pause)
+                }
+                Location::Dir(dir) => {
+                    shardlift::lab::harness::child_publish(&dir, &handoff, pause)?;
                     Ok(())
                 }
             }
         }
-        StoreChildCommand::Recover { store } => match s3_location(&store) {
-            Some(url) => super::objstore::child_recover(url),
-            None => {
-                shardlift::lab::harness::child_recover(&store)?;
+        StoreChildCommand::Recover { store } => match store {
+            Location::S3(location) => super::objstore::child_recover(&location),
+            Location::Dir(dir) => {
+                shardlift::lab::harness::child_recover(&dir)?;
                 Ok(())
             }
         },

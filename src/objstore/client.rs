@@ -16,82 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::error_chain::error_chain_text;
 use crate::objstore::error::ObjStoreError;
-
-/// `s3://bucket[/prefix]`: where a store lives in a bucket.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjLocation {
-    /// The bucket name.
-    pub bucket: String,
-    /// The key prefix without leading or trailing `/` (empty: the bucket's root).
-    pub prefix: String,
-}
-
-impl ObjLocation {
-    /// Parses `s3://bucket[/prefix]`. The prefix's segments must be non-empty and made of
-    /// ASCII letters, digits and `-_.` (no `.`/`..` segments).
-    pub fn parse(url: &str) -> Result<Self, ObjStoreError> {
-        let bad = |reason: &str| ObjStoreError::BadLocation {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let rest = url
-            .strip_prefix("s3://")
-            .ok_or_else(|| bad("it does not start with s3://"))?;
-        let rest = rest.trim_end_matches('/');
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        let bucket_ok = (3..=63).contains(&bucket.len())
-            && bucket
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-        if !bucket_ok {
-            return Err(bad(
-                "the bucket name must be 3-63 characters of a-z, 0-9, '-' and '.'",
-            ));
-        }
-        if !prefix.is_empty() {
-            for segment in prefix.split('/') {
-                let ok = !segment.is_empty()
-                    && segment != "."
-                    && segment != ".."
-                    && segment
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-                if !ok {
-                    return Err(bad(
-                        "prefix segments must be non-empty ASCII letters, digits, '-', '_' or '.'",
-                    ));
-                }
-            }
-        }
-        Ok(ObjLocation {
-            bucket: bucket.to_owned(),
-            prefix: prefix.to_owned(),
-        })
-    }
-
-    /// The location as a URL.
-    pub fn url(&self) -> String {
-        if self.prefix.is_empty() {
-            format!("s3://{}", self.bucket)
-        } else {
-            format!("s3://{}/{}", self.bucket, self.prefix)
-        }
-    }
-
-    /// The bucket key of `rel` (a key relative to the store).
-    pub fn key(&self, rel: &str) -> String {
-        if self.prefix.is_empty() {
-            rel.to_owned()
-        } else {
-            format!("{}/{rel}", self.prefix)
-        }
-    }
-
-    /// The full URL of `rel`, used to name keys in errors and reports.
-    pub fn key_url(&self, rel: &str) -> String {
-        format!("{}/{rel}", self.url())
-    }
-}
+pub use crate::store::location::S3Location;
 
 /// Timeouts and retry bounds of the client. Every wait is bounded by one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,7 +91,7 @@ pub enum Fetched {
 
 /// An open connection to one store location.
 pub struct ObjClient {
-    location: ObjLocation,
+    location: S3Location,
     store: Arc<dyn ObjectStore>,
     runtime: tokio::runtime::Runtime,
     options: ObjStoreOptions,
@@ -185,7 +110,7 @@ impl std::fmt::Debug for ObjClient {
 /// does not name. Without them the S3 client would fall back to AWS's public endpoint
 /// and to the cloud instance-metadata address for credentials: requests to hosts the
 /// user never named.
-fn require_endpoint_and_credentials(location: &ObjLocation) -> Result<(), ObjStoreError> {
+fn require_endpoint_and_credentials(location: &S3Location) -> Result<(), ObjStoreError> {
     let set = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
     let mut missing = Vec::new();
     if !set("AWS_ENDPOINT_URL") && !set("AWS_ENDPOINT") {
@@ -219,7 +144,7 @@ impl ObjClient {
     /// `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`). Path-style addressing unless
     /// `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` says otherwise; plain HTTP is allowed when
     /// `AWS_ALLOW_HTTP` is true or the endpoint is an `http://` URL.
-    pub fn open(location: ObjLocation, options: ObjStoreOptions) -> Result<Self, ObjStoreError> {
+    pub fn open(location: S3Location, options: ObjStoreOptions) -> Result<Self, ObjStoreError> {
         // reqwest is built without a TLS crypto provider of its own (Cargo.toml): it
         // takes the process default, and panics while building a client without one.
         // `Err` here means a provider is already installed, which is all we need.
@@ -257,7 +182,7 @@ impl ObjClient {
     /// conditional create where no such S3 service runs (`object_store`'s in-memory or
     /// local-file backends), or a store shared by two clients in one process.
     pub fn with_store(
-        location: ObjLocation,
+        location: S3Location,
         store: Arc<dyn ObjectStore>,
         options: ObjStoreOptions,
     ) -> Result<Self, ObjStoreError> {
@@ -274,7 +199,7 @@ impl ObjClient {
     }
 
     /// The store location.
-    pub fn location(&self) -> &ObjLocation {
+    pub fn location(&self) -> &S3Location {
         &self.location
     }
 

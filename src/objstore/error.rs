@@ -176,3 +176,12 @@ impl ObjStoreError {
         }
     }
 }
+
+impl From<crate::store::location::LocationError> for ObjStoreError {
+    fn from(error: crate::store::location::LocationError) -> Self {
+        ObjStoreError::BadLocation {
+            url: error.url,
+            reason: error.reason,
+        }
+    }
+}

@@ -32,7 +32,7 @@ pub mod keys;
 pub mod recovery;
 pub mod writer;
 
-pub use client::{ConditionalCreate, ObjClient, ObjLocation, ObjStoreOptions};
+pub use client::{ConditionalCreate, ObjClient, ObjStoreOptions, S3Location};
 pub use error::ObjStoreError;
 pub use recovery::{ObjRecoveryReport, SplitBrainRecords};
 pub use writer::ObjCommitSummary;
@@ -49,7 +49,16 @@ impl ObjStore {
     /// With `probe` it probes conditional create (two creates of a fresh key under
     /// `probes/`); without, nothing is written and the capability is `not-probed`.
     pub fn open(url: &str, options: ObjStoreOptions, probe: bool) -> Result<Self, ObjStoreError> {
-        Self::with_client(ObjClient::open(ObjLocation::parse(url)?, options)?, probe)
+        Self::open_at(S3Location::parse(url)?, options, probe)
+    }
+
+    /// As [`Self::open`], at an already parsed location.
+    pub fn open_at(
+        location: S3Location,
+        options: ObjStoreOptions,
+        probe: bool,
+    ) -> Result<Self, ObjStoreError> {
+        Self::with_client(ObjClient::open(location, options)?, probe)
     }
 
     /// A store over an already built client (see [`ObjClient::with_store`]), probing

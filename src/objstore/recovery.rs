@@ -1,7 +1,6 @@
 //! Object-store recovery (RFC 0001 §9.4): LIST `commits/`, verify every record end to end
 //! with the store's own checks, select the highest generation with exactly one valid
 //! record, report split brains and LATEST's status. Writes nothing.
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -17,9 +16,10 @@ use crate::objstore::keys::{
     commit_prefix, object_key, parse_commit_key, COMMITS_PREFIX, LATEST_KEY, OBJECTS_PREFIX,
 };
 use crate::store::checks::{synthetic_object_len, ObjectRole, ReferencedObject};
-use crate::store::codec::{decode, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads};
+use crate::store::codec::{decode, CommitRecord, LatestRecord, SyntheticPayloads};
 use crate::store::error::StoreError;
-use crate::store::recovery::{LatestReport, RecoveryReport, Rejection, SelectedGeneration};
+use crate::store::recovery::{LatestReport, RecoveryReport, SelectedGeneration};
+use crate::store::scan::{scan, ScanError, VerifiedGeneration};
 use crate::store::verify::{verify_record, RecordChecks, RecordReads};
 
 /// Two or more different valid commit records for one generation.
@@ -50,17 +50,6 @@ pub struct ObjRecoveryReport {
     pub split_brains: Vec<SplitBrainRecords>,
     /// What the conditional-create probe found (recovery itself does not probe).
     pub conditional_create: ConditionalCreate,
-}
-
-/// A record that verified end to end.
-pub(crate) struct Verified {
-    pub(crate) generation: u64,
-    pub(crate) key: String,
-    pub(crate) commit_digest: Digest,
-    pub(crate) manifest: ManifestRecord,
-    pub(crate) manifest_digest: Digest,
-    pub(crate) topology: Topology,
-    pub(crate) state: Option<LogicalState>,
 }
 
 /// GET `rel` under `cap`; `MissingObject` when absent.
@@ -102,7 +91,7 @@ fn verify_key(
     record_digest: Digest,
     checks: RecordChecks,
     on_object: &mut dyn FnMut(),
-) -> Result<Verified, ObjStoreError> {
+) -> Result<VerifiedGeneration, ObjStoreError> {
     let record_url = client.location().key_url(rel);
     let bytes = fetch(client, rel, CommitRecord::CAP)?;
     let actual = Digest::of(&bytes);
@@ -121,9 +110,10 @@ fn verify_key(
         generation,
         checks,
     )?;
-    Ok(Verified {
+    Ok(VerifiedGeneration {
         generation,
-        key: rel.to_owned(),
+        record: rel.to_owned(),
+        commit: verified.commit,
         commit_digest: record_digest,
         manifest_digest: verified.manifest_digest,
         manifest: verified.manifest,
@@ -273,16 +263,6 @@ fn verify_synthetic(
     Ok(())
 }
 
-fn selected_of(v: &Verified) -> SelectedGeneration {
-    SelectedGeneration::verified(
-        v.generation,
-        v.commit_digest,
-        v.manifest_digest,
-        &v.manifest,
-        v.topology,
-    )
-}
-
 /// LATEST's status; a request that fails (after its retries) fails recovery, as every
 /// other read does; a LATEST too large or undecodable is `garbage`.
 fn latest_report(
@@ -321,62 +301,52 @@ pub fn recover(
         }
     }
     records.sort();
-    let mut valid: BTreeMap<u64, Vec<Verified>> = BTreeMap::new();
-    let mut rejected = Vec::new();
-    for (generation, digest, key) in records {
-        match verify_key(
+    let records = records
+        .into_iter()
+        .map(|(generation, digest, key)| (generation, key, digest))
+        .collect();
+    let scanned = scan(records, |generation, key, digest| {
+        verify_key(
             client,
-            &key,
+            key,
             generation,
             digest,
             RecordChecks::hashed(false),
             &mut || {},
-        ) {
-            Ok(v) => valid.entry(generation).or_default().push(v),
-            // A request that failed says nothing about the record: fail the scan.
-            Err(error @ (ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. })) => {
-                return Err(error)
-            }
-            Err(error) => rejected.push(Rejection {
-                file: key,
-                generation: Some(generation),
-                kind: error.kind().to_owned(),
-                reason: error.to_string(),
-            }),
-        }
-    }
+        )
+    })?;
     // Every split brain here is below the selected generation: one at the top is an error.
-    let split_brains: Vec<SplitBrainRecords> = valid
+    let split_brains: Vec<SplitBrainRecords> = scanned
+        .valid
         .iter()
         .filter(|(_, records)| records.len() > 1)
         .map(|(&generation, records)| SplitBrainRecords {
             generation,
-            records: records.iter().map(|v| v.key.clone()).collect(),
+            records: records.iter().map(|v| v.record.clone()).collect(),
         })
         .collect();
-    let top = valid.iter().next_back();
-    let selected = match top {
+    let selected = match scanned.top() {
         None => None,
-        Some((&generation, records)) if records.len() > 1 => {
+        Some((generation, records)) if records.len() > 1 => {
             return Err(ObjStoreError::SplitBrain {
                 generation,
                 records: records
                     .iter()
-                    .map(|v| client.location().key_url(&v.key))
+                    .map(|v| client.location().key_url(&v.record))
                     .collect(),
             })
         }
         Some((_, records)) => records.first(),
     };
-    let selected_generation = selected.map(selected_of);
+    let selected_generation = selected.map(SelectedGeneration::of);
     let latest = latest_report(client, selected_generation.as_ref())?;
     Ok(ObjRecoveryReport {
         location: client.location().url(),
-        selected_key: selected.map(|v| v.key.clone()),
+        selected_key: selected.map(|v| v.record.clone()),
         scan: RecoveryReport {
             selected: selected_generation,
-            valid_generations: valid.keys().copied().collect(),
-            rejected,
+            valid_generations: scanned.valid_generations(),
+            rejected: scanned.rejected,
             latest,
             ignored,
         },
@@ -416,7 +386,7 @@ pub(crate) fn verify_generation(
     client: &ObjClient,
     generation: u64,
     decode_state: bool,
-) -> Result<Verified, ObjStoreError> {
+) -> Result<VerifiedGeneration, ObjStoreError> {
     verify_generation_reporting(
         client,
         generation,
@@ -433,7 +403,7 @@ pub(crate) fn verify_generation_reporting(
     generation: u64,
     checks: RecordChecks,
     progress: &mut dyn Progress,
-) -> Result<Verified, ObjStoreError> {
+) -> Result<VerifiedGeneration, ObjStoreError> {
     let mut objects_fetched = 0u64;
     let mut on_object = || {
         objects_fetched += 1;
@@ -469,8 +439,26 @@ pub(crate) fn verify_generation_reporting(
             generation,
             records: found
                 .iter()
-                .map(|v| client.location().key_url(&v.key))
+                .map(|v| client.location().key_url(&v.record))
                 .collect(),
         }),
+    }
+}
+
+impl ScanError for ObjStoreError {
+    fn kind(&self) -> &'static str {
+        ObjStoreError::kind(self)
+    }
+
+    /// A request that failed says nothing about the record.
+    fn ends_scan(&self) -> bool {
+        matches!(
+            self,
+            ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. }
+        )
+    }
+
+    fn scan_failed(self, _generation: u64) -> Self {
+        self
     }
 }

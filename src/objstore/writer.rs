@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
-use crate::core::progress::Progress;
+use crate::core::progress::{NoProgress, Progress};
 use crate::core::topology::Topology;
 use crate::objstore::client::{ConditionalCreate, Fetched, ObjClient};
 use crate::objstore::error::ObjStoreError;
@@ -16,13 +16,10 @@ use crate::objstore::keys::{
     claim_key, commit_key, object_key, parse_claim_key, parse_commit_key, CLAIMS_PREFIX,
     COMMITS_PREFIX, LATEST_KEY,
 };
-use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
-use crate::store::codec::{
-    encode, CommitKind, CommitRecord, LatestRecord, ManifestRecord, SyntheticPayloads,
-    COMMIT_SCHEMA, LATEST_SCHEMA, MAX_CHUNK_OBJECT_BYTES, SCHEMA_VERSION,
-};
+use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer, NoHooks};
+use crate::store::codec::{CommitKind, ManifestRecord};
 use crate::store::error::StoreError;
-use crate::store::layout::{chunk_entries, chunk_payloads, manifest_for, synthetic_object};
+use crate::store::protocol::{self, Committed, ObjectSource, SourceCheck, WriteSteps};
 use crate::store::recovery::ObjectCheck;
 use crate::store::writer::{CommitSummary, SyntheticSpec};
 
@@ -88,6 +85,14 @@ pub fn next_generation(
     client: &ObjClient,
     conditional_create: ConditionalCreate,
 ) -> Result<u64, ObjStoreError> {
+    protocol::next_generation(&mut Run::new(client, conditional_create, &mut NoHooks))
+}
+
+/// The highest generation named under `commits/` (and `claims/` where they fence).
+fn highest_named(
+    client: &ObjClient,
+    conditional_create: ConditionalCreate,
+) -> Result<Option<u64>, ObjStoreError> {
     let mut highest = client
         .list(COMMITS_PREFIX)?
         .iter()
@@ -102,7 +107,7 @@ pub fn next_generation(
             .max();
         highest = highest.max(claimed);
     }
-    crate::store::codec::generation_after(highest).ok_or(ObjStoreError::GenerationOverflow)
+    Ok(highest)
 }
 
 /// The capability a writer acts on: a store opened without the probe is probed now, so no
@@ -117,20 +122,34 @@ pub(crate) fn probed(
     }
 }
 
+/// One write on an object store: the S3 backend's steps of the protocol
+/// ([`crate::store::protocol`]), each a PUT.
 struct Run<'a> {
     client: &'a ObjClient,
+    conditional_create: ConditionalCreate,
     hooks: &'a mut dyn BarrierHook,
     barriers: BarrierSequencer,
+    generation: u64,
+    objects_put: u64,
     bytes_put: u64,
+    started: Instant,
 }
 
 impl<'a> Run<'a> {
-    fn new(client: &'a ObjClient, hooks: &'a mut dyn BarrierHook) -> Self {
+    fn new(
+        client: &'a ObjClient,
+        conditional_create: ConditionalCreate,
+        hooks: &'a mut dyn BarrierHook,
+    ) -> Self {
         Run {
             client,
+            conditional_create,
             hooks,
             barriers: BarrierSequencer::new(),
+            generation: 0,
+            objects_put: 0,
             bytes_put: 0,
+            started: Instant::now(),
         }
     }
 
@@ -146,34 +165,142 @@ impl<'a> Run<'a> {
     /// One PUT with its four barriers: the two "write/fsync" barriers when the bytes are
     /// ready and nothing is sent, the two "rename/directory-fsync" barriers when the PUT
     /// was acknowledged (visible and, on a store that fsyncs before acknowledging,
-    /// durable). RFC 0001 §9.6.
+    /// durable). RFC 0001 §9.6. With `claim_for` (the commit record's digest), the
+    /// generation is claimed once the bytes-ready barriers are reached and before the PUT
+    /// (RFC 0001 §9.8).
     fn put(
         &mut self,
         barriers: [Barrier; 4],
         rel: &str,
         bytes: Vec<u8>,
-    ) -> Result<(), ObjStoreError> {
-        self.put_after(barriers, rel, bytes, |_| Ok(()))
-    }
-
-    /// [`Self::put`] with `before_send` run once the bytes-ready barriers are reached and
-    /// before the PUT (the commit record's claim, RFC 0001 §9.8).
-    fn put_after(
-        &mut self,
-        barriers: [Barrier; 4],
-        rel: &str,
-        bytes: Vec<u8>,
-        before_send: impl FnOnce(&ObjClient) -> Result<(), ObjStoreError>,
+        claim_for: Option<Digest>,
     ) -> Result<(), ObjStoreError> {
         let [after_write, after_file_fsync, after_rename, after_directory_fsync] = barriers;
         self.emit(after_write, rel)?;
         self.emit(after_file_fsync, rel)?;
-        before_send(self.client)?;
+        if let Some(commit_digest) = claim_for {
+            claim(self.client, self.generation, commit_digest)?;
+        }
         let length = bytes.len() as u64;
         self.client.put(rel, bytes)?;
         self.bytes_put += length;
         self.emit(after_rename, rel)?;
         self.emit(after_directory_fsync, rel)
+    }
+
+    /// What this run committed, as its summary.
+    fn summary(&self, committed: Committed) -> ObjCommitSummary {
+        ObjCommitSummary {
+            location: self.client.location().url(),
+            generation: committed.generation,
+            kind: committed.kind,
+            commit_key: commit_key(committed.generation, &committed.commit_digest),
+            commit_digest: committed.commit_digest,
+            manifest_digest: committed.manifest_digest,
+            workers: committed.workers,
+            step: committed.step,
+            logical_state_root: committed.logical_state_root,
+            objects_put: self.objects_put,
+            bytes_put: self.bytes_put,
+            conditional_create: self.conditional_create,
+            elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl WriteSteps for Run<'_> {
+    type Error = ObjStoreError;
+
+    fn protocol_error(error: StoreError) -> ObjStoreError {
+        match error {
+            StoreError::GenerationOverflow => ObjStoreError::GenerationOverflow,
+            other => ObjStoreError::Publish(other),
+        }
+    }
+
+    fn prepare_publish(&mut self) -> Result<(), ObjStoreError> {
+        self.conditional_create = probed(self.client, self.conditional_create)?;
+        Ok(())
+    }
+
+    fn prepare_reshard(&mut self) -> Result<(), ObjStoreError> {
+        self.prepare_publish()
+    }
+
+    fn make_layout(&mut self) -> Result<(), ObjStoreError> {
+        Ok(())
+    }
+
+    fn highest_named_generation(&mut self) -> Result<Option<u64>, ObjStoreError> {
+        highest_named(self.client, self.conditional_create)
+    }
+
+    fn begin(&mut self, generation: u64) {
+        self.generation = generation;
+    }
+
+    fn put_objects(
+        &mut self,
+        count: usize,
+        source: ObjectSource<'_>,
+        progress: &mut dyn Progress,
+    ) -> Result<Vec<Digest>, ObjStoreError> {
+        let mut digests = Vec::with_capacity(count);
+        for index in 0..count {
+            let payload = source(index);
+            let digest = Digest::of(&payload);
+            self.put(OBJECT_BARRIERS, &object_key(&digest), payload, None)?;
+            self.objects_put += 1;
+            digests.push(digest);
+            progress.advance(index as u64 + 1);
+        }
+        Ok(digests)
+    }
+
+    fn objects_installed(&mut self) -> Result<(), ObjStoreError> {
+        Ok(())
+    }
+
+    fn put_manifest(&mut self, bytes: Vec<u8>, digest: Digest) -> Result<(), ObjStoreError> {
+        self.put(MANIFEST_BARRIERS, &object_key(&digest), bytes, None)
+    }
+
+    fn install_commit(&mut self, bytes: Vec<u8>, digest: Digest) -> Result<(), ObjStoreError> {
+        let claim_for = match self.conditional_create {
+            ConditionalCreate::Honoured => Some(digest),
+            _ => None,
+        };
+        let key = commit_key(self.generation, &digest);
+        self.put(COMMIT_BARRIERS, &key, bytes, claim_for)
+    }
+
+    fn advance_latest(&mut self, bytes: Vec<u8>) -> Result<(), ObjStoreError> {
+        self.put(LATEST_BARRIERS, LATEST_KEY, bytes, None)
+    }
+
+    fn failed_after_commit(&self, error: ObjStoreError) -> ObjStoreError {
+        error
+    }
+}
+
+impl SourceCheck for Run<'_> {
+    fn check_source(
+        &mut self,
+        generation: u64,
+        objects: ObjectCheck,
+        progress: &mut dyn Progress,
+    ) -> Result<ManifestRecord, ObjStoreError> {
+        let checks = crate::store::verify::RecordChecks {
+            decode_state: false,
+            objects,
+        };
+        let source = crate::objstore::recovery::verify_generation_reporting(
+            self.client,
+            generation,
+            checks,
+            progress,
+        )?;
+        Ok(source.manifest)
     }
 }
 
@@ -212,7 +339,9 @@ pub fn publish(
     topology: Topology,
     hooks: &mut dyn BarrierHook,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
-    publish_with(client, conditional_create, state, topology, None, hooks)
+    let mut run = Run::new(client, conditional_create, hooks);
+    let committed = protocol::publish(&mut run, state, topology, None, &mut NoProgress)?;
+    Ok(run.summary(committed))
 }
 
 /// Publishes `state` plus the synthetic objects of `spec` (RFC 0001 §3, §9.3 step 2): the
@@ -227,84 +356,16 @@ pub fn publish_synthetic(
     spec: SyntheticSpec,
     hooks: &mut dyn BarrierHook,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
-    publish_with(
-        client,
-        conditional_create,
-        state,
-        topology,
-        Some(spec),
-        hooks,
-    )
+    let mut run = Run::new(client, conditional_create, hooks);
+    let committed = protocol::publish(&mut run, state, topology, Some(spec), &mut NoProgress)?;
+    Ok(run.summary(committed))
 }
 
-fn publish_with(
-    client: &ObjClient,
-    conditional_create: ConditionalCreate,
-    state: &LogicalState,
-    topology: Topology,
-    synthetic: Option<SyntheticSpec>,
-    hooks: &mut dyn BarrierHook,
-) -> Result<ObjCommitSummary, ObjStoreError> {
-    let started = Instant::now();
-    let conditional_create = probed(client, conditional_create)?;
-    if let Some(spec) = synthetic {
-        if spec.object_bytes == 0
-            || u64::from(spec.object_bytes) > MAX_CHUNK_OBJECT_BYTES
-            || spec.total_bytes == 0
-        {
-            return Err(ObjStoreError::Publish(StoreError::InvalidSynthetic {
-                object_bytes: spec.object_bytes,
-                total_bytes: spec.total_bytes,
-            }));
-        }
-    }
-    let generation = next_generation(client, conditional_create)?;
-    let mut run = Run::new(client, hooks);
-    let mut objects_put = 0u64;
-    for chunk in state.chunks() {
-        for payload in chunk_payloads(chunk) {
-            let rel = object_key(&Digest::of(&payload));
-            run.put(OBJECT_BARRIERS, &rel, payload)?;
-            objects_put += 1;
-        }
-    }
-    let mut synthetic_digests = Vec::new();
-    if let Some(spec) = synthetic {
-        for index in 0..spec.object_count() {
-            let len = usize::try_from(spec.object_len(index)).map_err(|_| {
-                ObjStoreError::Publish(StoreError::InvalidSynthetic {
-                    object_bytes: spec.object_bytes,
-                    total_bytes: spec.total_bytes,
-                })
-            })?;
-            let payload = synthetic_object(spec.seed, index, len);
-            let digest = Digest::of(&payload);
-            run.put(OBJECT_BARRIERS, &object_key(&digest), payload)?;
-            synthetic_digests.push(digest);
-            objects_put += 1;
-        }
-    }
-    let mut manifest: ManifestRecord = manifest_for(state, topology, chunk_entries(state));
-    if let Some(spec) = synthetic {
-        manifest.synthetic = Some(SyntheticPayloads {
-            seed: spec.seed,
-            object_bytes: spec.object_bytes,
-            total_bytes: spec.total_bytes,
-            objects: synthetic_digests,
-        });
-    }
-    let committed = commit_manifest(&mut run, generation, &manifest, None, conditional_create)?;
-    Ok(committed.summary(conditional_create, objects_put, started))
-}
-
-/// Reshards `generation` onto `topology` (RFC 0001 §7 on an object store, §9.9): verifies
-/// the source as a loader does (exactly one record that verifies end to end, every object
-/// re-hashed), then commits a manifest equal to its manifest but for `workers` and
-/// `ownership` as the next generation, kind `reshard`. No chunk object is PUT: they are
-/// content-addressed and the source's are already there. A source that does not verify
-/// fails with its error and nothing is PUT. `progress` gets the file-system reshard's two
-/// phases: `verifying generation G` (advancing as each payload object arrives and verifies)
-/// and `committing the reshard`; a phase that fails is left unfinished.
+/// Reshards `generation` onto `topology` (RFC 0001 §7 on an object store, §9.9; see
+/// [`protocol::reshard`]): verifies the source as a loader does, then commits a manifest
+/// equal to its manifest but for `workers` and `ownership` as the next generation, kind
+/// `reshard`. No chunk object is PUT. A source that does not verify fails with its error
+/// and nothing is PUT.
 pub fn reshard(
     client: &ObjClient,
     conditional_create: ConditionalCreate,
@@ -314,137 +375,9 @@ pub fn reshard(
     hooks: &mut dyn BarrierHook,
     progress: &mut dyn Progress,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
-    let started = Instant::now();
-    let conditional_create = probed(client, conditional_create)?;
-    let verb = match objects {
-        ObjectCheck::Hashed => "verifying",
-        ObjectCheck::Lengths => "checking",
-    };
-    progress.phase(&format!("{verb} generation {generation}"), None);
-    let checks = crate::store::verify::RecordChecks {
-        decode_state: false,
-        objects,
-    };
-    let source = crate::objstore::recovery::verify_generation_reporting(
-        client, generation, checks, progress,
-    )?;
-    progress.finish();
-    progress.phase("committing the reshard", None);
-    let mut manifest = source.manifest;
-    manifest.workers = topology.workers();
-    manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
-    let candidate = next_generation(client, conditional_create)?;
-    let mut run = Run::new(client, hooks);
-    let committed = commit_manifest(
-        &mut run,
-        candidate,
-        &manifest,
-        Some(generation),
-        conditional_create,
-    )?;
-    progress.finish();
-    Ok(committed.summary(conditional_create, 0, started))
-}
-
-/// What steps 3–5 of RFC 0001 §9.3 committed.
-struct Committed {
-    location: String,
-    generation: u64,
-    kind: CommitKind,
-    record_key: String,
-    commit_digest: Digest,
-    manifest_digest: Digest,
-    manifest: ManifestRecord,
-    bytes_put: u64,
-}
-
-impl Committed {
-    fn summary(
-        self,
-        conditional_create: ConditionalCreate,
-        objects_put: u64,
-        started: Instant,
-    ) -> ObjCommitSummary {
-        ObjCommitSummary {
-            location: self.location,
-            generation: self.generation,
-            kind: self.kind,
-            commit_key: self.record_key,
-            commit_digest: self.commit_digest,
-            manifest_digest: self.manifest_digest,
-            workers: self.manifest.workers,
-            step: self.manifest.step,
-            logical_state_root: self.manifest.logical_state_root,
-            objects_put,
-            bytes_put: self.bytes_put,
-            conditional_create,
-            elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        }
-    }
-}
-
-/// RFC 0001 §9.3 steps 3–5: the manifest, the commit record of `generation` (the commit
-/// point; kind `reshard` with `source_generation`, else `publish`), then LATEST. Where the
-/// backend honours conditional create, the generation is claimed first (§9.8).
-fn commit_manifest(
-    run: &mut Run<'_>,
-    generation: u64,
-    manifest: &ManifestRecord,
-    source_generation: Option<u64>,
-    conditional_create: ConditionalCreate,
-) -> Result<Committed, ObjStoreError> {
-    let manifest_bytes = encode(manifest).map_err(ObjStoreError::Publish)?;
-    let manifest_digest = Digest::of(&manifest_bytes);
-    run.put(
-        MANIFEST_BARRIERS,
-        &object_key(&manifest_digest),
-        manifest_bytes,
-    )?;
-    let kind = match source_generation {
-        Some(_) => CommitKind::Reshard,
-        None => CommitKind::Publish,
-    };
-    let record = CommitRecord {
-        schema: COMMIT_SCHEMA.to_owned(),
-        version: SCHEMA_VERSION,
-        generation,
-        kind,
-        source_generation,
-        manifest: manifest_digest,
-        workers: manifest.workers,
-        step: manifest.step,
-        logical_state_root: manifest.logical_state_root,
-    };
-    let record_bytes = encode(&record).map_err(ObjStoreError::Publish)?;
-    let commit_digest = Digest::of(&record_bytes);
-    let record_key = commit_key(generation, &commit_digest);
-    run.put_after(
-        COMMIT_BARRIERS,
-        &record_key,
-        record_bytes,
-        |client| match conditional_create {
-            ConditionalCreate::Honoured => claim(client, generation, commit_digest),
-            _ => Ok(()),
-        },
-    )?;
-    let latest = LatestRecord {
-        schema: LATEST_SCHEMA.to_owned(),
-        version: SCHEMA_VERSION,
-        generation,
-        commit: commit_digest,
-    };
-    let latest_bytes = encode(&latest).map_err(ObjStoreError::Publish)?;
-    run.put(LATEST_BARRIERS, LATEST_KEY, latest_bytes)?;
-    Ok(Committed {
-        location: run.client.location().url(),
-        generation,
-        kind,
-        record_key,
-        commit_digest,
-        manifest_digest,
-        manifest: manifest.clone(),
-        bytes_put: run.bytes_put,
-    })
+    let mut run = Run::new(client, conditional_create, hooks);
+    let committed = protocol::reshard(&mut run, generation, topology, objects, progress)?;
+    Ok(run.summary(committed))
 }
 
 /// The fence of RFC 0001 §9.8: creates `claims/<generation>` (naming the record about to

@@ -19,8 +19,11 @@ pub mod checks;
 pub mod codec;
 pub mod error;
 pub mod layout;
+pub mod location;
 pub mod paths;
+pub mod protocol;
 pub mod recovery;
+pub mod scan;
 pub mod verify;
 pub mod writer;
 

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::core::digest::Digest;
-use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 
 use crate::core::canonical::CanonicalRecord;
@@ -20,6 +19,7 @@ use crate::store::codec::{
 use crate::store::error::StoreError;
 use crate::store::layout::verify_payloads;
 use crate::store::paths::LATEST_REL_PATH;
+use crate::store::scan::{scan, ScanError};
 pub use crate::store::verify::ObjectCheck;
 use crate::store::verify::{verify_record, RecordChecks, RecordReads};
 
@@ -129,7 +129,8 @@ impl SelectedGeneration {
         }
     }
 
-    fn of(v: &VerifiedGeneration) -> Self {
+    /// The selection of `v`.
+    pub fn of(v: &VerifiedGeneration) -> Self {
         Self::verified(
             v.generation,
             v.commit_digest,
@@ -138,20 +139,6 @@ impl SelectedGeneration {
             v.topology,
         )
     }
-}
-
-/// A commit record that did not verify, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Rejection {
-    /// The commit record file, relative to the store.
-    pub file: String,
-    /// The generation the record's file name gives, when known.
-    pub generation: Option<u64>,
-    /// `StoreError::kind` of the first failed check.
-    pub kind: String,
-    /// The failed check's message.
-    pub reason: String,
 }
 
 /// The result of a recovery scan.
@@ -170,24 +157,7 @@ pub struct RecoveryReport {
     pub ignored: Vec<String>,
 }
 
-/// A generation that verified end to end.
-#[derive(Clone, Debug)]
-pub struct VerifiedGeneration {
-    /// The generation number.
-    pub generation: u64,
-    /// Its decoded commit record.
-    pub commit: CommitRecord,
-    /// SHA-256 of the commit record.
-    pub commit_digest: Digest,
-    /// Its decoded manifest.
-    pub manifest: ManifestRecord,
-    /// SHA-256 of the manifest.
-    pub manifest_digest: Digest,
-    /// The decoded state (only when asked for; recovery's scan does not decode FP32).
-    pub state: Option<LogicalState>,
-    /// The topology the manifest records.
-    pub topology: Topology,
-}
+pub use crate::store::scan::{Rejection, VerifiedGeneration};
 
 /// Whether a read failed because nothing can be at the path: no entry, or a path component
 /// that is not a directory (a fan-out directory replaced by a file). Both are stored
@@ -385,6 +355,7 @@ fn verify_generation_faulty(
     )?;
     Ok(VerifiedGeneration {
         generation,
+        record: commit_rel_path(generation),
         commit_digest: Digest::of(&commit_bytes),
         commit: verified.commit,
         manifest_digest: verified.manifest_digest,
@@ -711,44 +682,27 @@ pub fn recover_faulty(
         Err(e) => return Err(StoreError::io(commits, e)),
     };
     let mut ignored = Vec::new();
-    let mut generations = Vec::new();
+    let mut records = Vec::new();
     for name in names {
         match parse_commit_name(&name) {
-            Some(generation) => generations.push(generation),
+            Some(generation) => records.push((generation, commit_rel_path(generation), ())),
             None => ignored.push(format!("commits/{name}")),
         }
     }
-    generations.sort_unstable();
-    let mut valid = Vec::new();
-    let mut rejected = Vec::new();
-    let mut selected = None;
-    for generation in generations {
-        match verify_generation_faulty(fs, root, generation, scan_checks(faults), &mut NoProgress) {
-            Ok(v) => {
-                valid.push(generation);
-                selected = Some(SelectedGeneration::of(&v));
-            }
-            // The disk could not say what the record or an object holds: answering from
-            // the generations below would be a silent roll-back (RFC 0001 §5).
-            Err(error) if !error.is_content_failure() => {
-                return Err(StoreError::RecoveryReadFailed {
-                    generation,
-                    source: Box::new(error),
-                })
-            }
-            Err(error) => rejected.push(Rejection {
-                file: commit_rel_path(generation),
-                generation: Some(generation),
-                kind: error.kind().to_owned(),
-                reason: error.to_string(),
-            }),
-        }
-    }
+    records.sort_unstable();
+    let scanned = scan(records, |generation, _, ()| {
+        verify_generation_faulty(fs, root, generation, scan_checks(faults), &mut NoProgress)
+    })?;
+    // One record file per generation: a generation never has two valid records here.
+    let selected = scanned
+        .top()
+        .and_then(|(_, records)| records.first())
+        .map(SelectedGeneration::of);
     let latest = latest_report(fs, root, selected.as_ref());
     Ok(RecoveryReport {
         selected,
-        valid_generations: valid,
-        rejected,
+        valid_generations: scanned.valid_generations(),
+        rejected: scanned.rejected,
         latest,
         ignored,
     })
@@ -783,4 +737,22 @@ fn trusted_latest(
         },
         ignored: Vec::new(),
     })
+}
+
+impl ScanError for StoreError {
+    fn kind(&self) -> &'static str {
+        StoreError::kind(self)
+    }
+
+    /// The disk could not say what the record or an object holds (RFC 0001 §5).
+    fn ends_scan(&self) -> bool {
+        !self.is_content_failure()
+    }
+
+    fn scan_failed(self, generation: u64) -> Self {
+        StoreError::RecoveryReadFailed {
+            generation,
+            source: Box::new(self),
+        }
+    }
 }

@@ -11,15 +11,15 @@ use crate::core::topology::Topology;
 
 use crate::core::progress::{NoProgress, Progress};
 use crate::durable::fs::{EntryKind, FileSystem, SyncedWriteError};
-use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer};
+use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer, NoHooks};
 use crate::store::codec::{
-    commit_rel_path, encode, generation_after, object_rel_path, parse_commit_name, CommitKind,
-    CommitRecord, LatestRecord, ManifestRecord, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_MANIFEST_BYTES,
-    SCHEMA_VERSION,
+    commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, ManifestRecord,
+    MAX_MANIFEST_BYTES,
 };
-use crate::store::codec::{ChunkEntry, SyntheticPayloads, MAX_CHUNK_OBJECT_BYTES};
 use crate::store::error::StoreError;
-use crate::store::layout::{manifest_for, synthetic_object};
+use crate::store::protocol::{
+    self, latest_record, Committed, ObjectSource, SourceCheck, WriteSteps,
+};
 use crate::store::recovery::ObjectCheck;
 
 pub use crate::store::paths::{LATEST_REL_PATH, LAYOUT_DIRS};
@@ -219,14 +219,18 @@ fn create_dir_if_missing(fs: &dyn FileSystem, path: &Path) -> Result<bool, Store
 
 /// Highest generation named in `commits/` plus one (0 for an empty store).
 pub fn next_generation(fs: &dyn FileSystem, root: &Path) -> Result<u64, StoreError> {
+    protocol::next_generation(&mut Writer::new(fs, root, &mut NoHooks, WriterFaults::NONE))
+}
+
+/// The highest generation named in `commits/`, whether or not its record verifies.
+fn highest_commit_name(fs: &dyn FileSystem, root: &Path) -> Result<Option<u64>, StoreError> {
     let commits = root.join("commits");
     let names = match fs.list_dir(&commits) {
         Ok(names) => names,
         Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(StoreError::io(commits, e)),
     };
-    let highest = names.iter().filter_map(|n| parse_commit_name(n)).max();
-    generation_after(highest).ok_or(StoreError::GenerationOverflow)
+    Ok(names.iter().filter_map(|n| parse_commit_name(n)).max())
 }
 
 /// One run of the writer protocol for one generation.
@@ -248,33 +252,35 @@ pub struct Writer<'a> {
     /// Fan-out directories a concurrent install renamed objects into (or found them in)
     /// whose fsync, step 4, is still to come: once each, before step 5.
     unsynced_fan_dirs: std::collections::BTreeSet<PathBuf>,
+    /// LATEST was written before the commit record (a mutant's order).
+    latest_written_early: bool,
 }
 
 impl<'a> Writer<'a> {
-    /// Prepares the layout and claims the next generation number.
-    pub fn begin(
+    /// A run over the store at `root` that has touched nothing yet; the protocol
+    /// ([`crate::store::protocol`]) makes the layout and chooses its generation.
+    pub fn new(
         fs: &'a dyn FileSystem,
         root: &Path,
         hooks: &'a mut dyn BarrierHook,
         faults: WriterFaults,
-    ) -> Result<Self, StoreError> {
-        ensure_layout_with(fs, root, faults)?;
-        let generation = next_generation(fs, root)?;
-        Ok(Writer {
+    ) -> Self {
+        Writer {
             fs,
             root: root.to_owned(),
             hooks,
             faults,
-            generation,
+            generation: 0,
             barriers: BarrierSequencer::new(),
-            nonce: format!("{}-{generation}", std::process::id()),
+            nonce: String::new(),
             temp_counter: 0,
             objects_written: 0,
             objects_reused: 0,
             durable_fan_dirs: std::collections::BTreeSet::new(),
             deferred_objects: Vec::new(),
             unsynced_fan_dirs: std::collections::BTreeSet::new(),
-        })
+            latest_written_early: false,
+        }
     }
 
     /// The generation this run claimed.
@@ -399,11 +405,6 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// Installs one content-addressed object (a chunk payload or a manifest).
-    fn put_object(&mut self, bytes: &[u8], manifest: bool) -> Result<Digest, StoreError> {
-        self.put_object_digested(bytes, Digest::of(bytes), manifest)
-    }
-
     /// Installs one object whose SHA-256 the caller computed (`digest` MUST be
     /// `Digest::of(bytes)`; the pipelined publish hashes on other threads).
     fn put_object_digested(
@@ -479,7 +480,12 @@ impl<'a> Writer<'a> {
         Ok(digest)
     }
 
-    fn install_commit(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+    fn install_commit_record(&mut self, bytes: &[u8], digest: Digest) -> Result<(), StoreError> {
+        if self.faults.latest_before_commit_rename {
+            let latest = encode(&latest_record(self.generation, digest))?;
+            self.write_latest(&latest)?;
+            self.latest_written_early = true;
+        }
         if self.faults.commit_written_in_place || self.faults.commit_rename_before_fsync {
             return self.install_commit_mutated(bytes);
         }
@@ -551,16 +557,10 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    fn advance_latest(&mut self, commit_digest: Digest) -> Result<(), StoreError> {
-        let record = LatestRecord {
-            schema: LATEST_SCHEMA.to_owned(),
-            version: SCHEMA_VERSION,
-            generation: self.generation,
-            commit: commit_digest,
-        };
-        let bytes = encode(&record)?;
+    /// Writes LATEST's `bytes` to a temp file and renames it over `refs/LATEST`.
+    fn write_latest(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
         let target = self.root.join(LATEST_REL_PATH);
-        let temp = self.write_temp("latest", &bytes, false)?;
+        let temp = self.write_temp("latest", bytes, false)?;
         self.emit(Barrier::LatestAfterWrite, LATEST_REL_PATH)?;
         if !self.faults.skip_latest_file_fsync {
             self.fsync_file(&temp)?;
@@ -575,56 +575,6 @@ impl<'a> Writer<'a> {
         }
         self.emit(Barrier::LatestAfterDirectoryFsync, LATEST_REL_PATH)?;
         Ok(())
-    }
-
-    /// Writes the manifest, the commit record and LATEST for this generation.
-    pub fn commit(
-        mut self,
-        manifest: &ManifestRecord,
-        kind: CommitKind,
-        source_generation: Option<u64>,
-    ) -> Result<CommitSummary, StoreError> {
-        self.sync_concurrent_fan_dirs()?;
-        let manifest_bytes = encode(manifest)?;
-        let manifest_digest = self.put_object(&manifest_bytes, true)?;
-        let record = CommitRecord {
-            schema: COMMIT_SCHEMA.to_owned(),
-            version: SCHEMA_VERSION,
-            generation: self.generation,
-            kind,
-            source_generation,
-            manifest: manifest_digest,
-            workers: manifest.workers,
-            step: manifest.step,
-            logical_state_root: manifest.logical_state_root,
-        };
-        let commit_bytes = encode(&record)?;
-        let commit_digest = Digest::of(&commit_bytes);
-        if self.faults.latest_before_commit_rename {
-            self.advance_latest(commit_digest)?;
-            self.install_commit(&commit_bytes)?;
-        } else {
-            self.install_commit(&commit_bytes)?;
-            // Past the commit point: a failure now leaves the generation committed, and
-            // the caller must be able to tell that from "not committed".
-            self.advance_latest(commit_digest).map_err(|source| {
-                StoreError::CommittedLatestNotAdvanced {
-                    generation: self.generation,
-                    source: Box::new(source),
-                }
-            })?;
-        }
-        Ok(CommitSummary {
-            generation: self.generation,
-            kind,
-            commit_digest,
-            manifest_digest,
-            workers: manifest.workers,
-            step: manifest.step,
-            logical_state_root: manifest.logical_state_root,
-            objects_written: self.objects_written,
-            objects_reused: self.objects_reused,
-        })
     }
 
     /// Rewrites LATEST alone (used by `--repair-latest`) to name `generation`, whose
@@ -661,22 +611,10 @@ impl<'a> Writer<'a> {
         if !faults.repair_without_commits_fsync {
             make_commits_durable(fs, root, generation)?;
         }
-        let mut writer = Writer {
-            fs,
-            root: root.to_owned(),
-            hooks,
-            faults,
-            generation,
-            barriers: BarrierSequencer::new(),
-            nonce: format!("{}-repair-{generation}", std::process::id()),
-            temp_counter: 0,
-            objects_written: 0,
-            objects_reused: 0,
-            durable_fan_dirs: std::collections::BTreeSet::new(),
-            deferred_objects: Vec::new(),
-            unsynced_fan_dirs: std::collections::BTreeSet::new(),
-        };
-        writer.advance_latest(commit_digest)
+        let mut writer = Writer::new(fs, root, hooks, faults);
+        writer.generation = generation;
+        writer.nonce = format!("{}-repair-{generation}", std::process::id());
+        writer.write_latest(&encode(&latest_record(generation, commit_digest))?)
     }
 }
 
@@ -1011,35 +949,109 @@ fn put_objects_pipelined(
     Ok(digests)
 }
 
-/// Installs every chunk payload of `state` (three per chunk, chunks in id order) and
-/// returns the manifest entries.
-fn put_chunks(
-    writer: &mut Writer<'_>,
-    state: &LogicalState,
-    progress: &mut dyn Progress,
-) -> Result<Vec<ChunkEntry>, StoreError> {
-    let produce = |i: usize| {
-        let chunk = &state.chunks()[i / 3];
-        let slot = match i % 3 {
-            0 => &chunk.parameters(),
-            1 => &chunk.exp_avg(),
-            _ => &chunk.exp_avg_sq(),
-        };
-        crate::core::logical::f32_le_bytes(slot)
-    };
-    let digests = put_objects_pipelined(writer, state.chunks().len() * 3, &produce, progress)?;
-    Ok(state
-        .chunks()
-        .iter()
-        .zip(digests.chunks_exact(3))
-        .map(|(chunk, d)| ChunkEntry {
-            id: chunk.id(),
-            elements: chunk.parameters().len() as u32,
-            parameters: d[0],
-            exp_avg: d[1],
-            exp_avg_sq: d[2],
-        })
-        .collect())
+impl WriteSteps for Writer<'_> {
+    type Error = StoreError;
+
+    fn protocol_error(error: StoreError) -> StoreError {
+        error
+    }
+
+    fn prepare_publish(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn prepare_reshard(&mut self) -> Result<(), StoreError> {
+        let found = self
+            .fs
+            .entry_kind(&self.root)
+            .map_err(|e| StoreError::io(&self.root, e))?;
+        if found != Some(EntryKind::Dir) {
+            return Err(StoreError::NoStore {
+                path: self.root.clone(),
+                found,
+            });
+        }
+        Ok(())
+    }
+
+    fn make_layout(&mut self) -> Result<(), StoreError> {
+        ensure_layout_with(self.fs, &self.root, self.faults)
+    }
+
+    fn highest_named_generation(&mut self) -> Result<Option<u64>, StoreError> {
+        highest_commit_name(self.fs, &self.root)
+    }
+
+    fn begin(&mut self, generation: u64) {
+        self.generation = generation;
+        self.nonce = format!("{}-{generation}", std::process::id());
+    }
+
+    fn put_objects(
+        &mut self,
+        count: usize,
+        source: ObjectSource<'_>,
+        progress: &mut dyn Progress,
+    ) -> Result<Vec<Digest>, StoreError> {
+        put_objects_pipelined(self, count, source, progress)
+    }
+
+    fn objects_installed(&mut self) -> Result<(), StoreError> {
+        self.sync_concurrent_fan_dirs()
+    }
+
+    fn put_manifest(&mut self, bytes: Vec<u8>, digest: Digest) -> Result<(), StoreError> {
+        self.put_object_digested(&bytes, digest, true).map(|_| ())
+    }
+
+    fn install_commit(&mut self, bytes: Vec<u8>, digest: Digest) -> Result<(), StoreError> {
+        self.install_commit_record(&bytes, digest)
+    }
+
+    fn advance_latest(&mut self, bytes: Vec<u8>) -> Result<(), StoreError> {
+        if self.latest_written_early {
+            return Ok(());
+        }
+        self.write_latest(&bytes)
+    }
+
+    fn failed_after_commit(&self, error: StoreError) -> StoreError {
+        StoreError::CommittedLatestNotAdvanced {
+            generation: self.generation,
+            source: Box::new(error),
+        }
+    }
+}
+
+impl SourceCheck for Writer<'_> {
+    fn check_source(
+        &mut self,
+        generation: u64,
+        objects: ObjectCheck,
+        progress: &mut dyn Progress,
+    ) -> Result<ManifestRecord, StoreError> {
+        let source = crate::store::recovery::verify_generation_checking(
+            self.fs, &self.root, generation, objects, progress,
+        )?;
+        Ok(source.manifest)
+    }
+}
+
+impl Writer<'_> {
+    /// What this run committed, as its summary.
+    fn summary(&self, committed: Committed) -> CommitSummary {
+        CommitSummary {
+            generation: committed.generation,
+            kind: committed.kind,
+            commit_digest: committed.commit_digest,
+            manifest_digest: committed.manifest_digest,
+            workers: committed.workers,
+            step: committed.step,
+            logical_state_root: committed.logical_state_root,
+            objects_written: self.objects_written,
+            objects_reused: self.objects_reused,
+        }
+    }
 }
 
 /// Publishes a state as the next generation through `fs`.
@@ -1052,45 +1064,17 @@ pub fn publish_with(
     faults: WriterFaults,
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
-    let mut writer = Writer::begin(fs, root, hooks, faults)?;
-    let entries = put_chunks(&mut writer, state, &mut NoProgress)?;
-    let manifest = manifest_for(state, topology, entries);
-    writer.commit(&manifest, CommitKind::Publish, None)
+    let mut writer = Writer::new(fs, root, hooks, faults);
+    let committed = protocol::publish(&mut writer, state, topology, None, &mut NoProgress)?;
+    Ok(writer.summary(committed))
 }
 
-/// The extra objects of a synthetic state scaled to benchmark size (see
-/// [`SyntheticPayloads`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SyntheticSpec {
-    /// Seed of their content ([`crate::store::layout::synthetic_object`]).
-    pub seed: u64,
-    /// Bytes of every object but the last (1 ..= `MAX_CHUNK_OBJECT_BYTES`).
-    pub object_bytes: u32,
-    /// Bytes of all objects together (more than 0).
-    pub total_bytes: u64,
-}
-
-impl SyntheticSpec {
-    /// How many objects the spec makes.
-    pub fn object_count(&self) -> u64 {
-        self.total_bytes
-            .div_ceil(u64::from(self.object_bytes.max(1)))
-    }
-
-    /// The length of object `index`.
-    pub fn object_len(&self, index: u64) -> u64 {
-        let object_bytes = u64::from(self.object_bytes.max(1));
-        object_bytes.min(
-            self.total_bytes
-                .saturating_sub(index.saturating_mul(object_bytes)),
-        )
-    }
-}
+pub use crate::store::protocol::SyntheticSpec;
 
 /// Publishes `state` plus the synthetic objects of `spec` as the next generation through
-/// `fs`: the chunk payloads, then the synthetic objects in order, each by steps 1–4, then
-/// the manifest (which lists them), the commit record and LATEST. `progress` gets one
-/// phase with a step per object.
+/// `fs` (see [`protocol::publish`]): the chunk payloads, then the synthetic objects in
+/// order, each by steps 1–4, then the manifest (which lists them), the commit record and
+/// LATEST. `progress` gets one phase with a step per object.
 #[allow(clippy::too_many_arguments)]
 pub fn publish_synthetic_with(
     fs: &dyn FileSystem,
@@ -1103,63 +1087,15 @@ pub fn publish_synthetic_with(
     progress: &mut dyn Progress,
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
-    let invalid = || StoreError::InvalidSynthetic {
-        object_bytes: spec.object_bytes,
-        total_bytes: spec.total_bytes,
-    };
-    if spec.object_bytes == 0
-        || u64::from(spec.object_bytes) > MAX_CHUNK_OBJECT_BYTES
-        || spec.total_bytes == 0
-    {
-        return Err(invalid());
-    }
-    let count = usize::try_from(spec.object_count()).map_err(|_| invalid())?;
-    let chunk_objects = state.chunks().len() as u64 * 3;
-    progress.phase("publish", Some(chunk_objects + count as u64));
-    let mut writer = Writer::begin(fs, root, hooks, faults)?;
-    let entries = put_chunks(&mut writer, state, &mut NoProgress)?;
-    progress.advance(chunk_objects);
-    let produce = |i: usize| {
-        let len = spec.object_len(i as u64) as usize;
-        synthetic_object(spec.seed, i as u64, len)
-    };
-    let mut offset = OffsetProgress {
-        inner: progress,
-        offset: chunk_objects,
-    };
-    let objects = put_objects_pipelined(&mut writer, count, &produce, &mut offset)?;
-    let mut manifest = manifest_for(state, topology, entries);
-    manifest.synthetic = Some(SyntheticPayloads {
-        seed: spec.seed,
-        object_bytes: spec.object_bytes,
-        total_bytes: spec.total_bytes,
-        objects,
-    });
-    let summary = writer.commit(&manifest, CommitKind::Publish, None);
-    progress.finish();
-    summary
+    let mut writer = Writer::new(fs, root, hooks, faults);
+    let committed = protocol::publish(&mut writer, state, topology, Some(spec), progress)?;
+    Ok(writer.summary(committed))
 }
 
-/// Forwards `advance` with an offset (the synthetic objects come after the chunks).
-struct OffsetProgress<'a> {
-    inner: &'a mut dyn Progress,
-    offset: u64,
-}
-
-impl Progress for OffsetProgress<'_> {
-    fn advance(&mut self, done: u64) {
-        self.inner.advance(self.offset + done);
-    }
-}
-
-/// Offline reshard through `fs`: checks `generation` (its commit record and manifest in
-/// full, its objects as `objects` says: RFC 0001 §7), then commits the next generation
-/// with the same chunk objects and the ownership map for `topology`. `progress` gets two
-/// phases, `verifying generation G` (with [`ObjectCheck::Hashed`]) or `checking
-/// generation G` (with [`ObjectCheck::Lengths`]) — its total unknown until the manifest is
-/// read; it advances as synthetic objects are checked, when the generation has any — and
-/// then `committing the reshard`. A phase that fails is left unfinished (no `finish`): a
-/// source that does not check never starts the second.
+/// Offline reshard through `fs` (see [`protocol::reshard`]): checks `generation` (its
+/// commit record and manifest in full, its objects as `objects` says: RFC 0001 §7), then
+/// commits the next generation with the same chunk objects and the ownership map for
+/// `topology`, reporting both phases to `progress`.
 pub fn reshard_with(
     fs: &dyn FileSystem,
     root: &Path,
@@ -1170,28 +1106,7 @@ pub fn reshard_with(
     progress: &mut dyn Progress,
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
-    let found = fs.entry_kind(root).map_err(|e| StoreError::io(root, e))?;
-    if found != Some(EntryKind::Dir) {
-        return Err(StoreError::NoStore {
-            path: root.to_owned(),
-            found,
-        });
-    }
-    let verb = match objects {
-        ObjectCheck::Hashed => "verifying",
-        ObjectCheck::Lengths => "checking",
-    };
-    progress.phase(&format!("{verb} generation {generation}"), None);
-    let source = crate::store::recovery::verify_generation_checking(
-        fs, root, generation, objects, progress,
-    )?;
-    progress.finish();
-    let mut manifest = source.manifest.clone();
-    manifest.workers = topology.workers();
-    manifest.ownership = topology.chunk_ownership(manifest.chunks.len());
-    progress.phase("committing the reshard", None);
-    let writer = Writer::begin(fs, root, hooks, WriterFaults::default())?;
-    let committed = writer.commit(&manifest, CommitKind::Reshard, Some(generation))?;
-    progress.finish();
-    Ok(committed)
+    let mut writer = Writer::new(fs, root, hooks, WriterFaults::default());
+    let committed = protocol::reshard(&mut writer, generation, topology, objects, progress)?;
+    Ok(writer.summary(committed))
 }
