@@ -30,7 +30,10 @@ pub mod writer;
 pub use crate::durable::fs::{FileSystem, RealFs};
 pub use barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, InOrder, NoHooks, RecordingHooks};
 pub use error::StoreError;
-pub use recovery::{LatestStatus, ObjectCheck, RecoveryReport, Rejection, SelectedGeneration};
+pub use recovery::{
+    LatestStatus, LoadedGeneration, NewestLoad, ObjectCheck, RecoveryReport, Rejection,
+    SelectedGeneration,
+};
 pub use writer::{CommitSummary, WriterFaults};
 
 /// Publishes `state` placed on `topology` as the next generation (0 for an empty store),
@@ -106,6 +109,19 @@ pub fn load_generation(
             generation,
         }),
     }
+}
+
+/// The newest generation that verifies end to end, loaded with one verification of its
+/// bytes (RFC 0001 §5): records are verified from the highest generation down and the
+/// first that passes is returned, with the rejected records above it. On a local store
+/// this is the generation [`recover`] selects. Like [`load_generation`], the chosen commit
+/// record's name is made durable before the state is returned.
+pub fn load_newest(store_dir: &Path) -> Result<recovery::NewestLoad, StoreError> {
+    let newest = recovery::load_newest_with(&RealFs, store_dir)?;
+    if let Some(loaded) = &newest.loaded {
+        writer::make_commits_durable(&RealFs, store_dir, loaded.generation)?;
+    }
+    Ok(newest)
 }
 
 /// Offline reshard of `generation` onto `topology`, committed as the next generation.

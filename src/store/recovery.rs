@@ -652,22 +652,17 @@ fn scan_checks(faults: RecoveryFaults) -> Checks {
     }
 }
 
-/// Scans and verifies every commit record under `root` through `fs`. Writes nothing.
-pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, StoreError> {
-    recover_faulty(fs, root, RecoveryFaults::NONE)
-}
+/// Commit records as a scan takes them: generation, name relative to the store, and
+/// nothing else known from a local listing.
+type ListedRecords = Vec<(u64, String, ())>;
 
-/// As [`recover_with`], with deliberate faults (the crash lab's recovery mutants).
-pub fn recover_faulty(
+/// The commit records under `root` (ascending) and the entries of `commits/` that are
+/// not record names. A missing `commits/` holds no records; a `root`
+/// that is not a directory is `no-store`.
+fn list_commit_records(
     fs: &dyn FileSystem,
     root: &Path,
-    faults: RecoveryFaults,
-) -> Result<RecoveryReport, StoreError> {
-    if faults.trust_latest {
-        if let Some(report) = trusted_latest(fs, root, faults) {
-            return Ok(report);
-        }
-    }
+) -> Result<(ListedRecords, Vec<String>), StoreError> {
     let found = fs.entry_kind(root).map_err(|e| StoreError::io(root, e))?;
     if found != Some(EntryKind::Dir) {
         return Err(StoreError::NoStore {
@@ -690,6 +685,80 @@ pub fn recover_faulty(
         }
     }
     records.sort_unstable();
+    Ok((records, ignored))
+}
+
+/// What [`load_newest_with`] found: the newest generation that verified, decoded, and the
+/// records above it that did not.
+#[derive(Debug)]
+pub struct NewestLoad {
+    /// The generation loaded, `None` when no record verified.
+    pub loaded: Option<LoadedGeneration>,
+    /// The records above the loaded generation (all records when none loaded) that did
+    /// not verify, highest first.
+    pub rejected: Vec<Rejection>,
+}
+
+/// A generation's fully verified state.
+#[derive(Debug)]
+pub struct LoadedGeneration {
+    /// The generation number.
+    pub generation: u64,
+    /// Its state, rebuilt from verified bytes.
+    pub state: crate::core::logical::LogicalState,
+    /// The topology its manifest records.
+    pub topology: Topology,
+}
+
+/// Loads the newest generation whose record passes every check of RFC 0001 §5 steps 2–4,
+/// verifying records from the highest generation down and stopping at the first that
+/// passes: on a local store (one record file per generation) the generation recovery's
+/// scan selects, its bytes read and hashed once instead of once by the scan and again by
+/// the load. A read that fails ends the load (`recovery-read-failed`), as it ends the scan.
+/// Writes nothing; LATEST is not read.
+pub fn load_newest_with(fs: &dyn FileSystem, root: &Path) -> Result<NewestLoad, StoreError> {
+    let (records, _ignored) = list_commit_records(fs, root)?;
+    let (verified, rejected) =
+        crate::store::scan::first_valid_from_top(records, |generation, _, ()| {
+            verify_generation(fs, root, generation)
+        })?;
+    let loaded = match verified {
+        None => None,
+        Some(verified) => {
+            let generation = verified.generation;
+            let state = verified
+                .state
+                .ok_or_else(|| StoreError::GenerationNotFound {
+                    path: root.join(commit_rel_path(generation)),
+                    generation,
+                })?;
+            Some(LoadedGeneration {
+                generation,
+                state,
+                topology: verified.topology,
+            })
+        }
+    };
+    Ok(NewestLoad { loaded, rejected })
+}
+
+/// Scans and verifies every commit record under `root` through `fs`. Writes nothing.
+pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, StoreError> {
+    recover_faulty(fs, root, RecoveryFaults::NONE)
+}
+
+/// As [`recover_with`], with deliberate faults (the crash lab's recovery mutants).
+pub fn recover_faulty(
+    fs: &dyn FileSystem,
+    root: &Path,
+    faults: RecoveryFaults,
+) -> Result<RecoveryReport, StoreError> {
+    if faults.trust_latest {
+        if let Some(report) = trusted_latest(fs, root, faults) {
+            return Ok(report);
+        }
+    }
+    let (records, ignored) = list_commit_records(fs, root)?;
     let scanned = scan(records, |generation, _, ()| {
         verify_generation_faulty(fs, root, generation, scan_checks(faults), &mut NoProgress)
     })?;

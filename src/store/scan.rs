@@ -26,6 +26,18 @@ pub struct Rejection {
     pub reason: String,
 }
 
+impl Rejection {
+    /// The rejection of `record` (of `generation`) for `error`.
+    fn of<E: ScanError>(record: String, generation: u64, error: &E) -> Rejection {
+        Rejection {
+            file: record,
+            generation: Some(generation),
+            kind: error.kind().to_owned(),
+            reason: error.to_string(),
+        }
+    }
+}
+
 /// A generation whose commit record verified end to end.
 #[derive(Clone, Debug)]
 pub struct VerifiedGeneration {
@@ -97,13 +109,33 @@ pub fn scan<E: ScanError, C>(
         match verify(generation, &record, listed) {
             Ok(verified) => scanned.valid.entry(generation).or_default().push(verified),
             Err(error) if error.ends_scan() => return Err(error.scan_failed(generation)),
-            Err(error) => scanned.rejected.push(Rejection {
-                file: record,
-                generation: Some(generation),
-                kind: error.kind().to_owned(),
-                reason: error.to_string(),
-            }),
+            Err(error) => scanned
+                .rejected
+                .push(Rejection::of(record, generation, &error)),
         }
     }
     Ok(scanned)
+}
+
+/// The newest valid record, found the short way (RFC 0001 §5, a loader of the newest
+/// state): `records` (as for [`scan`]) are verified from the highest generation down and
+/// the first that verifies is the answer, with the records above it that did not. The rule
+/// for errors is the scan's: a rejected record is passed over, an error that
+/// [`ScanError::ends_scan`] ends the search. On a backend with at most one record per
+/// generation this answers what [`Scanned::top`] would, verifying the answer once and the
+/// generations below it not at all.
+pub fn first_valid_from_top<E: ScanError, C>(
+    mut records: Vec<(u64, String, C)>,
+    mut verify: impl FnMut(u64, &str, C) -> Result<VerifiedGeneration, E>,
+) -> Result<(Option<VerifiedGeneration>, Vec<Rejection>), E> {
+    records.sort_by_key(|(generation, _, _)| std::cmp::Reverse(*generation));
+    let mut rejected = Vec::new();
+    for (generation, record, listed) in records {
+        match verify(generation, &record, listed) {
+            Ok(verified) => return Ok((Some(verified), rejected)),
+            Err(error) if error.ends_scan() => return Err(error.scan_failed(generation)),
+            Err(error) => rejected.push(Rejection::of(record, generation, &error)),
+        }
+    }
+    Ok((None, rejected))
 }

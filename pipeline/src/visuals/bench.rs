@@ -170,7 +170,7 @@ const LOAD: [Bar; 7] = [
         colours: SHARDLIFT,
     },
     Bar {
-        label: "ShardLift recover+load",
+        label: "ShardLift load (verified)",
         figures: &["shardlift_load_cold"],
         colours: SHARDLIFT,
     },

@@ -273,9 +273,9 @@ fn run_method(
             let store = dir.join("store");
             let publish_s = shardlift_side::publish(&store, context.shardlift)?;
             samples.add("shardlift_publish", publish_s, None);
-            let (recover_s, load_s) =
-                shardlift_side::recover_and_load_cold(&store, context.shardlift)?;
+            let recover_s = shardlift_side::recover_cold(&store)?;
             samples.add("shardlift_recover_cold", recover_s, None);
+            let load_s = shardlift_side::load_cold(&store, context.shardlift)?;
             samples.add("shardlift_load_cold", load_s, None);
             let (reshard_s, written) = shardlift_side::reshard_w3(&store)?;
             samples.add("shardlift_reshard_w3", reshard_s, Some(written));
@@ -483,7 +483,7 @@ const SHARDLIFT_LAYOUT_NOTE: &str = "ShardLift publishes the model's state as on
 
 const NOTES: &[&str] = &[
     "disk_write: one file, sequential writes of the state, fsync of the file and of its directory; disk_read_cold: the same file evicted, read whole into a buffer allocated before timing",
-    "shardlift_publish: store::publish_synthetic on W4 into a new store (objects, manifest, commit record, LATEST, every fsync of RFC 0001); shardlift_recover_cold: store::recover after evicting the store (every record, manifest and object digest verified); shardlift_load_cold: that recovery plus store::load_generation of the selected generation (verified again, page cache warm by then)",
+    "shardlift_publish: store::publish_synthetic on W4 into a new store (objects, manifest, commit record, LATEST, every fsync of RFC 0001); shardlift_recover_cold: store::recover after evicting the store (every record, manifest and object digest verified); shardlift_load_cold: store::load_newest after evicting the store again (the generation recovery selects, found from the highest record down, every digest verified once, the state rebuilt)",
     "shardlift_reshard_w3: store::reshard W4 -> W3 with the default source check (records in full, object lengths from metadata), store evicted first; bytes_written: what the reshard added to the store",
     "dcp_save: torch.distributed.checkpoint.save, default FileSystemWriter with sync_files=True, one process; dcp_load_cold: dcp.load into the held state dict, files evicted first, no digest checked; dcp_reshard_w3: what a DCP user does to move to three ranks in one process: dcp.load of the W4 checkpoint, then dcp.save with one file per rank (FileSystemWriter thread_count=3)",
     "torch_save: torch.save, then fsync of the file and of its directory; torch_load_cold: torch.load(weights_only=True) of the evicted file; safetensors_save: save_file, then the same fsyncs; safetensors_load_cold: load_file of the evicted file; every peer load is timed until one byte of every page of every tensor was read (load_file maps the file), and checked bit for bit against the state afterwards, untimed",
