@@ -320,7 +320,7 @@ pub fn reshard<B: SourceCheck + ?Sized>(
 }
 
 /// The extra objects of a synthetic state scaled to benchmark size (see
-/// [`SyntheticPayloads`](crate::store::codec::SyntheticPayloads)).
+/// [`SyntheticPayloads`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyntheticSpec {
     /// Seed of their content ([`crate::store::layout::synthetic_object`]).

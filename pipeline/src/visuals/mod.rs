@@ -1,7 +1,7 @@
 //! `pipeline visuals`: pictures of the committed release evidence, and their check.
 //!
 //! `render` draws ten SVG views of the evidence and one of the committed `bench
-//! checkpoint` report ([`bench`]), a PNG raster of the committed `verify-bundle`
+//! checkpoint` report ([`bench`](mod@bench)), a PNG raster of the committed `verify-bundle`
 //! transcripts and a six-frame GIF of the workflow (no looping extension: it plays once)
 //! from one evidence directory, RFC 0001 and the barrier enum, and writes them with
 //! `manifest.json` (see [`manifest`]). Text is drawn as paths from the embedded font, and
