@@ -20,7 +20,7 @@ use crate::lab::mutants::{Mutant, MutantScenario};
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
 use crate::store::layout::synthetic_state;
 use crate::store::writer::{publish_with, reshard_with, Writer, WriterFaults, LATEST_REL_PATH};
-use crate::store::{ObjectCheck, StoreError};
+use crate::store::ObjectCheck;
 
 /// The acknowledgement pattern of the store writer's lines.
 pub const ACK_PATTERN: &str = "^ack ";
@@ -151,18 +151,6 @@ impl BarrierHook for AckHook<'_> {
     }
 }
 
-/// Stops a writer at its commit record's write, as a kill there would.
-struct StopAtCommit;
-
-impl BarrierHook for StopAtCommit {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
-        if event.barrier == Barrier::CommitAfterWrite {
-            return Err("the killed writer's last step".into());
-        }
-        Ok(())
-    }
-}
-
 /// Runs the scenario's writer on the store `root` with `faults`, acknowledging through
 /// `ack`; returns the generation it committed (or, for a repair, named in LATEST).
 pub fn run_scenario(
@@ -183,22 +171,7 @@ pub fn run_scenario(
             publish_with(&RealFs, root, &b, workers(4)?, &mut hook, faults)?.generation
         }
         KernelScenario::OverKilledWriter => {
-            match publish_with(
-                &RealFs,
-                root,
-                &b,
-                workers(4)?,
-                &mut StopAtCommit,
-                WriterFaults::NONE,
-            ) {
-                Err(StoreError::Stopped { .. }) => {}
-                Err(error) => return Err(error.into()),
-                Ok(_) => {
-                    return Err(LabError::Model(
-                        "the killed writer's publish was not stopped at its commit".into(),
-                    ))
-                }
-            }
+            crate::lab::matrix::publish_killed_at_commit(root, &b, workers(4)?)?;
             publish_with(&RealFs, root, &b, workers(4)?, &mut hook, faults)?.generation
         }
         KernelScenario::Reshard => {

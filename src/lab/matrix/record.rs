@@ -52,6 +52,29 @@ impl BarrierHook for StopAtCommit {
     }
 }
 
+/// Publishes `state` on `root` with the correct writer and stops it where a writer killed
+/// at its commit point would stop: objects and manifest installed, no commit record.
+pub fn publish_killed_at_commit(
+    root: &Path,
+    state: &LogicalState,
+    topology: Topology,
+) -> Result<(), LabError> {
+    match publish_with(
+        &RealFs,
+        root,
+        state,
+        topology,
+        &mut StopAtCommit,
+        WriterFaults::NONE,
+    ) {
+        Err(StoreError::Stopped { .. }) => Ok(()),
+        Err(error) => Err(error.into()),
+        Ok(_) => Err(LabError::Model(
+            "the killed writer's publish was not stopped at its commit".into(),
+        )),
+    }
+}
+
 /// Publishes `state` on `root` (not recorded) up to its commit record's write and returns
 /// what that run added under `objects/`: the fan-out directories it created and its
 /// installed objects, a killed writer's. At least one object must be new, or the scenario
@@ -63,22 +86,7 @@ pub(super) fn install_as_killed_writer(
 ) -> Result<(Vec<String>, Vec<String>), LabError> {
     let dirs_before = fan_out_dirs(root)?;
     let before = object_files(root)?;
-    match publish_with(
-        &RealFs,
-        root,
-        state,
-        topology,
-        &mut StopAtCommit,
-        WriterFaults::NONE,
-    ) {
-        Err(StoreError::Stopped { .. }) => {}
-        Err(error) => return Err(error.into()),
-        Ok(_) => {
-            return Err(LabError::Model(
-                "the killed writer's publish was not stopped at its commit".into(),
-            ))
-        }
-    }
+    publish_killed_at_commit(root, state, topology)?;
     let added: Vec<String> = object_files(root)?
         .into_iter()
         .filter(|file| !before.contains(file))
