@@ -62,9 +62,17 @@ pub struct GuestReport {
     pub wall_ms: u64,
 }
 
-/// Whether KVM boots a stock kernel here: `/dev/kvm` opens and QEMU starts a guest with
-/// `-cpu host` (a nested PVM refuses it at once: "failed to set MSR").
+/// The kernel module of a nested PVM's KVM, under which stock kernels do not boot: some
+/// refuse `-cpu host` at once ("failed to set MSR"), others accept it and the guest then
+/// never powers off.
+const NESTED_PVM_MODULE: &str = "/sys/module/kvm_pvm";
+
+/// Whether KVM boots a stock kernel here: `/dev/kvm` opens, it is not a nested PVM's, and
+/// QEMU starts a guest with `-cpu host`.
 pub fn probe_accelerator(qemu: &Path, log: &Path) -> Accelerator {
+    if Path::new(NESTED_PVM_MODULE).exists() {
+        return Accelerator::Tcg;
+    }
     if std::fs::OpenOptions::new()
         .read(true)
         .write(true)
