@@ -12,7 +12,9 @@
 //!   `commits/` fsync is printed as ext4 judged it (caught when the acknowledgement's
 //!   marker lands before the next journal commit, masked when it does not);
 //! - bad input: an unknown mutant, an unknown scenario, no `--out`, and the guest's store
-//!   writer started on a host — each refused, nothing written.
+//!   writer started on a host — each refused, nothing written;
+//! - ignored here, run by the kernel-matrix lane: the whole writer-mutant table on ext4,
+//!   xfs and btrfs, with every mutant caught by the model and the kernel's verdict printed.
 //!
 //! Like the other kernel tests, built only without the torch feature (the guest boots
 //! the `shardlift` binary).
@@ -26,8 +28,18 @@ use serde_json::Value;
 const SHARDLIFT: &str = env!("CARGO_BIN_EXE_shardlift");
 
 fn crash_matrix(out: &Path, extra: &[&str]) -> Output {
+    crash_matrix_on("ext4", out, extra)
+}
+
+fn crash_matrix_on(file_system: &str, out: &Path, extra: &[&str]) -> Output {
     Command::new(SHARDLIFT)
-        .args(["crash-matrix", "--file-system", "ext4", "--json", "--out"])
+        .args([
+            "crash-matrix",
+            "--file-system",
+            file_system,
+            "--json",
+            "--out",
+        ])
         .arg(out)
         .args(extra)
         .output()
@@ -216,20 +228,20 @@ fn the_guests_store_writer_refuses_to_run_on_a_host() {
     assert!(!String::from_utf8_lossy(&help.stdout).contains("kernel-store-writer"));
 }
 
-/// The whole table (the kernel-matrix lane: `ci/test kernel-matrix` runs it; about 16 minutes):
-/// every writer mutant on ext4 on its scenarios, each caught by the model, each with
-/// ext4's verdict; the correct writer on every scenario first.
-#[test]
-#[ignore = "the whole mutant table on ext4 (tens of guest runs); ci/test kernel-matrix runs it"]
-fn every_writer_mutant_on_ext4() {
+/// The whole table on `file_system`: every writer mutant on its scenarios, each caught by
+/// the model, each with the kernel's verdict; the correct writer on every scenario first.
+/// Returns how many mutants the kernel caught.
+fn every_writer_mutant_on(file_system: &str) -> usize {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = crash_matrix(
+    let output = crash_matrix_on(
+        file_system,
         &dir.path().join("out"),
         &["--max-states-per-scenario", "400"],
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let report = report(&output);
+    assert_eq!(report["file_system"], file_system);
     assert_eq!(report["correct_failing_states"], 0, "{report:#}");
     assert_eq!(report["model_survivors"], serde_json::json!([]));
     let rows = report["mutants"].as_array().expect("rows");
@@ -238,11 +250,35 @@ fn every_writer_mutant_on_ext4() {
         let kernel = row["kernel"].as_str().unwrap_or("");
         assert!(["caught", "masked", "not-run"].contains(&kernel), "{row:#}");
         eprintln!(
-            "{:40} model caught; ext4 {kernel:8} ({} runs)",
+            "{:40} model caught; {file_system} {kernel:8} ({} runs)",
             row["name"].as_str().unwrap_or(""),
             row["runs"].as_array().map_or(0, Vec::len)
         );
     }
-    let caught = rows.iter().filter(|r| r["kernel"] == "caught").count();
-    assert!(caught >= 2, "ext4 catches some mutants: {report:#}");
+    rows.iter().filter(|r| r["kernel"] == "caught").count()
+}
+
+/// The kernel-matrix lane (`ci/test kernel-matrix`; about 16 minutes).
+#[test]
+#[ignore = "the whole mutant table on ext4 (tens of guest runs); ci/test kernel-matrix runs it"]
+fn every_writer_mutant_on_ext4() {
+    let caught = every_writer_mutant_on("ext4");
+    assert!(caught >= 2, "ext4 catches some mutants: {caught}");
+}
+
+/// The kernel-matrix lane: xfs states are recovered by mounting them in a guest, so the
+/// table takes several times ext4's.
+#[test]
+#[ignore = "the whole mutant table on xfs (tens of guest runs); ci/test kernel-matrix runs it"]
+fn every_writer_mutant_on_xfs() {
+    let caught = every_writer_mutant_on("xfs");
+    eprintln!("xfs caught {caught} writer mutants");
+}
+
+/// The kernel-matrix lane, on btrfs.
+#[test]
+#[ignore = "the whole mutant table on btrfs (tens of guest runs); ci/test kernel-matrix runs it"]
+fn every_writer_mutant_on_btrfs() {
+    let caught = every_writer_mutant_on("btrfs");
+    eprintln!("btrfs caught {caught} writer mutants");
 }

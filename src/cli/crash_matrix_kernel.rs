@@ -1,4 +1,4 @@
-//! `crash-matrix --file-system ext4`: the store's writer and its mutants on the pinned
+//! `crash-matrix --file-system ext4|xfs|btrfs`: the store's writer and its mutants on the pinned
 //! kernel; and the hidden `kernel-store-writer`, the writer the guest runs.
 use std::path::PathBuf;
 
@@ -12,7 +12,7 @@ use shardlift::lab::kernel::{FileSystem, KernelError};
 #[derive(clap::Args, Debug)]
 pub struct KernelMatrixArgs {
     /// `model` (the power-loss model; default) or a file system on the pinned kernel
-    /// (`ext4`): the store's writer and the writer mutants run in a QEMU guest, every
+    /// (`ext4`, `xfs`, `btrfs`): the store's writer and the writer mutants run in a QEMU guest, every
     /// crash state of its disk is recovered and held to the matrix's invariants
     /// (ci/kernel install; a torch-free build).
     #[arg(long, default_value = "model", value_name = "NAME")]

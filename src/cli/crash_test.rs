@@ -46,8 +46,10 @@ pub struct CrashTestArgs {
     #[arg(long, value_name = "PATH")]
     pub unread: Vec<String>,
     /// Where the writer's file system comes from: `model` (ShardLift's persistence
-    /// model over a ptrace recording) or `ext4` (a real ext4 in a QEMU guest of the
-    /// pinned Debian kernel; its block log gives the crash states; ci/kernel install).
+    /// model over a ptrace recording) or `ext4`, `xfs`, `btrfs` (a real file system in a
+    /// QEMU guest of the pinned Debian kernel; its block log gives the crash states; ext4
+    /// states are recovered by e2fsck on the host, xfs and btrfs states by mounting them
+    /// in a recovery guest, which replays their logs; ci/kernel install).
     #[arg(long, default_value = "model")]
     pub file_system: String,
     /// Kernel mode: kill the guest (QEMU's process group) after this long.

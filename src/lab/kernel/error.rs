@@ -7,16 +7,26 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     /// `--file-system` names something that is not a supported file system.
-    #[error("unknown file system `{name}` (supported: model, ext4)")]
+    #[error("unknown file system `{name}` (supported: model, ext4, xfs, btrfs)")]
     UnknownFileSystem {
         /// What was given.
         name: String,
     },
-    /// A known file system that this build cannot run yet.
-    #[error("the file system {name} is not supported on the kernel yet (supported: ext4)")]
+    /// A known file system asked of a part that does not handle it.
+    #[error("the file system {name} cannot be used here: {reason}")]
     UnsupportedFileSystem {
         /// The file system.
         name: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The setup command left something the file system cannot be made from.
+    #[error("the setup left {path}, which cannot go into the file system under test: {reason}")]
+    SetupUnsupported {
+        /// The path, on the host.
+        path: PathBuf,
+        /// Why.
+        reason: String,
     },
     /// The pinned kernel is not installed, or not as pinned.
     #[error("the pinned guest kernel {release} is not installed at {path}: {reason} (run: ci/kernel install)")]
@@ -141,6 +151,7 @@ impl KernelError {
         match self {
             KernelError::UnknownFileSystem { .. } => "unknown-file-system",
             KernelError::UnsupportedFileSystem { .. } => "unsupported-file-system",
+            KernelError::SetupUnsupported { .. } => "setup-unsupported",
             KernelError::KernelMissing { .. } => "kernel-missing",
             KernelError::ToolMissing { .. } => "tool-missing",
             KernelError::ToolFailed { .. } => "tool-failed",

@@ -1,6 +1,6 @@
 //! One QEMU guest: the pinned kernel booted through its PVH entry with the initramfs, the
-//! disk image attached through `blklogwrites` (every write and flush logged in the
-//! dm-log-writes format), the console in a file. QEMU runs in its own process group with
+//! disk under test attached through `blklogwrites` (every write and flush logged in the
+//! dm-log-writes format) or plain disks found by serial number, the console in a file. QEMU runs in its own process group with
 //! a deadline; past it the group is killed and reaped and the run is an error.
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,16 +21,29 @@ pub enum Accelerator {
     Kvm,
 }
 
+/// The disks of a guest.
+pub enum Disks<'a> {
+    /// The disk under test (`/dev/vda`), every write and flush logged to `log` (created
+    /// empty here).
+    Logged {
+        /// The disk image (written by the guest).
+        disk: &'a Path,
+        /// The block log.
+        log: &'a Path,
+    },
+    /// Plain disks, in order, each with the serial number the guest finds it by
+    /// (`/sys/block/vdX/serial`).
+    Plain(&'a [(PathBuf, String)]),
+}
+
 /// What one guest run is given.
 pub struct GuestRun<'a> {
     /// The uncompressed kernel.
     pub vmlinux: &'a Path,
     /// The initramfs archive.
     pub initramfs: &'a Path,
-    /// The disk image (written by the guest).
-    pub disk: &'a Path,
-    /// The block log (created empty here).
-    pub log: &'a Path,
+    /// The disks.
+    pub disks: Disks<'a>,
     /// The console log.
     pub console: &'a Path,
     /// The accelerator.
@@ -112,18 +125,32 @@ pub fn probe_accelerator(qemu: &Path, log: &Path) -> Accelerator {
     verdict
 }
 
-/// Boots the guest, waits for it to power off, and reads the agent's report.
-pub fn run(qemu: &Path, guest: &GuestRun<'_>) -> Result<GuestReport, KernelError> {
-    std::fs::write(guest.log, b"").map_err(KernelError::io("creating the block log"))?;
+/// A guest that powered off before its deadline.
+pub struct Finished {
+    /// How QEMU ended.
+    pub outcome: String,
+    /// The console's text.
+    pub console: String,
+    /// How long the guest ran, in milliseconds.
+    pub wall_ms: u64,
+}
+
+/// Most disks of one guest (each virtio-blk-pci device takes a PCI slot of the 32).
+pub const MAX_DISKS: usize = 24;
+
+/// Boots the guest and waits for it to power off; past the deadline QEMU is killed with
+/// its process group and the run is an error.
+pub fn boot(qemu: &Path, guest: &GuestRun<'_>) -> Result<Finished, KernelError> {
     let (accel, cpu) = match guest.accelerator {
         Accelerator::Tcg => ("tcg", "max"),
         Accelerator::Kvm => ("kvm", "host"),
     };
     let path = |p: &Path| p.to_string_lossy().into_owned();
-    let spec = ChildSpec::new(qemu, Role::Guest, "crash-test")
-        .args([
-            "-accel", accel, "-cpu", cpu, "-machine", "pc", "-m", "512", "-smp", "1",
-        ])
+    let memory = guest.memory_mib.to_string();
+    let mut spec = ChildSpec::new(qemu, Role::Guest, "crash-test")
+        .args(["-accel", accel, "-cpu", cpu, "-machine", "pc", "-m"])
+        .arg(&memory)
+        .args(["-smp", "1"])
         .args([
             "-nodefaults",
             "-display",
@@ -142,22 +169,41 @@ pub fn run(qemu: &Path, guest: &GuestRun<'_>) -> Result<GuestReport, KernelError
         .arg(format!(
             "console=ttyS0 quiet panic=-1 rdinit=/init {}",
             crate::lab::kernel::agent::GUEST_TOKEN
-        ))
-        .arg("-blockdev")
-        .arg(format!(
-            "driver=file,node-name=img,filename={},cache.direct=off",
-            path(guest.disk)
-        ))
-        .arg("-blockdev")
-        .arg(format!(
-            "driver=file,node-name=log,filename={}",
-            path(guest.log)
-        ))
-        .arg("-blockdev")
-        .arg("driver=blklogwrites,node-name=lw,file=img,log=log,log-sector-size=512")
-        .arg("-device")
-        .arg("virtio-blk-pci,drive=lw,write-cache=on")
-        .output_to(guest.console.with_extension("qemu.log"));
+        ));
+    match &guest.disks {
+        Disks::Logged { disk, log } => {
+            std::fs::write(log, b"").map_err(KernelError::io("creating the block log"))?;
+            spec = spec
+                .arg("-blockdev")
+                .arg(format!(
+                    "driver=file,node-name=img,filename={},cache.direct=off",
+                    path(disk)
+                ))
+                .arg("-blockdev")
+                .arg(format!("driver=file,node-name=log,filename={}", path(log)))
+                .arg("-blockdev")
+                .arg("driver=blklogwrites,node-name=lw,file=img,log=log,log-sector-size=512")
+                .arg("-device")
+                .arg("virtio-blk-pci,drive=lw,write-cache=on");
+        }
+        Disks::Plain(disks) => {
+            assert!(
+                disks.len() <= MAX_DISKS,
+                "at most {MAX_DISKS} disks a guest"
+            );
+            for (index, (disk, serial)) in disks.iter().enumerate() {
+                spec = spec
+                    .arg("-blockdev")
+                    .arg(format!(
+                        "driver=file,node-name=d{index},filename={},cache.direct=off",
+                        path(disk)
+                    ))
+                    .arg("-device")
+                    .arg(format!("virtio-blk-pci,drive=d{index},serial={serial}"));
+            }
+        }
+    }
+    let spec = spec.output_to(guest.console.with_extension("qemu.log"));
     let started = Instant::now();
     let mut child = SupervisedChild::spawn(spec).map_err(|_| KernelError::ToolMissing {
         tool: "qemu-system-x86_64",
@@ -177,13 +223,23 @@ pub fn run(qemu: &Path, guest: &GuestRun<'_>) -> Result<GuestReport, KernelError
     // Nothing QEMU started may outlive it.
     let _ = child.signal_group(Signal::KILL);
     let console = std::fs::read(guest.console).unwrap_or_default();
-    let mut report = parse_report(&String::from_utf8_lossy(&console));
-    report.wall_ms = started.elapsed().as_millis() as u64;
+    Ok(Finished {
+        outcome,
+        console: String::from_utf8_lossy(&console).into_owned(),
+        wall_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// Boots the writer's guest, waits for it to power off, and reads the agent's report.
+pub fn run(qemu: &Path, guest: &GuestRun<'_>) -> Result<GuestReport, KernelError> {
+    let finished = boot(qemu, guest)?;
+    let mut report = parse_report(&finished.console);
+    report.wall_ms = finished.wall_ms;
     if report.exit.is_none() {
         return Err(KernelError::GuestFailed {
             outcome: match &report.error {
-                Some(error) => format!("{outcome}; the agent said: {error}"),
-                None => outcome,
+                Some(error) => format!("{}; the agent said: {error}", finished.outcome),
+                None => finished.outcome,
             },
             console: guest.console.to_owned(),
         });

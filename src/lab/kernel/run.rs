@@ -2,7 +2,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -16,10 +15,12 @@ use crate::lab::external::{run_setup_in, AckPattern, CrashTestError};
 use crate::lab::kernel::agent::{self, AgentConfig, MAX_MARKERS};
 use crate::lab::kernel::blklog::{self, BlockLog};
 use crate::lab::kernel::error::KernelError;
-use crate::lab::kernel::guest::{self, Accelerator, GuestRun};
+use crate::lab::kernel::guest::{self, Accelerator, Disks, GuestRun};
 use crate::lab::kernel::initramfs::{module_order, Initramfs};
+use crate::lab::kernel::mkfs::{self, MARKER_AREA_BYTES};
 use crate::lab::kernel::pin::{self, KernelInstall, KERNEL_PACKAGE_SHA256, KERNEL_RELEASE};
 use crate::lab::kernel::recover::recover_ext4;
+use crate::lab::kernel::recover_guest::{RecoveryGuest, STATES_PER_GUEST};
 use crate::lab::kernel::state_check::StateCheck;
 use crate::lab::kernel::states::{self, BlockState, StateKind, StateLimits};
 use crate::lab::matrix::Violation;
@@ -32,9 +33,9 @@ pub enum FileSystem {
     Model,
     /// ext4 (data=ordered) on the pinned kernel.
     Ext4,
-    /// xfs on the pinned kernel (not run yet).
+    /// xfs on the pinned kernel.
     Xfs,
-    /// btrfs on the pinned kernel (not run yet).
+    /// btrfs on the pinned kernel.
     Btrfs,
 }
 
@@ -54,10 +55,6 @@ impl std::str::FromStr for FileSystem {
     }
 }
 
-/// Disk image size, in bytes: the file system, then the marker area.
-pub const DISK_BYTES: u64 = 64 << 20;
-/// The marker area at the disk's end, in bytes.
-pub const MARKER_AREA_BYTES: u64 = 4 << 20;
 /// Largest initramfs payload, in bytes: a 530 MB one did not reach `/init` in 180 s
 /// under software emulation here.
 pub const MAX_INITRAMFS_BYTES: u64 = 192 << 20;
@@ -71,7 +68,7 @@ pub struct KernelConfig {
     pub agent_exe: PathBuf,
     /// The kernel install directory (default: the per-user cache).
     pub kernel_dir: Option<PathBuf>,
-    /// The file system (ext4 only for now).
+    /// The file system (ext4, xfs or btrfs).
     pub file_system: FileSystem,
     /// The output directory (new or empty).
     pub out: PathBuf,
@@ -209,15 +206,11 @@ pub fn run_with(
     in_process: Option<&mut dyn StateCheck>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<KernelReport, KernelError> {
-    match config.file_system {
-        FileSystem::Ext4 => {}
-        FileSystem::Model => {
-            return Err(KernelError::UnknownFileSystem {
-                name: "model (not a kernel file system)".to_owned(),
-            })
-        }
-        FileSystem::Xfs => return Err(KernelError::UnsupportedFileSystem { name: "xfs" }),
-        FileSystem::Btrfs => return Err(KernelError::UnsupportedFileSystem { name: "btrfs" }),
+    if config.file_system == FileSystem::Model {
+        return Err(KernelError::UnsupportedFileSystem {
+            name: "model",
+            reason: "it is ShardLift's own model, not a file system of the kernel",
+        });
     }
     if config.writer.is_empty() {
         return Err(CrashTestError::NoWriterCommand.into());
@@ -231,7 +224,17 @@ pub fn run_with(
     let writer_program = resolve_program(&config.writer[0])?;
     prepare_output(&config.out)?;
     let booted = boot(config, &install, (&qemu, &writer_program), progress)?;
-    let report = judge_log(config, booted, in_process, progress)?;
+    let recovery = match config.file_system {
+        FileSystem::Xfs | FileSystem::Btrfs => Some(RecoveryGuest::prepare(
+            config.file_system,
+            &install,
+            (&qemu, booted.accelerator),
+            &config.out.join("tmp"),
+            config.guest_timeout_ms,
+        )?),
+        FileSystem::Model | FileSystem::Ext4 => None,
+    };
+    let report = judge_log(config, booted, recovery.as_ref(), in_process, progress)?;
     write_report(&config.out, &report)?;
     Ok(report)
 }
@@ -252,10 +255,13 @@ fn boot(
 ) -> Result<Booted, KernelError> {
     let started = Instant::now();
     let mut timings = PhaseTimings::default();
-    progress("making ext4 from the setup command's result");
+    progress(&format!(
+        "making {} from the setup command's result",
+        config.file_system.module()
+    ));
     let disk = config.out.join("disk.img");
     make_file_system(config, &disk)?;
-    std::fs::copy(&disk, config.out.join("base.img"))
+    states::copy_image(&disk, &config.out.join("base.img"))
         .map_err(KernelError::io("copying the starting image"))?;
     timings.prepare_ms = lap(&started, 0);
     let initramfs = config.out.join("initramfs.cpio");
@@ -271,8 +277,10 @@ fn boot(
         &GuestRun {
             vmlinux: &install.vmlinux,
             initramfs: &initramfs,
-            disk: &disk,
-            log: &config.out.join("blocks.log"),
+            disks: Disks::Logged {
+                disk: &disk,
+                log: &config.out.join("blocks.log"),
+            },
             console: &console,
             accelerator,
             timeout_ms: config.guest_timeout_ms,
@@ -302,13 +310,14 @@ fn boot(
 fn judge_log(
     config: &KernelConfig,
     booted: Booted,
+    recovery: Option<&RecoveryGuest>,
     mut in_process: Option<&mut dyn StateCheck>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<KernelReport, KernelError> {
     let started = Instant::now();
     let log_bytes = read_log(&config.out.join("blocks.log"))?;
     let log = blklog::parse(&log_bytes, MAX_LOG_BYTES)?;
-    let marker_sector = (DISK_BYTES - MARKER_AREA_BYTES) / log.sector_size;
+    let marker_sector = config.file_system.file_system_bytes() / log.sector_size;
     let all = states::block_states(&log, marker_sector, config.states);
     progress(&format!(
         "{} log entries; {} crash states; recovering and checking",
@@ -330,7 +339,7 @@ fn judge_log(
     let failures = check_states(
         config,
         (&log, &log_bytes),
-        &base,
+        (&base, recovery),
         checked,
         (admitted.as_ref(), in_process.as_deref()),
         progress,
@@ -424,35 +433,7 @@ fn make_file_system(config: &KernelConfig, disk: &Path) -> Result<(), KernelErro
             config.setup_timeout_ms,
         )?;
     }
-    let file = std::fs::File::create(disk).map_err(KernelError::io("creating the disk image"))?;
-    file.set_len(DISK_BYTES)
-        .map_err(KernelError::io("sizing the disk image"))?;
-    drop(file);
-    let blocks = (DISK_BYTES - MARKER_AREA_BYTES) / 4096;
-    let mkfs = guest::find_on_path("mkfs.ext4").ok_or(KernelError::ToolMissing {
-        tool: "mkfs.ext4",
-        package: "e2fsprogs",
-    })?;
-    let output = Command::new(mkfs)
-        .args(["-q", "-F", "-b", "4096", "-O", "^fast_commit"])
-        .args([
-            "-E",
-            "lazy_itable_init=0,lazy_journal_init=0,nodiscard",
-            "-d",
-        ])
-        .arg(&setup_dir)
-        .arg(disk)
-        .arg(blocks.to_string())
-        .output()
-        .map_err(KernelError::io("running mkfs.ext4"))?;
-    if !output.status.success() {
-        return Err(KernelError::ToolFailed {
-            tool: "mkfs.ext4".to_owned(),
-            outcome: output.status.to_string(),
-            output: String::from_utf8_lossy(&output.stderr).into_owned(),
-        });
-    }
-    Ok(())
+    mkfs::make(config.file_system, &setup_dir, disk)
 }
 
 fn build_initramfs(
@@ -468,7 +449,11 @@ fn build_initramfs(
     })?;
     fs.file("/bin/busybox", 0o755, busybox);
     let root = install.dir.join("root");
-    let modules = module_order(&root, KERNEL_RELEASE, &["virtio_pci", "virtio_blk", "ext4"])?;
+    let modules = module_order(
+        &root,
+        KERNEL_RELEASE,
+        &["virtio_pci", "virtio_blk", config.file_system.module()],
+    )?;
     let mut script = String::from(INIT_HEAD);
     for (i, module) in modules.iter().enumerate() {
         let name = format!("/modules/{i:02}.ko");
@@ -477,7 +462,7 @@ fn build_initramfs(
         fs.file(&name, 0o644, bytes);
         script.push_str(&format!("/bin/busybox insmod {name} 2>/dev/null\n"));
     }
-    script.push_str(INIT_TAIL);
+    script.push_str(&init_tail(config.file_system.module()));
     fs.file("/init", 0o755, script.into_bytes());
     fs.program(
         &config
@@ -494,7 +479,7 @@ fn build_initramfs(
             .collect(),
         ack: config.ack.clone(),
         device: "/dev/vda".to_owned(),
-        marker_offset: DISK_BYTES - MARKER_AREA_BYTES,
+        marker_offset: config.file_system.file_system_bytes(),
     };
     debug_assert!(MAX_MARKERS * agent::MARKER_BYTES as u64 <= MARKER_AREA_BYTES);
     let json = serde_json::to_vec(&agent).map_err(|e| KernelError::Io {
@@ -522,7 +507,7 @@ fn build_initramfs(
 }
 
 /// `/init` before the module loads: the kernel's file systems.
-const INIT_HEAD: &str = "#!/bin/busybox sh\n\
+pub(crate) const INIT_HEAD: &str = "#!/bin/busybox sh\n\
 /bin/busybox mkdir -p /proc /sys /dev /mnt /tmp\n\
 /bin/busybox mount -t proc proc /proc\n\
 /bin/busybox mount -t sysfs sys /sys\n\
@@ -531,13 +516,17 @@ const INIT_HEAD: &str = "#!/bin/busybox sh\n\
 
 /// `/init` after them: mount the file system under test and hand over to the agent,
 /// which powers the guest off; if the mount or the agent fails, power off anyway.
-const INIT_TAIL: &str = "if /bin/busybox mount -t ext4 /dev/vda /mnt; then\n\
+fn init_tail(fs_type: &str) -> String {
+    format!(
+        "if /bin/busybox mount -t {fs_type} /dev/vda /mnt; then\n\
   \"$(/bin/busybox cat /agent-path)\" kernel-guest --config /agent.json\n\
 else\n\
   echo 'shardlift-guest: error mounting /dev/vda failed'\n\
 fi\n\
 echo o > /proc/sysrq-trigger\n\
-/bin/busybox sleep 60\n";
+/bin/busybox sleep 60\n"
+    )
+}
 
 fn read_log(path: &Path) -> Result<Vec<u8>, KernelError> {
     let len = std::fs::metadata(path)
@@ -558,58 +547,83 @@ type Judges<'a> = (Option<&'a HashSet<Digest>>, Option<&'a dyn StateCheck>);
 fn check_states(
     config: &KernelConfig,
     (log, log_bytes): (&BlockLog, &[u8]),
-    base: &Path,
+    (base, recovery): (&Path, Option<&RecoveryGuest>),
     states: &[BlockState],
     judges: Judges<'_>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<KernelFailure>, KernelError> {
     let dir = config.out.join("states");
+    // A recovery guest takes a batch of states; ext4 recovers one state at a time.
+    let batch_len = if recovery.is_some() {
+        STATES_PER_GUEST
+    } else {
+        1
+    };
     let mut failures = Vec::new();
-    for (index, state) in states.iter().enumerate() {
+    for (batch_index, batch) in states.chunks(batch_len).enumerate() {
         if judges.1.is_some_and(|check| check.done()) {
             break;
         }
-        let image = dir.join(format!("{index}.img"));
-        std::fs::copy(base, &image).map_err(KernelError::io("copying the starting image"))?;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&image)
-            .map_err(KernelError::io("opening a state image"))?;
-        states::apply(log, log_bytes, state, &mut file)
-            .map_err(KernelError::io("applying the log"))?;
-        drop(file);
-        let tree = dir.join(index.to_string());
-        let check_log = dir.join(format!("{index}.log"));
-        let verdict = judge(config, &image, (&tree, &check_log), state, judges)?;
-        std::fs::remove_file(&image).map_err(KernelError::io("removing a state image"))?;
-        match verdict {
-            None => {
-                std::fs::remove_dir_all(&tree)
-                    .map_err(KernelError::io("removing a checked state"))?;
-                std::fs::remove_file(&check_log)
-                    .map_err(KernelError::io("removing a check log"))?;
-            }
-            Some(mut failure) => {
-                failure.state = index;
-                failures.push(failure);
-            }
+        let first = batch_index * batch_len;
+        let indices: Vec<usize> = (first..first + batch.len()).collect();
+        let images: Vec<PathBuf> = indices
+            .iter()
+            .map(|i| dir.join(format!("{i}.img")))
+            .collect();
+        let trees: Vec<PathBuf> = indices.iter().map(|i| dir.join(i.to_string())).collect();
+        for (state, image) in batch.iter().zip(&images) {
+            states::write_image(base, log, log_bytes, state, image)
+                .map_err(KernelError::io("writing a state image"))?;
         }
-        if (index + 1) % 10 == 0 || index + 1 == states.len() {
-            progress(&format!(
-                "checked {}/{} crash states",
-                index + 1,
-                states.len()
-            ));
+        let recovered = match recovery {
+            Some(guest) => guest.recover(&images, &trees)?,
+            None => images
+                .iter()
+                .zip(&trees)
+                .map(|(image, tree)| recover_ext4(image, tree))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        for (slot, state) in batch.iter().enumerate() {
+            let (index, tree) = (indices[slot], &trees[slot]);
+            std::fs::remove_file(&images[slot])
+                .map_err(KernelError::io("removing a state image"))?;
+            let check_log = dir.join(format!("{index}.log"));
+            let verdict = judge(
+                config,
+                recovered[slot].clone(),
+                (tree, &check_log),
+                state,
+                judges,
+            )?;
+            match verdict {
+                None => {
+                    std::fs::remove_dir_all(tree)
+                        .map_err(KernelError::io("removing a checked state"))?;
+                    std::fs::remove_file(&check_log)
+                        .map_err(KernelError::io("removing a check log"))?;
+                }
+                Some(mut failure) => {
+                    failure.state = index;
+                    failures.push(failure);
+                }
+            }
+            if (index + 1) % 10 == 0 || index + 1 == states.len() {
+                progress(&format!(
+                    "checked {}/{} crash states",
+                    index + 1,
+                    states.len()
+                ));
+            }
         }
     }
     Ok(failures)
 }
 
-/// Recovers one state image, holds it against the model, checks it: `None` when it
-/// passes (its tree and check log are left for the caller to remove).
+/// Holds one recovered state against the model and checks it: `None` when it passes
+/// (its tree and check log are left for the caller to remove).
 fn judge(
     config: &KernelConfig,
-    image: &Path,
+    recovered: Result<(), String>,
     (tree, check_log): (&Path, &Path),
     state: &BlockState,
     (admitted, in_process): Judges<'_>,
@@ -625,7 +639,7 @@ fn judge(
         output_tail: String::new(),
         violations: Vec::new(),
     };
-    if let Err(why) = recover_ext4(image, tree)? {
+    if let Err(why) = recovered {
         failure.recovery = Some(why);
         return Ok(Some(failure));
     }
