@@ -80,6 +80,10 @@ enum Command {
     /// --file-system), with a writer mutant's faults or none.
     #[command(hide = true)]
     KernelStoreWriter(cli::crash_matrix_kernel::StoreWriterArgs),
+    /// (internal) A writer recorded on the host, replayed inside a kernel-mode guest
+    /// (crash-test --replay).
+    #[command(hide = true)]
+    KernelReplay(cli::crash_test::KernelReplayArgs),
     /// Train with W worker processes (or in-process) and print the resulting state digests.
     Train(cli::train::TrainArgs),
     /// Measure checkpoint I/O against the disk and the PyTorch formats (`bench
@@ -143,6 +147,7 @@ fn main() {
         Command::CrashTestExec(_)
             | Command::KernelGuest(_)
             | Command::KernelStoreWriter(_)
+            | Command::KernelReplay(_)
             | Command::Worker(_)
             | Command::StoreChild(_)
     );
@@ -163,6 +168,7 @@ fn main() {
         Command::ResumeTest(args) => cli::resume_test::run(args),
         Command::KernelGuest(args) => cli::crash_test::kernel_guest(args),
         Command::KernelStoreWriter(args) => cli::crash_matrix_kernel::store_writer(args),
+        Command::KernelReplay(args) => cli::crash_test::kernel_replay(args),
         Command::Train(args) => cli::train::run_train(args),
         #[cfg(feature = "torch")]
         Command::Bench(command) => cli::bench_checkpoint::run(command),

@@ -31,50 +31,15 @@
 //! with `CARGO_TARGET_DIR=target/fast cargo test --no-default-features`.
 #![cfg(not(feature = "torch"))]
 
+mod kernel_support;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
-use serde_json::Value;
-
-const SHARDLIFT: &str = env!("CARGO_BIN_EXE_shardlift");
+use kernel_support::{publish_over_generation, report, running_under, stderr, SHARDLIFT};
 
 fn crash_test(out: &Path, extra: &[&str], writer: &[&str]) -> Output {
-    Command::new(SHARDLIFT)
-        .args(["crash-test", "--file-system", "ext4", "--json", "--out"])
-        .arg(out)
-        .args(extra)
-        .arg("--")
-        .args(writer)
-        .output()
-        .expect("run shardlift crash-test")
-}
-
-fn report(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "no JSON report ({e}); stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// Whether any process still names `out` in its command line (a QEMU left behind).
-fn running_under(out: &Path) -> Vec<String> {
-    let needle = out.to_string_lossy().into_owned();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if text.contains(&needle) && !text.contains("crash-test") {
-                found.push(text);
-            }
-        }
-    }
-    found
+    kernel_support::crash_test_on("ext4", out, extra, writer)
 }
 
 /// Runs a crash test that must be refused: exit 1, no report, nothing left running.
@@ -86,66 +51,10 @@ fn refused(out: &Path, extra: &[&str], writer: &[&str]) -> String {
     stderr(&output)
 }
 
-fn root_of(store: &Path, step: u64) -> String {
-    let output = Command::new(SHARDLIFT)
-        .args([
-            "store",
-            "publish-synthetic",
-            "--json",
-            "--seed",
-            "1",
-            "--step",
-        ])
-        .arg(step.to_string())
-        .arg("--store")
-        .arg(store)
-        .output()
-        .expect("publish");
-    assert!(output.status.success(), "{}", stderr(&output));
-    let summary: Value = serde_json::from_slice(&output.stdout).expect("summary");
-    summary["logical_state_root"]
-        .as_str()
-        .expect("root")
-        .to_owned()
-}
-
 #[test]
 fn shardlift_publish_on_ext4_keeps_every_acknowledged_generation() {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::create_dir(dir.path().join("roots")).expect("roots");
-    let old = root_of(&dir.path().join("roots"), 0);
-    let new = root_of(&dir.path().join("roots"), 1);
-    let setup = format!("{SHARDLIFT} store publish-synthetic --store . --seed 1 --step 0");
-    // Once the publisher has exited (acknowledged), only the new generation is right.
-    let check = format!(
-        "if [ \"$SHARDLIFT_ACKED\" -gt 0 ]; then exec {SHARDLIFT} store recover --store . \
-         --expect-root {new}; else exec {SHARDLIFT} store recover --store . \
-         --expect-root {old} --expect-root {new}; fi"
-    );
-    let output = crash_test(
-        &dir.path().join("out"),
-        &[
-            "--setup",
-            &setup,
-            "--check",
-            &check,
-            "--hold-model",
-            "--unread",
-            "staging",
-        ],
-        &[
-            SHARDLIFT,
-            "store",
-            "publish-synthetic",
-            "--store",
-            ".",
-            "--seed",
-            "1",
-            "--step",
-            "1",
-            "--sequential",
-        ],
-    );
+    let output = publish_over_generation("ext4", dir.path());
     assert!(output.status.success(), "{}", stderr(&output));
     let report = report(&output);
     assert_eq!(report["failing_states"], 0, "{report}");
@@ -400,4 +309,89 @@ fn a_guest_that_never_powers_off_is_killed_at_its_deadline() {
     );
     assert!(text.contains("did not power off within 20000 ms"), "{text}");
     assert!(started.elapsed().as_secs() < 120, "the deadline held");
+}
+
+/// `--replay`: the writer recorded on the host and its operations replayed in the guest
+/// (as for a Python writer the guest cannot boot) keeps the live writer's verdicts, and
+/// every replayed state is one the model of the same recording admits.
+#[test]
+fn a_replayed_writer_keeps_the_live_writers_verdicts() {
+    let check = "[ -f ckpt ] || { echo no checkpoint; exit 1; }; c=$(cat ckpt); \
+                 if [ \"$SHARDLIFT_ACKED\" -gt 0 ] && [ \"$c\" != new ]; then \
+                 echo acknowledged checkpoint lost; exit 1; fi; \
+                 [ \"$c\" = old ] || [ \"$c\" = new ] || { echo damaged; exit 1; }";
+    let write = "echo new > ckpt.tmp && mv ckpt.tmp ckpt";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = [
+        "--setup",
+        "echo old > ckpt",
+        "--check",
+        check,
+        "--replay",
+        "--hold-model",
+    ];
+    let output = crash_test(&dir.path().join("no-fsync"), &args, &["sh", "-c", write]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let broken = report(&output);
+    assert!(broken["failing_states"].as_u64() > Some(0), "{broken:#}");
+    assert_eq!(broken["outside_model_states"], 0, "{broken:#}");
+    assert!(broken["model_states"].as_u64() > Some(0), "{broken:#}");
+    let tails: Vec<&str> = broken["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .filter_map(|f| f["output_tail"].as_str())
+        .collect();
+    assert!(
+        tails
+            .iter()
+            .all(|t| t.contains("acknowledged checkpoint lost")),
+        "{tails:?}"
+    );
+
+    let synced = format!("{write} && sync");
+    let output = crash_test(&dir.path().join("sync"), &args, &["sh", "-c", &synced]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let control = report(&output);
+    assert_eq!(control["failing_states"], 0, "{control:#}");
+    assert_eq!(control["outside_model_states"], 0, "{control:#}");
+}
+
+/// `--replay` without a kernel file system is a command error; the guest's replayer
+/// refuses to run on a host (exit 2) and touches nothing.
+#[test]
+fn replay_needs_a_kernel_and_the_replayer_runs_only_in_a_guest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let output = Command::new(SHARDLIFT)
+        .args(["crash-test", "--replay", "--check", "true", "--out"])
+        .arg(&out)
+        .args(["--", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--replay"), "{}", stderr(&output));
+    assert!(!out.exists(), "nothing was created");
+
+    let script = dir.path().join("script");
+    std::fs::write(&script, b"shardlift-replay1\n").expect("script");
+    let output = Command::new(SHARDLIFT)
+        .current_dir(dir.path())
+        .arg("kernel-replay")
+        .arg("--script")
+        .arg(&script)
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("runs only inside a crash-test guest"),
+        "{}",
+        stderr(&output)
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("script")]);
 }

@@ -17,60 +17,16 @@
 //! (xfsprogs, btrfs-progs) in place.
 #![cfg(not(feature = "torch"))]
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod kernel_support;
 
+use std::process::Command;
+
+use kernel_support::{
+    crash_test_on as crash_test, publish_over_generation, report, running_under, stderr, SHARDLIFT,
+};
 use serde_json::Value;
 
-const SHARDLIFT: &str = env!("CARGO_BIN_EXE_shardlift");
-
 const FILE_SYSTEMS: [&str; 2] = ["xfs", "btrfs"];
-
-fn crash_test(file_system: &str, out: &Path, extra: &[&str], writer: &[&str]) -> Output {
-    Command::new(SHARDLIFT)
-        .args([
-            "crash-test",
-            "--file-system",
-            file_system,
-            "--json",
-            "--out",
-        ])
-        .arg(out)
-        .args(extra)
-        .arg("--")
-        .args(writer)
-        .output()
-        .expect("run shardlift crash-test")
-}
-
-fn report(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "no JSON report ({e}); stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// The command lines of processes that name `out` (a QEMU left behind), other than
-/// `crash-test` itself.
-fn running_under(out: &Path) -> Vec<String> {
-    let needle = out.to_string_lossy().into_owned();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if text.contains(&needle) && !text.contains("crash-test") {
-                found.push(text);
-            }
-        }
-    }
-    found
-}
 
 #[test]
 fn a_rename_without_fsync_loses_the_checkpoint_on_xfs_and_btrfs_and_sync_fixes_it() {
@@ -203,37 +159,7 @@ fn a_setup_tree_the_xfs_image_cannot_be_made_from_is_refused() {
 fn publish_held_to_the_model_on_xfs_and_btrfs() {
     for file_system in FILE_SYSTEMS {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir(dir.path().join("roots")).expect("roots");
-        let old = root_of(&dir.path().join("roots"), 0);
-        let new = root_of(&dir.path().join("roots"), 1);
-        let setup = format!("{SHARDLIFT} store publish-synthetic --store . --seed 1 --step 0");
-        let check = format!(
-            "if [ \"$SHARDLIFT_ACKED\" -gt 0 ]; then exec {SHARDLIFT} store recover --store . \
-             --expect-root {new}; else exec {SHARDLIFT} store recover --store . \
-             --expect-root {old} --expect-root {new}; fi"
-        );
-        let writer = [
-            SHARDLIFT,
-            "store",
-            "publish-synthetic",
-            "--store",
-            ".",
-            "--seed",
-            "1",
-            "--step",
-            "1",
-            "--sequential",
-        ];
-        let extra = [
-            "--setup",
-            &setup,
-            "--check",
-            &check,
-            "--hold-model",
-            "--unread",
-            "staging",
-        ];
-        let output = crash_test(file_system, &dir.path().join("out"), &extra, &writer);
+        let output = publish_over_generation(file_system, dir.path());
         assert!(
             output.status.success(),
             "{file_system}: {}",
@@ -257,19 +183,4 @@ fn publish_held_to_the_model_on_xfs_and_btrfs() {
             report["timings"]["states_ms"]
         );
     }
-}
-
-fn root_of(store: &Path, step: u64) -> String {
-    let output = Command::new(SHARDLIFT)
-        .args(["store", "publish-synthetic", "--json", "--seed", "1"])
-        .args(["--step", &step.to_string(), "--store"])
-        .arg(store)
-        .output()
-        .expect("publish");
-    assert!(output.status.success(), "{}", stderr(&output));
-    let summary: Value = serde_json::from_slice(&output.stdout).expect("summary");
-    summary["logical_state_root"]
-        .as_str()
-        .expect("root")
-        .to_owned()
 }

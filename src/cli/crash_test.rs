@@ -76,6 +76,13 @@ pub struct CrashTestArgs {
     /// persists before a directory fsync covers it), to show the kernel refutes it.
     #[arg(long, requires = "hold_model")]
     pub narrowed_model: bool,
+    /// Kernel mode: record the writer on the host (under ptrace, as the model mode does)
+    /// and replay its file operations in the guest, in the order they completed, with
+    /// the same bytes, instead of running it there. For writers the guest cannot boot,
+    /// such as a Python interpreter with torch. Threads are replayed one operation at a
+    /// time and fdatasync as fsync; docs/crash-test.md says what else differs.
+    #[arg(long)]
+    pub replay: bool,
     /// Kernel mode: the pinned kernel's install directory (default: the per-user cache
     /// ci/kernel installs into).
     #[arg(long)]
@@ -125,6 +132,11 @@ pub fn run(args: CrashTestArgs) -> anyhow::Result<()> {
     if file_system != FileSystem::Model {
         return run_kernel(args, file_system);
     }
+    anyhow::ensure!(
+        !args.replay,
+        "crash-test: --replay replays the writer in a kernel guest; it needs --file-system \
+         ext4, xfs or btrfs (the model mode records the writer itself)"
+    );
     let stub_exe = std::env::current_exe().context("locating the shardlift executable")?;
     let checks = CheckLimits {
         max_states: args.max_states,
@@ -245,6 +257,7 @@ fn run_kernel(args: CrashTestArgs, file_system: FileSystem) -> anyhow::Result<()
             narrowed: args.narrowed_model,
             ..ModelLimits::default()
         }),
+        replay: args.replay,
     };
     let report =
         kernel::run(&config, &mut |line| eprintln!("crash-test: {line}")).context("crash-test")?;
@@ -277,6 +290,34 @@ pub struct KernelGuestArgs {
     /// The agent's config (JSON).
     #[arg(long)]
     pub config: PathBuf,
+}
+
+/// The guest's replay of a writer recorded on the host.
+#[derive(clap::Args, Debug)]
+pub struct KernelReplayArgs {
+    /// The replay script (written into the guest by `crash-test --replay`).
+    #[arg(long)]
+    pub script: PathBuf,
+}
+
+/// Replays a recorded writer's file operations in the working directory, printing its
+/// acknowledgements. Outside a crash-test guest it does nothing and exits 2.
+pub fn kernel_replay(args: KernelReplayArgs) -> anyhow::Result<()> {
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    if !kernel::agent::is_guest(&cmdline) {
+        eprintln!(
+            "shardlift kernel-replay runs only inside a crash-test guest (the kernel command \
+             line lacks {}); nothing was done",
+            kernel::agent::GUEST_TOKEN
+        );
+        std::process::exit(2);
+    }
+    let bytes = std::fs::read(&args.script)
+        .with_context(|| format!("reading {}", args.script.display()))?;
+    let script = kernel::replay::decode(&bytes)?;
+    let mut stdout = std::io::stdout().lock();
+    kernel::replay::replay(&script, std::path::Path::new("."), &mut stdout)?;
+    Ok(())
 }
 
 /// Runs the guest agent; it powers the guest off and never returns.

@@ -2,9 +2,11 @@
 
     python torch_dcp.py save STEP   # writes a small state dict to ./ckpt with dcp.save
     python torch_dcp.py check       # loads ./ckpt with dcp.load; exit 0 iff it is step 1 or 2
+    python torch_dcp.py check-acked # the same, and step 2 once the save has returned
 
 The check prints one path-free line: what it loaded, or why it could not.
 """
+import os
 import sys
 import warnings
 
@@ -17,6 +19,12 @@ SHAPE = (64, 64)
 
 def state(step):
     return {"weight": torch.full(SHAPE, float(step)), "step": torch.tensor(step)}
+
+
+def acknowledged():
+    """Whether the save had returned when the power was cut (`shardlift crash-test` sets
+    SHARDLIFT_ACKED in each state: acknowledgements given before it)."""
+    return int(os.environ.get("SHARDLIFT_ACKED", "0")) > 0
 
 
 def main():
@@ -37,6 +45,9 @@ def main():
         return 1
     step = int(template["step"])
     if step in (1, 2) and torch.equal(template["weight"], torch.full(SHAPE, float(step))):
+        if mode == "check-acked" and acknowledged() and step != 2:
+            print(f"acknowledged save lost: loaded step {step}")
+            return 1
         print(f"loaded step {step}")
         return 0
     print("loaded a state that is neither the old nor the new one")

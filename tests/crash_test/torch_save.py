@@ -3,6 +3,7 @@ without any fsync (a pattern common in training scripts).
 
     python torch_save.py save STEP   # writes ./model.pt via ./model.pt.tmp
     python torch_save.py check       # torch.load; exit 0 iff it is step 1 or 2
+    python torch_save.py check-acked # the same, and step 2 once the save has returned
 """
 import os
 import sys
@@ -10,6 +11,12 @@ import sys
 import torch
 
 SHAPE = (64, 64)
+
+
+def acknowledged():
+    """Whether the save had returned when the power was cut (`shardlift crash-test` sets
+    SHARDLIFT_ACKED in each state: acknowledgements given before it)."""
+    return int(os.environ.get("SHARDLIFT_ACKED", "0")) > 0
 
 
 def main():
@@ -29,6 +36,9 @@ def main():
         return 1
     step = loaded.get("step") if isinstance(loaded, dict) else None
     if step in (1, 2) and torch.equal(loaded["weight"], torch.full(SHAPE, float(step))):
+        if mode == "check-acked" and acknowledged() and step != 2:
+            print(f"acknowledged save lost: loaded step {step}")
+            return 1
         print(f"loaded step {step}")
         return 0
     print("loaded a state that is neither the old nor the new one")

@@ -228,7 +228,7 @@ pub fn run(
 const MAX_STDOUT_BYTES: u64 = 16 << 20;
 
 /// Reads the writer's stdout, finds its acknowledgements and places them in `trace`.
-fn place_acknowledgements(
+pub(crate) fn place_acknowledgements(
     trace: &mut Trace,
     stdout_log: &Path,
     pattern: Option<&AckPattern>,

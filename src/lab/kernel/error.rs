@@ -48,7 +48,7 @@ pub enum KernelError {
     },
     /// The writer's program and libraries are too large to boot under emulation (a
     /// `shardlift` built with the torch feature brings libtorch, about 450 MB).
-    #[error("the guest's initramfs would hold {bytes} bytes, over the cap of {limit_bytes} (a program linked against libtorch? use a torch-free build: --no-default-features)")]
+    #[error("the guest's initramfs would hold {bytes} bytes, over the cap of {limit_bytes} (a program linked against libtorch? use a torch-free build: --no-default-features; a large writer such as Python with torch: record it on the host and replay it in the guest with --replay)")]
     InitramfsTooLarge {
         /// Bytes it would hold.
         bytes: u64,
@@ -131,6 +131,10 @@ pub enum KernelError {
         /// The scenarios' names.
         known: String,
     },
+    /// The recorded writer cannot be made into a replay script, or a script cannot be
+    /// read or replayed.
+    #[error("replaying the recorded writer: {0}")]
+    Replay(#[from] crate::lab::kernel::replay::ReplayError),
     /// The store's writer or its expectations failed on the host.
     #[error("the store's writer or its expectations: {0}")]
     Store(#[from] crate::lab::error::LabError),
@@ -165,6 +169,7 @@ impl KernelError {
             KernelError::LogOverLimit { .. } => "log-over-limit",
             KernelError::UnknownMutant { .. } => "unknown-mutant",
             KernelError::UnknownScenario { .. } => "unknown-scenario",
+            KernelError::Replay(_) => "replay",
             KernelError::Store(_) => "store",
             KernelError::Io { .. } => "io",
         }

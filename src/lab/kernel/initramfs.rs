@@ -156,6 +156,44 @@ fn lexically_normal(path: &Path) -> PathBuf {
     out
 }
 
+/// `/init` before the module loads: the kernel's file systems.
+pub const INIT_HEAD: &str = "#!/bin/busybox sh\n\
+/bin/busybox mkdir -p /proc /sys /dev /mnt /tmp\n\
+/bin/busybox mount -t proc proc /proc\n\
+/bin/busybox mount -t sysfs sys /sys\n\
+/bin/busybox mount -t devtmpfs dev /dev\n\
+/bin/busybox --install -s /bin\n";
+
+/// Every guest's base: busybox and the modules for virtio-blk and `fs_module` (from the
+/// pinned kernel's install), and the start of `/init` that mounts the kernel's file
+/// systems and loads those modules. The caller appends the rest of `/init`.
+pub fn base(
+    install_root: &Path,
+    release: &str,
+    fs_module: &str,
+) -> Result<(Initramfs, String), KernelError> {
+    let mut fs = Initramfs::default();
+    let busybox = std::fs::read("/bin/busybox").map_err(|_| KernelError::ToolMissing {
+        tool: "busybox",
+        package: "busybox-static",
+    })?;
+    fs.file("/bin/busybox", 0o755, busybox);
+    let modules = module_order(
+        install_root,
+        release,
+        &["virtio_pci", "virtio_blk", fs_module],
+    )?;
+    let mut script = String::from(INIT_HEAD);
+    for (i, module) in modules.iter().enumerate() {
+        let name = format!("/modules/{i:02}.ko");
+        let bytes = std::fs::read(module)
+            .map_err(KernelError::io(format!("reading {}", module.display())))?;
+        fs.file(&name, 0o644, bytes);
+        script.push_str(&format!("/bin/busybox insmod {name} 2>/dev/null\n"));
+    }
+    Ok((fs, script))
+}
+
 /// The modules `names` need, in load order (`modprobe --show-depends` on the install).
 pub fn module_order(
     root: &Path,

@@ -304,6 +304,7 @@ fn one_run(
         max_states: config.max_states,
         checks: CheckLimits::default(),
         hold_model: None,
+        replay: false,
     };
     let mut check = StoreCheck::new(
         &base,

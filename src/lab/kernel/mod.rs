@@ -13,7 +13,9 @@
 //! ([`guest`]; the agent, [`agent`], runs the writer and marks each acknowledgement on the
 //! disk) → parse the log → (with `hold_model`: record the same writer on the host and
 //! build the model's crash states) → recover each state, hold it against the model, check
-//! it → one report.
+//! it → one report. With `replay`, the writer is recorded on the host first
+//! ([`host_record`]) and the guest replays its operations ([`replay`]) from the recorded
+//! starting image.
 //!
 //! Output directory: `setup/` (what the setup command left), `disk.img` (after the run),
 //! `base.img` (before it), `blocks.log`, `console.log`, `initramfs.cpio`, `states/N/` and
@@ -22,12 +24,14 @@ pub mod agent;
 pub mod blklog;
 pub mod error;
 pub mod guest;
+pub mod host_record;
 pub mod initramfs;
 pub mod matrix;
 pub mod mkfs;
 pub mod pin;
 pub mod recover;
 pub mod recover_guest;
+pub mod replay;
 pub mod run;
 pub mod state_check;
 pub mod states;

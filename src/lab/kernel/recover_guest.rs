@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 
 use crate::lab::kernel::error::KernelError;
 use crate::lab::kernel::guest::{self, Accelerator, Disks, GuestRun, MAX_DISKS};
-use crate::lab::kernel::initramfs::{module_order, Initramfs};
+use crate::lab::kernel::initramfs;
 use crate::lab::kernel::pin::{KernelInstall, KERNEL_RELEASE};
 use crate::lab::kernel::run::FileSystem;
 
@@ -58,25 +58,11 @@ impl RecoveryGuest {
         boot_timeout_ms: u64,
     ) -> Result<Self, KernelError> {
         checker(file_system)?;
-        let mut fs = Initramfs::default();
-        let busybox = std::fs::read("/bin/busybox").map_err(|_| KernelError::ToolMissing {
-            tool: "busybox",
-            package: "busybox-static",
-        })?;
-        fs.file("/bin/busybox", 0o755, busybox);
-        let modules = module_order(
+        let (mut fs, mut script) = initramfs::base(
             &install.dir.join("root"),
             KERNEL_RELEASE,
-            &["virtio_pci", "virtio_blk", file_system.module()],
+            file_system.module(),
         )?;
-        let mut script = String::from(crate::lab::kernel::run::INIT_HEAD);
-        for (i, module) in modules.iter().enumerate() {
-            let name = format!("/modules/{i:02}.ko");
-            let bytes = std::fs::read(module)
-                .map_err(KernelError::io(format!("reading {}", module.display())))?;
-            fs.file(&name, 0o644, bytes);
-            script.push_str(&format!("/bin/busybox insmod {name} 2>/dev/null\n"));
-        }
         script.push_str(&recovery_script(file_system.module()));
         fs.file("/init", 0o755, script.into_bytes());
         let initramfs = dir.join("recover-initramfs.cpio");

@@ -10,17 +10,19 @@ use crate::core::digest::Digest;
 use crate::durable::file::{write_file, WriteOptions};
 use crate::lab::external::check::{run_check, CheckLimits, CheckOutcome};
 use crate::lab::external::model::{self, ModelLimits, Unread};
-use crate::lab::external::recorder::{self, RecordLimits};
+use crate::lab::external::trace::Trace;
 use crate::lab::external::{run_setup_in, AckPattern, CrashTestError};
 use crate::lab::kernel::agent::{self, AgentConfig, MAX_MARKERS};
 use crate::lab::kernel::blklog::{self, BlockLog};
 use crate::lab::kernel::error::KernelError;
 use crate::lab::kernel::guest::{self, Accelerator, Disks, GuestRun};
-use crate::lab::kernel::initramfs::{module_order, Initramfs};
+use crate::lab::kernel::host_record;
+use crate::lab::kernel::initramfs;
 use crate::lab::kernel::mkfs::{self, MARKER_AREA_BYTES};
 use crate::lab::kernel::pin::{self, KernelInstall, KERNEL_PACKAGE_SHA256, KERNEL_RELEASE};
 use crate::lab::kernel::recover::recover_ext4;
 use crate::lab::kernel::recover_guest::{RecoveryGuest, STATES_PER_GUEST};
+use crate::lab::kernel::replay;
 use crate::lab::kernel::state_check::StateCheck;
 use crate::lab::kernel::states::{self, BlockState, StateKind, StateLimits};
 use crate::lab::matrix::Violation;
@@ -97,6 +99,58 @@ pub struct KernelConfig {
     /// host (ptrace) and a state whose visible tree is none of the model's crash states
     /// fails. `None`: do not.
     pub hold_model: Option<ModelLimits>,
+    /// Record the writer on the host and replay its file operations in the guest
+    /// ([`super::replay`]) instead of running it there: for writers the guest cannot boot.
+    pub replay: bool,
+}
+
+/// What the guest runs as the writer: its program (copied in with its libraries), argv,
+/// acknowledgement pattern, and a replay script when it replays a host recording.
+struct GuestWriter<'a> {
+    /// The recording replayed, when it is one.
+    replayed: Option<&'a Trace>,
+    program: PathBuf,
+    argv: Vec<String>,
+    ack: Option<String>,
+    script: Option<Vec<u8>>,
+}
+
+/// Where the replay script lies in the guest.
+const REPLAY_SCRIPT_PATH: &str = "/replay.script";
+
+impl<'a> GuestWriter<'a> {
+    /// The writer itself, or with `host_trace` the agent replaying it.
+    fn new(config: &KernelConfig, host_trace: Option<&'a Trace>) -> Result<Self, KernelError> {
+        let Some(trace) = host_trace else {
+            return Ok(GuestWriter {
+                replayed: None,
+                program: resolve_program(&config.writer[0])?,
+                argv: config
+                    .writer
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+                ack: config.ack.clone(),
+                script: None,
+            });
+        };
+        let program = config
+            .agent_exe
+            .canonicalize()
+            .map_err(KernelError::io("locating shardlift"))?;
+        Ok(GuestWriter {
+            replayed: Some(trace),
+            argv: vec![
+                program.to_string_lossy().into_owned(),
+                "kernel-replay".to_owned(),
+                "--script".to_owned(),
+                REPLAY_SCRIPT_PATH.to_owned(),
+            ],
+            program,
+            ack: Some(replay::REPLAY_ACK_PATTERN.to_owned()),
+            script: Some(replay::encode(trace)?),
+        })
+    }
 }
 
 /// The pinned kernel, as reported.
@@ -221,9 +275,18 @@ pub fn run_with(
     let install =
         KernelInstall::locate(&config.kernel_dir.clone().unwrap_or_else(pin::default_dir))?;
     let qemu = guest::qemu_binary()?;
-    let writer_program = resolve_program(&config.writer[0])?;
+    if !config.replay {
+        resolve_program(&config.writer[0])?;
+    }
     prepare_output(&config.out)?;
-    let booted = boot(config, &install, (&qemu, &writer_program), progress)?;
+    let host_trace = if config.replay || config.hold_model.is_some() {
+        progress("recording the writer on the host");
+        Some(host_record::record(config)?)
+    } else {
+        None
+    };
+    let writer = GuestWriter::new(config, host_trace.as_ref().filter(|_| config.replay))?;
+    let booted = boot(config, &install, (&qemu, &writer), progress)?;
     let recovery = match config.file_system {
         FileSystem::Xfs | FileSystem::Btrfs => Some(RecoveryGuest::prepare(
             config.file_system,
@@ -234,7 +297,13 @@ pub fn run_with(
         )?),
         FileSystem::Model | FileSystem::Ext4 => None,
     };
-    let report = judge_log(config, booted, recovery.as_ref(), in_process, progress)?;
+    let report = judge_log(
+        config,
+        (booted, host_trace.as_ref()),
+        recovery.as_ref(),
+        in_process,
+        progress,
+    )?;
     write_report(&config.out, &report)?;
     Ok(report)
 }
@@ -250,7 +319,7 @@ struct Booted {
 fn boot(
     config: &KernelConfig,
     install: &KernelInstall,
-    (qemu, writer_program): (&Path, &Path),
+    (qemu, writer): (&Path, &GuestWriter<'_>),
     progress: &mut dyn FnMut(&str),
 ) -> Result<Booted, KernelError> {
     let started = Instant::now();
@@ -260,12 +329,12 @@ fn boot(
         config.file_system.module()
     ));
     let disk = config.out.join("disk.img");
-    make_file_system(config, &disk)?;
+    make_file_system(config, writer.replayed, &disk)?;
     states::copy_image(&disk, &config.out.join("base.img"))
         .map_err(KernelError::io("copying the starting image"))?;
     timings.prepare_ms = lap(&started, 0);
     let initramfs = config.out.join("initramfs.cpio");
-    let memory_mib = build_initramfs(config, install, writer_program, &initramfs)?;
+    let memory_mib = build_initramfs(config, install, writer, &initramfs)?;
     let accelerator = guest::probe_accelerator(qemu, &config.out.join("kvm-probe.log"));
     timings.initramfs_ms = lap(&started, timings.prepare_ms);
     progress(&format!(
@@ -309,7 +378,7 @@ fn boot(
 /// Parses the block log, builds the crash states and judges each one.
 fn judge_log(
     config: &KernelConfig,
-    booted: Booted,
+    (booted, host_trace): (Booted, Option<&Trace>),
     recovery: Option<&RecoveryGuest>,
     mut in_process: Option<&mut dyn StateCheck>,
     progress: &mut dyn FnMut(&str),
@@ -325,12 +394,12 @@ fn judge_log(
         all.len()
     ));
     let checked = &all[..all.len().min(config.max_states)];
-    let admitted = match config.hold_model {
-        Some(limits) => {
-            progress("recording the writer on the host for the model");
-            Some(model_digests(config, limits)?)
+    let admitted = match (config.hold_model, host_trace) {
+        (Some(limits), Some(trace)) => {
+            progress("building the model's crash states of the recorded writer");
+            Some(host_record::model_digests(config, trace, limits)?)
         }
-        None => None,
+        _ => None,
     };
     if let Some(check) = in_process.as_deref_mut() {
         check.prepare(&booted.acks)?;
@@ -421,9 +490,17 @@ fn resolve_program(program: &OsString) -> Result<PathBuf, KernelError> {
         })
 }
 
-fn make_file_system(config: &KernelConfig, disk: &Path) -> Result<(), KernelError> {
+/// Makes the file system from the setup command's result, or with `--replay` from the
+/// recorded writer's initial image.
+fn make_file_system(
+    config: &KernelConfig,
+    replayed: Option<&Trace>,
+    disk: &Path,
+) -> Result<(), KernelError> {
     let setup_dir = config.out.join("setup");
-    if let Some(command) = &config.setup {
+    if let Some(trace) = replayed {
+        host_record::write_initial_image(trace, &setup_dir)?;
+    } else if let Some(command) = &config.setup {
         run_setup_in(
             Path::new("/bin/sh"),
             command,
@@ -439,29 +516,14 @@ fn make_file_system(config: &KernelConfig, disk: &Path) -> Result<(), KernelErro
 fn build_initramfs(
     config: &KernelConfig,
     install: &KernelInstall,
-    writer: &Path,
+    writer: &GuestWriter<'_>,
     out: &Path,
 ) -> Result<u64, KernelError> {
-    let mut fs = Initramfs::default();
-    let busybox = std::fs::read("/bin/busybox").map_err(|_| KernelError::ToolMissing {
-        tool: "busybox",
-        package: "busybox-static",
-    })?;
-    fs.file("/bin/busybox", 0o755, busybox);
-    let root = install.dir.join("root");
-    let modules = module_order(
-        &root,
+    let (mut fs, mut script) = initramfs::base(
+        &install.dir.join("root"),
         KERNEL_RELEASE,
-        &["virtio_pci", "virtio_blk", config.file_system.module()],
+        config.file_system.module(),
     )?;
-    let mut script = String::from(INIT_HEAD);
-    for (i, module) in modules.iter().enumerate() {
-        let name = format!("/modules/{i:02}.ko");
-        let bytes = std::fs::read(module)
-            .map_err(KernelError::io(format!("reading {}", module.display())))?;
-        fs.file(&name, 0o644, bytes);
-        script.push_str(&format!("/bin/busybox insmod {name} 2>/dev/null\n"));
-    }
     script.push_str(&init_tail(config.file_system.module()));
     fs.file("/init", 0o755, script.into_bytes());
     fs.program(
@@ -470,14 +532,13 @@ fn build_initramfs(
             .canonicalize()
             .map_err(KernelError::io("locating shardlift"))?,
     )?;
-    fs.program(writer)?;
+    fs.program(&writer.program)?;
+    if let Some(script) = &writer.script {
+        fs.file(REPLAY_SCRIPT_PATH, 0o644, script.clone());
+    }
     let agent = AgentConfig {
-        argv: config
-            .writer
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-        ack: config.ack.clone(),
+        argv: writer.argv.clone(),
+        ack: writer.ack.clone(),
         device: "/dev/vda".to_owned(),
         marker_offset: config.file_system.file_system_bytes(),
     };
@@ -505,14 +566,6 @@ fn build_initramfs(
     std::fs::write(out, fs.to_cpio()).map_err(KernelError::io("writing the initramfs"))?;
     Ok(guest::memory_for(fs.payload_bytes()))
 }
-
-/// `/init` before the module loads: the kernel's file systems.
-pub(crate) const INIT_HEAD: &str = "#!/bin/busybox sh\n\
-/bin/busybox mkdir -p /proc /sys /dev /mnt /tmp\n\
-/bin/busybox mount -t proc proc /proc\n\
-/bin/busybox mount -t sysfs sys /sys\n\
-/bin/busybox mount -t devtmpfs dev /dev\n\
-/bin/busybox --install -s /bin\n";
 
 /// `/init` after them: mount the file system under test and hand over to the agent,
 /// which powers the guest off; if the mount or the agent fails, power off anyway.
@@ -671,46 +724,6 @@ fn judge(
     failure.check = Some(outcome);
     failure.output_tail = tail;
     Ok(Some(failure))
-}
-
-/// The digests of the model's crash states of the same writer, recorded on the host
-/// under ptrace in `model/` after the same setup command.
-fn model_digests(
-    config: &KernelConfig,
-    limits: ModelLimits,
-) -> Result<HashSet<Digest>, KernelError> {
-    let root = config.out.join("model");
-    let (scratch, tmp) = (root.join("scratch"), root.join("tmp"));
-    for dir in [&root, &scratch, &tmp] {
-        std::fs::create_dir(dir).map_err(KernelError::io("creating model/"))?;
-    }
-    if let Some(command) = &config.setup {
-        let log = root.join("setup.log");
-        let sh = Path::new("/bin/sh");
-        run_setup_in(sh, command, &scratch, &tmp, &log, config.setup_timeout_ms)?;
-    }
-    let stderr_log = root.join("writer.stderr");
-    let run = recorder::record(
-        &recorder::WriterSetup {
-            stub_exe: &config.agent_exe,
-            scratch: &scratch,
-            tmpdir: &tmp,
-            argv: &config.writer,
-            stdout_log: &root.join("writer.stdout"),
-            stderr_log: &stderr_log,
-        },
-        RecordLimits::default(),
-    )?;
-    if !run.exit.success() {
-        return Err(CrashTestError::WriterFailed {
-            outcome: run.exit.to_string(),
-            log: stderr_log,
-        }
-        .into());
-    }
-    let states = model::crash_states(&run.trace, limits, &Unread::new(&config.unread))
-        .map_err(CrashTestError::from)?;
-    Ok(states.states.iter().map(|s| s.digest).collect())
 }
 
 fn write_report(out: &Path, report: &KernelReport) -> Result<(), KernelError> {
