@@ -610,7 +610,7 @@ mod tests {
     fn a_failing_operation_is_named() {
         let script = decode(&encode(&trace()).expect("encode")).expect("decode");
         let dir = tempfile::tempdir().expect("tempdir");
-        // No initial file: the write to inode 0 (operation #5) cannot open it.
+        // No initial file: the write to inode 0 (operation 5) cannot open it.
         let error = replay(&script, dir.path(), &mut Vec::new()).expect_err("fails");
         assert!(
             matches!(error, ReplayError::Operation { index: 5, .. }),
