@@ -6,9 +6,10 @@
 //!
 //! - a writer that renames without fsync loses its acknowledged checkpoint on both file
 //!   systems, and the same writer followed by `sync` does not (the control);
-//! - the store's own writer on a genesis publish: every flush point and the seeded
-//!   reordered and torn states pass, and the states after the acknowledgement keep the
-//!   generation;
+//! - in the kernel-matrix lane (ignored here): the store's own writer on a genesis publish
+//!   (every flush point and the seeded reordered and torn states pass, and the states
+//!   after the acknowledgement keep the generation) and ShardLift's publish over a
+//!   generation held to the model;
 //! - bad input: a setup tree that the xfs image cannot be made from (a name with a space,
 //!   which `mkfs.xfs -p` cannot express) is refused with its own error, nothing left running.
 //!
@@ -88,8 +89,10 @@ fn a_rename_without_fsync_loses_the_checkpoint_on_xfs_and_btrfs_and_sync_fixes_i
     }
 }
 
+/// The kernel-matrix lane (about 2.5 minutes): the store's own writer on a genesis publish.
 #[test]
-fn the_stores_genesis_publish_keeps_its_acknowledged_generation_on_xfs_and_btrfs() {
+#[ignore = "the store's genesis publish on xfs and btrfs; ci/test kernel-matrix runs it"]
+fn genesis_publish_keeps_its_acknowledged_generation_on_xfs_and_btrfs() {
     for file_system in FILE_SYSTEMS {
         let dir = tempfile::tempdir().expect("tempdir");
         let output = Command::new(SHARDLIFT)
