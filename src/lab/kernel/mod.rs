@@ -10,10 +10,10 @@
 //! on the host into a directory → make the file system from it ([`mkfs`]: the durable
 //! starting image) on a disk larger than the file system, whose tail holds the
 //! acknowledgement markers → build the initramfs ([`initramfs`]) → boot the guest
-//! ([`guest`]; the agent, [`agent`], runs the writer and marks each acknowledgement on the
-//! disk) → parse the log → (with `hold_model`: record the same writer on the host and
-//! build the model's crash states) → recover each state, hold it against the model, check
-//! it → one report. With `replay`, the writer is recorded on the host first
+//! ([`boot`], [`guest`]; the agent, [`agent`], runs the writer and marks each
+//! acknowledgement on the disk) → parse the log → (with `hold_model`: record the same
+//! writer on the host and build the model's crash states) → recover each state, hold it
+//! against the model, check it → one report. With `replay`, the writer is recorded on the host first
 //! ([`host_record`]) and the guest replays its operations ([`replay`]) from the recorded
 //! starting image.
 //!
@@ -22,6 +22,7 @@
 //! `states/N.log` for failing states, `report.json`.
 pub mod agent;
 pub mod blklog;
+pub mod boot;
 pub mod error;
 pub mod guest;
 pub mod host_record;

@@ -11,18 +11,15 @@ use crate::durable::file::{write_file, WriteOptions};
 use crate::lab::external::check::{run_check, CheckLimits, CheckOutcome};
 use crate::lab::external::model::{self, ModelLimits, Unread};
 use crate::lab::external::trace::Trace;
-use crate::lab::external::{run_setup_in, AckPattern, CrashTestError};
-use crate::lab::kernel::agent::{self, AgentConfig, MAX_MARKERS};
+use crate::lab::external::{AckPattern, CrashTestError};
 use crate::lab::kernel::blklog::{self, BlockLog};
+use crate::lab::kernel::boot::{self, Booted, GuestWriter};
 use crate::lab::kernel::error::KernelError;
-use crate::lab::kernel::guest::{self, Accelerator, Disks, GuestRun};
+use crate::lab::kernel::guest::{self, Accelerator};
 use crate::lab::kernel::host_record;
-use crate::lab::kernel::initramfs;
-use crate::lab::kernel::mkfs::{self, MARKER_AREA_BYTES};
 use crate::lab::kernel::pin::{self, KernelInstall, KERNEL_PACKAGE_SHA256, KERNEL_RELEASE};
 use crate::lab::kernel::recover::recover_ext4;
 use crate::lab::kernel::recover_guest::{RecoveryGuest, STATES_PER_GUEST};
-use crate::lab::kernel::replay;
 use crate::lab::kernel::state_check::StateCheck;
 use crate::lab::kernel::states::{self, BlockState, StateKind, StateLimits};
 use crate::lab::matrix::Violation;
@@ -102,55 +99,6 @@ pub struct KernelConfig {
     /// Record the writer on the host and replay its file operations in the guest
     /// ([`super::replay`]) instead of running it there: for writers the guest cannot boot.
     pub replay: bool,
-}
-
-/// What the guest runs as the writer: its program (copied in with its libraries), argv,
-/// acknowledgement pattern, and a replay script when it replays a host recording.
-struct GuestWriter<'a> {
-    /// The recording replayed, when it is one.
-    replayed: Option<&'a Trace>,
-    program: PathBuf,
-    argv: Vec<String>,
-    ack: Option<String>,
-    script: Option<Vec<u8>>,
-}
-
-/// Where the replay script lies in the guest.
-const REPLAY_SCRIPT_PATH: &str = "/replay.script";
-
-impl<'a> GuestWriter<'a> {
-    /// The writer itself, or with `host_trace` the agent replaying it.
-    fn new(config: &KernelConfig, host_trace: Option<&'a Trace>) -> Result<Self, KernelError> {
-        let Some(trace) = host_trace else {
-            return Ok(GuestWriter {
-                replayed: None,
-                program: resolve_program(&config.writer[0])?,
-                argv: config
-                    .writer
-                    .iter()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect(),
-                ack: config.ack.clone(),
-                script: None,
-            });
-        };
-        let program = config
-            .agent_exe
-            .canonicalize()
-            .map_err(KernelError::io("locating shardlift"))?;
-        Ok(GuestWriter {
-            replayed: Some(trace),
-            argv: vec![
-                program.to_string_lossy().into_owned(),
-                "kernel-replay".to_owned(),
-                "--script".to_owned(),
-                REPLAY_SCRIPT_PATH.to_owned(),
-            ],
-            program,
-            ack: Some(replay::REPLAY_ACK_PATTERN.to_owned()),
-            script: Some(replay::encode(trace)?),
-        })
-    }
 }
 
 /// The pinned kernel, as reported.
@@ -276,7 +224,7 @@ pub fn run_with(
         KernelInstall::locate(&config.kernel_dir.clone().unwrap_or_else(pin::default_dir))?;
     let qemu = guest::qemu_binary()?;
     if !config.replay {
-        resolve_program(&config.writer[0])?;
+        boot::resolve_program(&config.writer[0])?;
     }
     prepare_output(&config.out)?;
     let host_trace = if config.replay || config.hold_model.is_some() {
@@ -286,7 +234,7 @@ pub fn run_with(
         None
     };
     let writer = GuestWriter::new(config, host_trace.as_ref().filter(|_| config.replay))?;
-    let booted = boot(config, &install, (&qemu, &writer), progress)?;
+    let booted = boot::boot(config, &install, (&qemu, &writer), progress)?;
     let recovery = match config.file_system {
         FileSystem::Xfs | FileSystem::Btrfs => Some(RecoveryGuest::prepare(
             config.file_system,
@@ -306,73 +254,6 @@ pub fn run_with(
     )?;
     write_report(&config.out, &report)?;
     Ok(report)
-}
-
-/// What the guest run left: the accelerator, the marked lines, the phase timings so far.
-struct Booted {
-    accelerator: Accelerator,
-    acks: Vec<String>,
-    timings: PhaseTimings,
-}
-
-/// Makes the file system, builds the initramfs, boots the guest and runs the writer.
-fn boot(
-    config: &KernelConfig,
-    install: &KernelInstall,
-    (qemu, writer): (&Path, &GuestWriter<'_>),
-    progress: &mut dyn FnMut(&str),
-) -> Result<Booted, KernelError> {
-    let started = Instant::now();
-    let mut timings = PhaseTimings::default();
-    progress(&format!(
-        "making {} from the setup command's result",
-        config.file_system.module()
-    ));
-    let disk = config.out.join("disk.img");
-    make_file_system(config, writer.replayed, &disk)?;
-    states::copy_image(&disk, &config.out.join("base.img"))
-        .map_err(KernelError::io("copying the starting image"))?;
-    timings.prepare_ms = lap(&started, 0);
-    let initramfs = config.out.join("initramfs.cpio");
-    let memory_mib = build_initramfs(config, install, writer, &initramfs)?;
-    let accelerator = guest::probe_accelerator(qemu, &config.out.join("kvm-probe.log"));
-    timings.initramfs_ms = lap(&started, timings.prepare_ms);
-    progress(&format!(
-        "booting the guest ({accelerator:?}) and running the writer"
-    ));
-    let console = config.out.join("console.log");
-    let report = guest::run(
-        qemu,
-        &GuestRun {
-            vmlinux: &install.vmlinux,
-            initramfs: &initramfs,
-            disks: Disks::Logged {
-                disk: &disk,
-                log: &config.out.join("blocks.log"),
-            },
-            console: &console,
-            accelerator,
-            timeout_ms: config.guest_timeout_ms,
-            memory_mib,
-        },
-    )?;
-    timings.guest_ms = report.wall_ms;
-    if !report.escaped.is_empty() {
-        return Err(KernelError::Escape {
-            paths: report.escaped.join(", "),
-        });
-    }
-    if report.exit.as_deref() != Some("0") {
-        return Err(KernelError::WriterFailed {
-            outcome: report.exit.unwrap_or_default(),
-            console,
-        });
-    }
-    Ok(Booted {
-        accelerator,
-        acks: report.acks,
-        timings,
-    })
 }
 
 /// Parses the block log, builds the crash states and judges each one.
@@ -450,7 +331,7 @@ fn judge_log(
     })
 }
 
-fn lap(started: &Instant, before_ms: u64) -> u64 {
+pub(crate) fn lap(started: &Instant, before_ms: u64) -> u64 {
     (started.elapsed().as_millis() as u64).saturating_sub(before_ms)
 }
 
@@ -472,113 +353,6 @@ fn prepare_output(out: &Path) -> Result<(), KernelError> {
             .map_err(KernelError::io("creating the output layout"))?;
     }
     Ok(())
-}
-
-/// The writer's program as a host path (through `PATH` when it has no `/`).
-fn resolve_program(program: &OsString) -> Result<PathBuf, KernelError> {
-    let path = Path::new(program);
-    let found = if path.components().count() > 1 {
-        Some(path.to_owned())
-    } else {
-        guest::find_on_path(&program.to_string_lossy())
-    };
-    found
-        .and_then(|p| p.canonicalize().ok())
-        .ok_or_else(|| KernelError::Io {
-            context: format!("finding the writer program {}", path.display()),
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
-        })
-}
-
-/// Makes the file system from the setup command's result, or with `--replay` from the
-/// recorded writer's initial image.
-fn make_file_system(
-    config: &KernelConfig,
-    replayed: Option<&Trace>,
-    disk: &Path,
-) -> Result<(), KernelError> {
-    let setup_dir = config.out.join("setup");
-    if let Some(trace) = replayed {
-        host_record::write_initial_image(trace, &setup_dir)?;
-    } else if let Some(command) = &config.setup {
-        run_setup_in(
-            Path::new("/bin/sh"),
-            command,
-            &setup_dir,
-            &config.out.join("tmp"),
-            &config.out.join("setup.log"),
-            config.setup_timeout_ms,
-        )?;
-    }
-    mkfs::make(config.file_system, &setup_dir, disk)
-}
-
-fn build_initramfs(
-    config: &KernelConfig,
-    install: &KernelInstall,
-    writer: &GuestWriter<'_>,
-    out: &Path,
-) -> Result<u64, KernelError> {
-    let (mut fs, mut script) = initramfs::base(
-        &install.dir.join("root"),
-        KERNEL_RELEASE,
-        config.file_system.module(),
-    )?;
-    script.push_str(&init_tail(config.file_system.module()));
-    fs.file("/init", 0o755, script.into_bytes());
-    fs.program(
-        &config
-            .agent_exe
-            .canonicalize()
-            .map_err(KernelError::io("locating shardlift"))?,
-    )?;
-    fs.program(&writer.program)?;
-    if let Some(script) = &writer.script {
-        fs.file(REPLAY_SCRIPT_PATH, 0o644, script.clone());
-    }
-    let agent = AgentConfig {
-        argv: writer.argv.clone(),
-        ack: writer.ack.clone(),
-        device: "/dev/vda".to_owned(),
-        marker_offset: config.file_system.file_system_bytes(),
-    };
-    debug_assert!(MAX_MARKERS * agent::MARKER_BYTES as u64 <= MARKER_AREA_BYTES);
-    let json = serde_json::to_vec(&agent).map_err(|e| KernelError::Io {
-        context: "encoding the agent's config".to_owned(),
-        source: std::io::Error::other(e),
-    })?;
-    fs.file("/agent.json", 0o644, json);
-    let agent_path = config
-        .agent_exe
-        .canonicalize()
-        .map_err(KernelError::io("locating shardlift"))?;
-    fs.file(
-        "/agent-path",
-        0o644,
-        agent_path.to_string_lossy().into_owned().into_bytes(),
-    );
-    if fs.payload_bytes() > MAX_INITRAMFS_BYTES {
-        return Err(KernelError::InitramfsTooLarge {
-            bytes: fs.payload_bytes(),
-            limit_bytes: MAX_INITRAMFS_BYTES,
-        });
-    }
-    std::fs::write(out, fs.to_cpio()).map_err(KernelError::io("writing the initramfs"))?;
-    Ok(guest::memory_for(fs.payload_bytes()))
-}
-
-/// `/init` after them: mount the file system under test and hand over to the agent,
-/// which powers the guest off; if the mount or the agent fails, power off anyway.
-fn init_tail(fs_type: &str) -> String {
-    format!(
-        "if /bin/busybox mount -t {fs_type} /dev/vda /mnt; then\n\
-  \"$(/bin/busybox cat /agent-path)\" kernel-guest --config /agent.json\n\
-else\n\
-  echo 'shardlift-guest: error mounting /dev/vda failed'\n\
-fi\n\
-echo o > /proc/sysrq-trigger\n\
-/bin/busybox sleep 60\n"
-    )
 }
 
 fn read_log(path: &Path) -> Result<Vec<u8>, KernelError> {
