@@ -31,7 +31,7 @@ fn one_node_stopped_mid_publish_the_publish_completes_and_recovers() {
     let _restart = RestartOnDrop(vec![2]);
     let mut stopped = false;
     let mut hook = FnHook(
-        |event: &shardlift::store::BarrierEvent| -> Result<(), String> {
+        |event: &shardlift::store::BarrierEvent| -> Result<(), shardlift::store::HookStop> {
             if event.barrier == Barrier::ObjectAfterRename && event.occurrence == 2 && !stopped {
                 stopped = true;
                 garage_node("stop", 2);
@@ -71,7 +71,7 @@ fn two_nodes_stopped_mid_publish_fail_typed_and_nothing_is_committed() {
     let _restart = RestartOnDrop(vec![1, 2]);
     let mut stopped = false;
     let mut hook = FnHook(
-        |event: &shardlift::store::BarrierEvent| -> Result<(), String> {
+        |event: &shardlift::store::BarrierEvent| -> Result<(), shardlift::store::HookStop> {
             if event.barrier == Barrier::ObjectAfterRename && event.occurrence == 2 && !stopped {
                 stopped = true;
                 garage_node("stop", 1);

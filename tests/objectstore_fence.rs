@@ -41,7 +41,7 @@ fn race(fenced: bool) -> (Arc<dyn ObjectStore>, Result<u64, ObjStoreError>) {
     let mut hook = FnHook(|event: &BarrierEvent| {
         if event.seq == 0 {
             let summary = writer::publish(a.client(), capability, &state_a, topology, &mut NoHooks)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| shardlift::store::HookStop::from(e.to_string()))?;
             assert_eq!(summary.generation, 0);
         }
         Ok(())
@@ -172,7 +172,7 @@ fn a_claim_that_names_the_writers_own_record_is_its_own_not_taken() {
             let created = store
                 .client()
                 .put_create(&claim_key(0), digest.to_hex().into_bytes())
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| shardlift::store::HookStop::from(e.to_string()))?;
             assert!(created);
         }
         Ok(())

@@ -10,6 +10,7 @@ use shardlift::objstore::{ConditionalCreate, ObjStoreError};
 use shardlift::store::barrier::{Barrier, FnHook, NoHooks};
 use shardlift::store::layout::{chunk_entries, synthetic_state};
 use shardlift::store::recovery::LatestStatus;
+use shardlift::store::RejectionKind;
 
 const CHUNK_ELEMENTS: u32 = 8192;
 
@@ -146,7 +147,10 @@ fn a_corrupted_object_is_refused_naming_its_key() {
     assert_eq!(report.scan.rejected.len(), 1, "{report:?}");
     let rejection = &report.scan.rejected[0];
     assert_eq!(rejection.generation, Some(1));
-    assert_eq!(rejection.kind, "digest-mismatch");
+    assert_eq!(
+        rejection.kind,
+        shardlift::store::RejectionKind::DigestMismatch
+    );
     assert!(
         rejection.reason.contains(&key_url),
         "the rejection must name {key_url}: {}",
@@ -278,10 +282,20 @@ fn synthetic_objects_are_verified_and_a_missing_or_wrong_length_one_is_refused_b
             2,
             b"a synthetic object nobody PUT".to_vec(),
             false,
-            "missing-object",
+            RejectionKind::MissingObject,
         ),
-        (3, vec![7u8; object_len + 1], true, "synthetic-object-size"),
-        (4, vec![7u8; object_len - 1], true, "synthetic-object-size"),
+        (
+            3,
+            vec![7u8; object_len + 1],
+            true,
+            RejectionKind::SyntheticObjectSize,
+        ),
+        (
+            4,
+            vec![7u8; object_len - 1],
+            true,
+            RejectionKind::SyntheticObjectSize,
+        ),
     ] {
         let digest = Digest::of(&bytes);
         if stored {
@@ -400,7 +414,7 @@ fn racing_publishers_keep_both_records_and_recovery_reports_the_split_brain() {
                 let store = open(&url, false);
                 let mut met = false;
                 let mut hook = FnHook(
-                    |event: &shardlift::store::BarrierEvent| -> Result<(), String> {
+                    |event: &shardlift::store::BarrierEvent| -> Result<(), shardlift::store::HookStop> {
                         if event.barrier == Barrier::ObjectAfterWrite && !met {
                             met = true;
                             rendezvous.wait();

@@ -233,11 +233,9 @@ fn resharding_a_source_with_a_corrupted_object_fails_naming_it_and_commits_nothi
     let report = store.recover().expect("recover");
     assert!(report.scan.selected.is_none(), "{:?}", report.scan);
     assert_eq!(report.scan.rejected.len(), 3, "{:?}", report.scan.rejected);
-    assert!(report
-        .scan
-        .rejected
-        .iter()
-        .all(|r| r.kind == "digest-mismatch" && r.reason.contains(&rel)));
+    assert!(report.scan.rejected.iter().all(|r| r.kind
+        == shardlift::store::RejectionKind::DigestMismatch
+        && r.reason.contains(&rel)));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use shardlift::store::codec::{
 };
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::writer::{publish_with, WriterFaults};
-use shardlift::store::{self, FnHook, NoHooks, ObjectCheck, StoreError};
+use shardlift::store::{self, FnHook, NoHooks, ObjectCheck, RejectionKind, StoreError};
 
 fn state() -> LogicalState {
     synthetic_state(11, 2, 30_000)
@@ -79,7 +79,7 @@ fn load_error(root: &Path, generation: u64) -> StoreError {
     })
 }
 
-fn recover_rejects(root: &Path, generation: u64, kind: &str) {
+fn recover_rejects(root: &Path, generation: u64, kind: RejectionKind) {
     let report = unchanged(root, || store::recover(root).expect("recover"));
     let rejection = report
         .rejected
@@ -157,7 +157,7 @@ fn too_large() {
     let (_dir, root) = store_with_genesis();
     write_file(&root.join(commit_rel_path(1)), &vec![b' '; 5000]);
     assert!(matches!(load_error(&root, 1), StoreError::TooLarge { .. }));
-    recover_rejects(&root, 1, "too-large");
+    recover_rejects(&root, 1, RejectionKind::TooLarge);
 }
 
 #[test]
@@ -168,7 +168,7 @@ fn undecodable() {
         load_error(&root, 1),
         StoreError::Undecodable { .. }
     ));
-    recover_rejects(&root, 1, "undecodable");
+    recover_rejects(&root, 1, RejectionKind::Undecodable);
 }
 
 #[test]
@@ -180,7 +180,7 @@ fn wrong_schema() {
         load_error(&root, 1),
         StoreError::WrongSchema { .. }
     ));
-    recover_rejects(&root, 1, "wrong-schema");
+    recover_rejects(&root, 1, RejectionKind::WrongSchema);
 }
 
 #[test]
@@ -194,7 +194,7 @@ fn unsupported_version() {
         load_error(&root, 1),
         StoreError::UnsupportedVersion { ref found, .. } if found == "2"
     ));
-    recover_rejects(&root, 1, "unsupported-version");
+    recover_rejects(&root, 1, RejectionKind::UnsupportedVersion);
 }
 
 #[test]
@@ -209,7 +209,7 @@ fn not_canonical() {
         load_error(&root, 1),
         StoreError::NotCanonical { .. }
     ));
-    recover_rejects(&root, 1, "not-canonical");
+    recover_rejects(&root, 1, RejectionKind::NotCanonical);
 }
 
 #[test]
@@ -224,7 +224,7 @@ fn missing_object() {
         load_error(&root, 1),
         StoreError::MissingObject { .. }
     ));
-    recover_rejects(&root, 1, "missing-object");
+    recover_rejects(&root, 1, RejectionKind::MissingObject);
 }
 
 #[test]
@@ -253,7 +253,7 @@ fn generation_name_mismatch() {
             ..
         }
     ));
-    recover_rejects(&root, 1, "generation-name-mismatch");
+    recover_rejects(&root, 1, RejectionKind::GenerationNameMismatch);
 }
 
 #[test]
@@ -264,7 +264,7 @@ fn binding_mismatch() {
         load_error(&root, 1),
         StoreError::BindingMismatch { what: "step", .. }
     ));
-    recover_rejects(&root, 1, "binding-mismatch");
+    recover_rejects(&root, 1, RejectionKind::BindingMismatch);
 }
 
 #[test]
@@ -275,7 +275,7 @@ fn malformed_manifest() {
         load_error(&root, 1),
         StoreError::MalformedManifest { .. }
     ));
-    recover_rejects(&root, 1, "malformed-manifest");
+    recover_rejects(&root, 1, RejectionKind::MalformedManifest);
 }
 
 #[test]
@@ -286,7 +286,7 @@ fn ownership_mismatch() {
         load_error(&root, 1),
         StoreError::OwnershipMismatch { .. }
     ));
-    recover_rejects(&root, 1, "ownership-mismatch");
+    recover_rejects(&root, 1, RejectionKind::OwnershipMismatch);
 }
 
 #[test]
@@ -306,7 +306,7 @@ fn chunk_size() {
         load_error(&root, 1),
         StoreError::ChunkSize { id: 0, .. }
     ));
-    recover_rejects(&root, 1, "chunk-size");
+    recover_rejects(&root, 1, RejectionKind::ChunkSize);
 }
 
 #[test]
@@ -317,7 +317,7 @@ fn malformed_state() {
         load_error(&root, 1),
         StoreError::MalformedState { .. }
     ));
-    recover_rejects(&root, 1, "malformed-state");
+    recover_rejects(&root, 1, RejectionKind::MalformedState);
 }
 
 #[test]
@@ -332,7 +332,7 @@ fn root_mismatch() {
         load_error(&root, 1),
         StoreError::RootMismatch { .. }
     ));
-    recover_rejects(&root, 1, "root-mismatch");
+    recover_rejects(&root, 1, RejectionKind::RootMismatch);
 }
 
 #[test]
@@ -438,7 +438,10 @@ fn not_regular_file_a_fifo_record_or_latest_is_refused_without_blocking() {
         .iter()
         .find(|r| r.generation == Some(1))
         .expect("generation 1 rejected");
-    assert_eq!(rejection.kind, "not-regular-file");
+    assert_eq!(
+        rejection.kind,
+        shardlift::store::RejectionKind::NotRegularFile
+    );
     assert_eq!(report.selected.map(|s| s.generation), Some(0));
     assert_eq!(report.latest.status, store::LatestStatus::Garbage);
 }
@@ -460,7 +463,10 @@ fn not_regular_file_a_symlinked_object_is_never_followed() {
     );
     let report = unchanged(&root, || store::recover(&root).expect("recover"));
     assert_eq!(report.selected, None);
-    assert_eq!(report.rejected[0].kind, "not-regular-file");
+    assert_eq!(
+        report.rejected[0].kind,
+        shardlift::store::RejectionKind::NotRegularFile
+    );
     // The reshard's metadata check (RFC 0001 §7) names the same reason, and commits
     // nothing: for a symlinked object, a directory in its place, and (missing-object) no
     // entry at all.
@@ -688,7 +694,7 @@ fn stopped_by_a_hook() {
     let root = dir.path().join("store");
     let mut hook = FnHook(|e: &shardlift::store::BarrierEvent| {
         if e.barrier == shardlift::store::Barrier::CommitAfterFileFsync {
-            Err("stop here".to_owned())
+            Err("stop here".into())
         } else {
             Ok(())
         }
@@ -698,7 +704,7 @@ fn stopped_by_a_hook() {
     assert!(matches!(
         error,
         StoreError::Stopped {
-            barrier: "commit-after-file-fsync",
+            barrier: shardlift::store::Barrier::CommitAfterFileFsync,
             ..
         }
     ));

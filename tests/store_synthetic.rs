@@ -93,7 +93,10 @@ fn the_first_bad_object_in_manifest_order_is_reported_every_time() {
         let report = store::recover(&root).expect("recover");
         assert!(report.selected.is_none());
         assert_eq!(report.rejected.len(), 1);
-        assert_eq!(report.rejected[0].kind, "digest-mismatch");
+        assert_eq!(
+            report.rejected[0].kind,
+            shardlift::store::RejectionKind::DigestMismatch
+        );
         assert!(
             report.rejected[0]
                 .reason
@@ -136,10 +139,16 @@ fn a_missing_or_extended_object_is_rejected() {
     std::fs::remove_file(&last).expect("rm");
     std::fs::write(&last, &bytes).expect("write");
     let report = store::recover(&root).expect("recover");
-    assert_eq!(report.rejected[0].kind, "synthetic-object-size");
+    assert_eq!(
+        report.rejected[0].kind,
+        shardlift::store::RejectionKind::SyntheticObjectSize
+    );
     std::fs::remove_file(&last).expect("rm");
     let report = store::recover(&root).expect("recover");
-    assert_eq!(report.rejected[0].kind, "missing-object");
+    assert_eq!(
+        report.rejected[0].kind,
+        shardlift::store::RejectionKind::MissingObject
+    );
 }
 
 #[test]
@@ -400,7 +409,10 @@ fn a_length_checked_reshard_commits_over_a_same_length_corruption_that_recovery_
     assert!(report.selected.is_none(), "{report:?}");
     assert_eq!(report.rejected.len(), 2);
     for rejection in &report.rejected {
-        assert_eq!(rejection.kind, "digest-mismatch");
+        assert_eq!(
+            rejection.kind,
+            shardlift::store::RejectionKind::DigestMismatch
+        );
         assert!(rejection
             .reason
             .contains(&object_rel_path(&synthetic.objects[20])));

@@ -10,7 +10,7 @@ use shardlift::core::logical::LogicalState;
 use shardlift::core::progress::Progress;
 use shardlift::core::topology::Topology;
 use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions, S3Location};
-use shardlift::store::barrier::{Barrier, BarrierEvent, BarrierHook, NoHooks};
+use shardlift::store::barrier::{Barrier, BarrierEvent, BarrierHook, HookStop, NoHooks};
 use shardlift::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
 use shardlift::store::writer::SyntheticSpec;
 use shardlift::store::ObjectCheck;
@@ -247,7 +247,7 @@ impl<'a> ProgressHook<'a> {
 }
 
 impl BarrierHook for ProgressHook<'_> {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
         if event.barrier == Barrier::ObjectAfterDirectoryFsync {
             self.done += 1;
             self.progress.advance(self.done);

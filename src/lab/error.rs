@@ -22,8 +22,8 @@ pub enum LabError {
     /// The publisher finished without reaching the barrier a kill was aimed at.
     #[error("the publisher finished without reaching barrier {barrier} (occurrence {occurrence})")]
     TargetNotReached {
-        /// The barrier's name.
-        barrier: &'static str,
+        /// The barrier.
+        barrier: crate::core::barrier::Barrier,
         /// Which occurrence of it (1-based).
         occurrence: u32,
     },

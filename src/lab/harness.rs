@@ -28,7 +28,7 @@ use crate::supervise::process::{
 use crate::durable::fs::{reads_from_real_disk, FileSystem, RealFs};
 use crate::lab::error::LabError;
 use crate::lab::handoff::{decode_handoff, encode_handoff, HANDOFF_MAGIC};
-use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, NoHooks};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, HookStop, NoHooks};
 use crate::store::codec::{commit_rel_path, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES};
 use crate::store::error::StoreError;
 use crate::store::recovery::RecoveryReport;
@@ -348,7 +348,7 @@ fn kill_at(
     )? {
         PublisherEnd::Killed(report) => Ok(report),
         PublisherEnd::Completed(_) => Err(LabError::TargetNotReached {
-            barrier: target.name(),
+            barrier: target,
             occurrence,
         }),
     }
@@ -853,9 +853,10 @@ pub fn child_print_report(report: &RecoveryReport) -> Result<(), LabError> {
 /// (one byte `A` on stdin; EOF stops it) — the `store-child publish --pause-at barriers`
 /// protocol, reused by the object-store publisher (`store publish-synthetic --store s3://…
 /// --pause-at barriers`) so a kill can land at every request boundary.
-pub fn stepping_barrier_hook() -> FnHook<impl FnMut(&BarrierEvent) -> Result<(), String>> {
+pub fn stepping_barrier_hook() -> FnHook<impl FnMut(&BarrierEvent) -> Result<(), HookStop>> {
     FnHook(|event: &BarrierEvent| {
-        send_and_wait(&ChildMessage::Barrier(event.clone())).map_err(|e| e.to_string())
+        send_and_wait(&ChildMessage::Barrier(event.clone()))
+            .map_err(|e| HookStop::from(e.to_string()))
     })
 }
 

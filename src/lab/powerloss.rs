@@ -32,7 +32,7 @@ use crate::core::digest::{Digest, FramedHasher};
 use crate::core::rng::SplitMix64;
 
 use crate::durable::fs::{EntryKind, FileSystem, RealFs};
-use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, HookStop};
 
 /// Names and what they hold, before data variants are chosen.
 type Namespace = BTreeMap<String, Node>;
@@ -502,7 +502,7 @@ fn note_rename(log: &mut Log, from: String, to: String) {
 pub struct MarkingHooks<'a>(pub &'a RecordingFs);
 
 impl BarrierHook for MarkingHooks<'_> {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
         self.0.mark(event.barrier);
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Every way the object-store backend can refuse or fail, one typed variant per reason.
 use crate::core::digest::Digest;
 use crate::store::error::StoreError;
+use crate::store::scan::RejectionKind;
 
 /// Why an object-store operation failed. Each variant names the key it concerns where
 /// there is one (`s3://bucket/prefix/…`).
@@ -122,8 +123,8 @@ pub enum ObjStoreError {
     /// The publisher was stopped at a barrier (a test harness's pause).
     #[error("the publisher was stopped at barrier {barrier}: {reason}")]
     Stopped {
-        /// The barrier's name.
-        barrier: &'static str,
+        /// The barrier.
+        barrier: crate::core::barrier::Barrier,
         /// Why it stopped.
         reason: String,
     },
@@ -158,6 +159,30 @@ impl ObjStoreError {
             ObjStoreError::Publish(_) => "publish",
             ObjStoreError::Stopped { .. } => "stopped",
             ObjStoreError::Probe { .. } => "probe",
+        }
+    }
+
+    /// The failure of stored content this is, which rejects a commit record: a missing,
+    /// oversized or wrongly hashed object, or a record or object that does not verify.
+    /// `None` for a failed request and everything else that says nothing about the content.
+    pub fn rejection_kind(&self) -> Option<RejectionKind> {
+        match self {
+            ObjStoreError::MissingObject { .. } => Some(RejectionKind::MissingObject),
+            ObjStoreError::TooLarge { .. } => Some(RejectionKind::TooLarge),
+            ObjStoreError::DigestMismatch { .. } => Some(RejectionKind::DigestMismatch),
+            ObjStoreError::GenerationNotFound { .. } => Some(RejectionKind::GenerationNotFound),
+            ObjStoreError::Invalid { source, .. } => source.rejection_kind(),
+            ObjStoreError::BadLocation { .. }
+            | ObjStoreError::Config { .. }
+            | ObjStoreError::Runtime { .. }
+            | ObjStoreError::Timeout { .. }
+            | ObjStoreError::Request { .. }
+            | ObjStoreError::SplitBrain { .. }
+            | ObjStoreError::GenerationTaken { .. }
+            | ObjStoreError::GenerationOverflow
+            | ObjStoreError::Publish(_)
+            | ObjStoreError::Stopped { .. }
+            | ObjStoreError::Probe { .. } => None,
         }
     }
 

@@ -19,7 +19,7 @@ use crate::store::checks::{synthetic_object_len, ObjectRole, ReferencedObject};
 use crate::store::codec::{decode, CommitRecord, LatestRecord, SyntheticPayloads};
 use crate::store::error::StoreError;
 use crate::store::recovery::{LatestReport, RecoveryReport, SelectedGeneration};
-use crate::store::scan::{scan, ScanError, VerifiedGeneration};
+use crate::store::scan::{scan, RejectionKind, ScanError, VerifiedGeneration};
 use crate::store::verify::{verify_record, RecordChecks, RecordReads};
 
 /// Two or more different valid commit records for one generation.
@@ -446,16 +446,9 @@ pub(crate) fn verify_generation_reporting(
 }
 
 impl ScanError for ObjStoreError {
-    fn kind(&self) -> &'static str {
-        ObjStoreError::kind(self)
-    }
-
-    /// A request that failed says nothing about the record.
-    fn ends_scan(&self) -> bool {
-        matches!(
-            self,
-            ObjStoreError::Request { .. } | ObjStoreError::Timeout { .. }
-        )
+    /// `None` for a request that failed, which says nothing about the record.
+    fn rejection(&self) -> Option<RejectionKind> {
+        self.rejection_kind()
     }
 
     fn scan_failed(self, _generation: u64) -> Self {

@@ -156,9 +156,9 @@ impl<'a> Run<'a> {
     fn emit(&mut self, barrier: Barrier, rel: &str) -> Result<(), ObjStoreError> {
         self.barriers
             .reach(self.hooks, barrier, rel)
-            .map_err(|reason| ObjStoreError::Stopped {
-                barrier: barrier.name(),
-                reason,
+            .map_err(|stop| ObjStoreError::Stopped {
+                barrier,
+                reason: stop.reason,
             })
     }
 

@@ -35,13 +35,13 @@ impl BarrierSequencer {
     }
 
     /// Numbers the next event, for `barrier` concerning `path`, and hands it to `hooks`;
-    /// `Err(reason)` when the hook stops the run there.
+    /// `Err` when the hook stops the run there.
     pub fn reach(
         &mut self,
         hooks: &mut dyn BarrierHook,
         barrier: Barrier,
         path: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), HookStop> {
         let index = barrier as usize;
         self.occurrences[index] = self.occurrences[index].saturating_add(1);
         let event = BarrierEvent {
@@ -55,11 +55,35 @@ impl BarrierSequencer {
     }
 }
 
+/// Why a barrier hook stopped the publisher at a barrier (a crash harness's pause, a
+/// test's injected stop, a parent that went away). The writer carries it, with the
+/// barrier, into its `Stopped` error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct HookStop {
+    /// What the hook said.
+    pub reason: String,
+}
+
+impl From<&str> for HookStop {
+    fn from(reason: &str) -> Self {
+        HookStop {
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+impl From<String> for HookStop {
+    fn from(reason: String) -> Self {
+        HookStop { reason }
+    }
+}
+
 /// Called by the writer at every barrier; returning `Err` stops the publisher there
 /// (nothing after the barrier happens).
 pub trait BarrierHook {
-    /// Called when the writer reaches `event`; `Err(reason)` stops the publisher.
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String>;
+    /// Called when the writer reaches `event`; `Err` stops the publisher.
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop>;
 
     /// Whether this hook needs every object barrier, in order (it may stop the writer
     /// there, or records or reports them). A writer whose hook does not MAY install
@@ -76,7 +100,7 @@ pub trait BarrierHook {
 pub struct NoHooks;
 
 impl BarrierHook for NoHooks {
-    fn reached(&mut self, _event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, _event: &BarrierEvent) -> Result<(), HookStop> {
         Ok(())
     }
 
@@ -93,7 +117,7 @@ impl BarrierHook for NoHooks {
 pub struct InOrder;
 
 impl BarrierHook for InOrder {
-    fn reached(&mut self, _event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, _event: &BarrierEvent) -> Result<(), HookStop> {
         Ok(())
     }
 }
@@ -106,7 +130,7 @@ pub struct RecordingHooks {
 }
 
 impl BarrierHook for RecordingHooks {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
         self.events.push(event.clone());
         Ok(())
     }
@@ -115,8 +139,8 @@ impl BarrierHook for RecordingHooks {
 /// Adapts a closure.
 pub struct FnHook<F>(pub F);
 
-impl<F: FnMut(&BarrierEvent) -> Result<(), String>> BarrierHook for FnHook<F> {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+impl<F: FnMut(&BarrierEvent) -> Result<(), HookStop>> BarrierHook for FnHook<F> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
         (self.0)(event)
     }
 }

@@ -5,6 +5,7 @@ use crate::core::digest::Digest;
 use crate::core::logical::LogicalStateError;
 use crate::core::topology::TopologyError;
 use crate::durable::fs::EntryKind;
+use crate::store::scan::RejectionKind;
 
 /// Why a store operation failed. Each variant names the file it concerns where there is one.
 #[derive(Debug, thiserror::Error)]
@@ -216,8 +217,8 @@ pub enum StoreError {
     /// The publisher was stopped at a barrier (the crash harness's pause).
     #[error("the publisher was stopped at barrier {barrier}: {reason}")]
     Stopped {
-        /// The barrier's name.
-        barrier: &'static str,
+        /// The barrier.
+        barrier: crate::core::barrier::Barrier,
         /// Why it stopped.
         reason: String,
     },
@@ -262,29 +263,13 @@ pub enum StoreError {
 impl StoreError {
     /// A stable kebab-case name for the variant (used in JSON reports).
     pub fn kind(&self) -> &'static str {
+        if let Some(rejection) = self.rejection_kind() {
+            return rejection.name();
+        }
         match self {
             StoreError::NoStore { .. } => "no-store",
             StoreError::Io { .. } => "io",
             StoreError::FsyncFailed { .. } => "fsync-failed",
-            StoreError::NotRegularFile { .. } => "not-regular-file",
-            StoreError::TooLarge { .. } => "too-large",
-            StoreError::Undecodable { .. } => "undecodable",
-            StoreError::WrongSchema { .. } => "wrong-schema",
-            StoreError::UnsupportedVersion { .. } => "unsupported-version",
-            StoreError::NotCanonical { .. } => "not-canonical",
-            StoreError::MissingObject { .. } => "missing-object",
-            StoreError::DigestMismatch { .. } => "digest-mismatch",
-            StoreError::GenerationNameMismatch { .. } => "generation-name-mismatch",
-            StoreError::BindingMismatch { .. } => "binding-mismatch",
-            StoreError::MalformedManifest { .. } => "malformed-manifest",
-            StoreError::OwnershipMismatch { .. } => "ownership-mismatch",
-            StoreError::ChunkSize { .. } => "chunk-size",
-            StoreError::SyntheticObjectSize { .. } => "synthetic-object-size",
-            StoreError::InvalidSynthetic { .. } => "invalid-synthetic",
-            StoreError::MalformedState { .. } => "malformed-state",
-            StoreError::RootMismatch { .. } => "root-mismatch",
-            StoreError::InvalidTopology(_) => "invalid-topology",
-            StoreError::GenerationNotFound { .. } => "generation-not-found",
             StoreError::GenerationTaken { .. } => "generation-taken",
             StoreError::GenerationOverflow => "generation-overflow",
             StoreError::Stopped { .. } => "stopped",
@@ -292,28 +277,71 @@ impl StoreError {
             StoreError::Encode { .. } => "encode",
             StoreError::RecoveryReadFailed { .. } => "recovery-read-failed",
             StoreError::CommittedLatestNotAdvanced { .. } => "committed-latest-not-advanced",
+            StoreError::InvalidSynthetic { .. } => "invalid-synthetic",
+            StoreError::NotRegularFile { .. }
+            | StoreError::TooLarge { .. }
+            | StoreError::Undecodable { .. }
+            | StoreError::WrongSchema { .. }
+            | StoreError::UnsupportedVersion { .. }
+            | StoreError::NotCanonical { .. }
+            | StoreError::MissingObject { .. }
+            | StoreError::DigestMismatch { .. }
+            | StoreError::GenerationNameMismatch { .. }
+            | StoreError::BindingMismatch { .. }
+            | StoreError::MalformedManifest { .. }
+            | StoreError::OwnershipMismatch { .. }
+            | StoreError::ChunkSize { .. }
+            | StoreError::SyntheticObjectSize { .. }
+            | StoreError::MalformedState { .. }
+            | StoreError::RootMismatch { .. }
+            | StoreError::InvalidTopology(_)
+            | StoreError::GenerationNotFound { .. } => {
+                unreachable!("a content failure is named by its rejection kind")
+            }
         }
     }
 
-    /// Whether this is a failure of stored content (a record or object that is missing,
-    /// not a regular file, too large, undecodable, of the wrong digest, size or binding):
-    /// the only failures that may make recovery reject a generation. An I/O error, a failed
-    /// fsync or an aborted run says nothing about the content and is not one.
+    /// The failure of stored content this is (a record or object that is missing, not a
+    /// regular file, too large, undecodable, of the wrong digest, size or binding): the
+    /// only failures that may make recovery reject a generation. `None` for an I/O error,
+    /// a failed fsync, an aborted run or anything else that says nothing about the content.
+    pub fn rejection_kind(&self) -> Option<RejectionKind> {
+        Some(match self {
+            StoreError::NotRegularFile { .. } => RejectionKind::NotRegularFile,
+            StoreError::TooLarge { .. } => RejectionKind::TooLarge,
+            StoreError::Undecodable { .. } => RejectionKind::Undecodable,
+            StoreError::WrongSchema { .. } => RejectionKind::WrongSchema,
+            StoreError::UnsupportedVersion { .. } => RejectionKind::UnsupportedVersion,
+            StoreError::NotCanonical { .. } => RejectionKind::NotCanonical,
+            StoreError::MissingObject { .. } => RejectionKind::MissingObject,
+            StoreError::DigestMismatch { .. } => RejectionKind::DigestMismatch,
+            StoreError::GenerationNameMismatch { .. } => RejectionKind::GenerationNameMismatch,
+            StoreError::BindingMismatch { .. } => RejectionKind::BindingMismatch,
+            StoreError::MalformedManifest { .. } => RejectionKind::MalformedManifest,
+            StoreError::OwnershipMismatch { .. } => RejectionKind::OwnershipMismatch,
+            StoreError::ChunkSize { .. } => RejectionKind::ChunkSize,
+            StoreError::SyntheticObjectSize { .. } => RejectionKind::SyntheticObjectSize,
+            StoreError::MalformedState { .. } => RejectionKind::MalformedState,
+            StoreError::RootMismatch { .. } => RejectionKind::RootMismatch,
+            StoreError::InvalidTopology(_) => RejectionKind::InvalidTopology,
+            StoreError::GenerationNotFound { .. } => RejectionKind::GenerationNotFound,
+            StoreError::NoStore { .. }
+            | StoreError::Io { .. }
+            | StoreError::FsyncFailed { .. }
+            | StoreError::Stopped { .. }
+            | StoreError::Encode { .. }
+            | StoreError::RecoveryReadFailed { .. }
+            | StoreError::CommittedLatestNotAdvanced { .. }
+            | StoreError::GenerationOverflow
+            | StoreError::GenerationTaken { .. }
+            | StoreError::InvalidSynthetic { .. }
+            | StoreError::BadHandoff { .. } => return None,
+        })
+    }
+
+    /// Whether this is a failure of stored content ([`StoreError::rejection_kind`]).
     pub fn is_content_failure(&self) -> bool {
-        !matches!(
-            self,
-            StoreError::Io { .. }
-                | StoreError::FsyncFailed { .. }
-                | StoreError::Stopped { .. }
-                | StoreError::Encode { .. }
-                | StoreError::RecoveryReadFailed { .. }
-                | StoreError::CommittedLatestNotAdvanced { .. }
-                | StoreError::GenerationOverflow
-                | StoreError::GenerationTaken { .. }
-                | StoreError::InvalidSynthetic { .. }
-                | StoreError::NoStore { .. }
-                | StoreError::BadHandoff { .. }
-        )
+        self.rejection_kind().is_some()
     }
 
     /// The file the error concerns, if any.

@@ -28,11 +28,13 @@ pub mod verify;
 pub mod writer;
 
 pub use crate::durable::fs::{FileSystem, RealFs};
-pub use barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, InOrder, NoHooks, RecordingHooks};
+pub use barrier::{
+    Barrier, BarrierEvent, BarrierHook, FnHook, HookStop, InOrder, NoHooks, RecordingHooks,
+};
 pub use error::StoreError;
 pub use recovery::{
     LatestStatus, LoadedGeneration, NewestLoad, ObjectCheck, RecoveryReport, Rejection,
-    SelectedGeneration,
+    RejectionKind, SelectedGeneration,
 };
 pub use writer::{CommitSummary, WriterFaults};
 

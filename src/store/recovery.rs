@@ -157,7 +157,7 @@ pub struct RecoveryReport {
     pub ignored: Vec<String>,
 }
 
-pub use crate::store::scan::{Rejection, VerifiedGeneration};
+pub use crate::store::scan::{Rejection, RejectionKind, VerifiedGeneration};
 
 /// Whether a read failed because nothing can be at the path: no entry, or a path component
 /// that is not a directory (a fan-out directory replaced by a file). Both are stored
@@ -809,13 +809,9 @@ fn trusted_latest(
 }
 
 impl ScanError for StoreError {
-    fn kind(&self) -> &'static str {
-        StoreError::kind(self)
-    }
-
-    /// The disk could not say what the record or an object holds (RFC 0001 §5).
-    fn ends_scan(&self) -> bool {
-        !self.is_content_failure()
+    /// `None` when the disk could not say what the record or an object holds (RFC 0001 §5).
+    fn rejection(&self) -> Option<RejectionKind> {
+        self.rejection_kind()
     }
 
     fn scan_failed(self, generation: u64) -> Self {

@@ -16,7 +16,7 @@ use shardlift::store::barrier::NoHooks;
 use shardlift::store::codec::{decode, object_rel_path, ManifestRecord};
 use shardlift::store::layout::{chunk_payloads, synthetic_state};
 use shardlift::store::writer::SyntheticSpec;
-use shardlift::store::{LatestStatus, ObjectCheck, RecoveryReport};
+use shardlift::store::{LatestStatus, ObjectCheck, RecoveryReport, RejectionKind};
 
 /// Why a backend refused: its error's stable kind and the record, manifest or object the
 /// error names (a path on the local store, a key's URL on an object store).
@@ -173,7 +173,7 @@ fn parameters_rel(manifest: &ManifestRecord, id: usize) -> String {
 
 /// Damages generation 1 with `damage`, then checks that recovery falls back to generation
 /// 0 and rejects generation 1 with `kind`.
-fn rejected_as<B: Backend>(backend: &B, kind: &str, damage: impl FnOnce(&ManifestRecord)) {
+fn rejected_as<B: Backend>(backend: &B, kind: RejectionKind, damage: impl FnOnce(&ManifestRecord)) {
     let (manifest, _) = two_generations(backend);
     damage(&manifest);
     let report = backend.recover();
@@ -218,7 +218,7 @@ pub fn an_absent_generation_is_not_found<B: Backend>(backend: &B) {
 
 /// One bit flipped in a chunk payload: `digest-mismatch`, naming the object.
 pub fn a_flipped_payload_bit_is_a_digest_mismatch<B: Backend>(backend: &B) {
-    rejected_as(backend, "digest-mismatch", |manifest| {
+    rejected_as(backend, RejectionKind::DigestMismatch, |manifest| {
         let rel = parameters_rel(manifest, 0);
         let mut bytes = backend.read(&rel);
         bytes[17] ^= 0x04;
@@ -230,7 +230,7 @@ pub fn a_flipped_payload_bit_is_a_digest_mismatch<B: Backend>(backend: &B) {
 
 /// A chunk payload deleted: `missing-object`.
 pub fn a_deleted_payload_is_a_missing_object<B: Backend>(backend: &B) {
-    rejected_as(backend, "missing-object", |manifest| {
+    rejected_as(backend, RejectionKind::MissingObject, |manifest| {
         backend.remove(&parameters_rel(manifest, 1));
     });
 }
@@ -238,7 +238,7 @@ pub fn a_deleted_payload_is_a_missing_object<B: Backend>(backend: &B) {
 /// A chunk payload one byte longer than its manifest says: `too-large` (the read is capped
 /// at the length the manifest gives it).
 pub fn an_extended_payload_is_too_large<B: Backend>(backend: &B) {
-    rejected_as(backend, "too-large", |manifest| {
+    rejected_as(backend, RejectionKind::TooLarge, |manifest| {
         let rel = parameters_rel(manifest, 0);
         let mut bytes = backend.read(&rel);
         bytes.push(0);
@@ -252,7 +252,10 @@ pub fn a_deleted_manifest_is_a_missing_object<B: Backend>(backend: &B) {
     backend.remove(&manifest_rel);
     let report = backend.recover();
     assert_eq!(report.selected.map(|s| s.generation), Some(0));
-    assert_eq!(report.rejected[0].kind, "missing-object");
+    assert_eq!(
+        report.rejected[0].kind,
+        shardlift::store::RejectionKind::MissingObject
+    );
 }
 
 /// LATEST overwritten with garbage: reported as garbage, the selection unchanged.
@@ -345,7 +348,10 @@ pub fn a_truncated_synthetic_object_is_refused_naming_the_manifest<B: Backend>(b
     assert_eq!(hashed, expected);
     let report = backend.recover();
     assert_eq!(report.selected, None);
-    assert_eq!(report.rejected[0].kind, "synthetic-object-size");
+    assert_eq!(
+        report.rejected[0].kind,
+        shardlift::store::RejectionKind::SyntheticObjectSize
+    );
 }
 
 /// A synthetic object one byte longer than its manifest says: `synthetic-object-size` on a

@@ -17,7 +17,7 @@ use crate::core::topology::Topology;
 use crate::durable::fs::RealFs;
 use crate::lab::error::LabError;
 use crate::lab::mutants::{Mutant, MutantScenario};
-use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, HookStop};
 use crate::store::layout::synthetic_state;
 use crate::store::writer::{publish_with, reshard_with, Writer, WriterFaults, LATEST_REL_PATH};
 use crate::store::ObjectCheck;
@@ -141,7 +141,7 @@ struct AckHook<'a> {
 }
 
 impl BarrierHook for AckHook<'_> {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
         match event.barrier {
             Barrier::CommitAfterDirectoryFsync => (self.ack)(ACK_COMMIT_DURABLE),
             Barrier::LatestAfterDirectoryFsync => (self.ack)(ACK_LATEST_DURABLE),

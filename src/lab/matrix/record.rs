@@ -1,5 +1,6 @@
 //! Recording an action: the writer (or two, or a killed one) run through the recording file system, and what each generation must look like.
 use super::*;
+use crate::store::barrier::HookStop;
 
 /// A killed writer's leftovers in `staging/`: a torn object temp file under the exact name
 /// this process's writer will try first for the next generation, and an unrelated one.
@@ -44,7 +45,7 @@ pub fn store_expectations(
 pub(super) struct StopAtCommit;
 
 impl BarrierHook for StopAtCommit {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
         if event.barrier == Barrier::CommitAfterWrite {
             return Err("the killed writer's last step".into());
         }
@@ -357,7 +358,7 @@ pub(super) struct RaceHook<'a> {
 }
 
 impl BarrierHook for RaceHook<'_> {
-    fn reached(&mut self, _event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, _event: &BarrierEvent) -> Result<(), HookStop> {
         if self.committed.is_none() {
             let mut hooks = MarkingHooks(self.fs);
             let first = publish_with(
@@ -420,7 +421,7 @@ pub(super) fn plant_wrong_bytes(
 pub(super) struct StopAfterCommitRename;
 
 impl BarrierHook for StopAfterCommitRename {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), String> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
         if event.barrier == Barrier::CommitAfterRename {
             return Err("the killed writer's last step".into());
         }

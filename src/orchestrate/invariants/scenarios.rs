@@ -386,7 +386,7 @@ fn pointer_stable(
         let target = Barrier::CommitAfterFileFsync;
         let mut hook = FnHook(|event: &store::BarrierEvent| {
             if event.barrier == target {
-                Err("simulated crash".to_owned())
+                Err("simulated crash".into())
             } else {
                 Ok(())
             }

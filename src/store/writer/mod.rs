@@ -199,9 +199,9 @@ impl<'a> Writer<'a> {
     fn emit(&mut self, barrier: Barrier, rel_path: &str) -> Result<(), StoreError> {
         self.barriers
             .reach(self.hooks, barrier, rel_path)
-            .map_err(|reason| StoreError::Stopped {
-                barrier: barrier.name(),
-                reason,
+            .map_err(|stop| StoreError::Stopped {
+                barrier,
+                reason: stop.reason,
             })
     }
 
