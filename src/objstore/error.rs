@@ -1,7 +1,7 @@
 //! Every way the object-store backend can refuse or fail, one typed variant per reason.
 use crate::core::digest::Digest;
 use crate::store::error::StoreError;
-use crate::store::scan::RejectionKind;
+use crate::store::rejection::RejectionKind;
 
 /// Why an object-store operation failed. Each variant names the key it concerns where
 /// there is one (`s3://bucket/prefix/…`).

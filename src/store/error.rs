@@ -5,7 +5,7 @@ use crate::core::digest::Digest;
 use crate::core::logical::LogicalStateError;
 use crate::core::topology::TopologyError;
 use crate::durable::fs::EntryKind;
-use crate::store::scan::RejectionKind;
+use crate::store::rejection::RejectionKind;
 
 /// Why a store operation failed. Each variant names the file it concerns where there is one.
 #[derive(Debug, thiserror::Error)]

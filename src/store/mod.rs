@@ -23,6 +23,7 @@ pub mod location;
 pub mod paths;
 pub mod protocol;
 pub mod recovery;
+pub mod rejection;
 pub mod scan;
 pub mod verify;
 pub mod writer;

@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::lab::external::run_setup_in;
 use crate::lab::external::trace::Trace;
 use crate::lab::kernel::agent::{self, AgentConfig, MAX_MARKERS};
+use crate::lab::kernel::config::{lap, KernelConfig, PhaseTimings, MAX_INITRAMFS_BYTES};
 use crate::lab::kernel::error::KernelError;
 use crate::lab::kernel::guest::{self, Accelerator, Disks, GuestRun};
 use crate::lab::kernel::host_record;
@@ -16,7 +17,6 @@ use crate::lab::kernel::initramfs;
 use crate::lab::kernel::mkfs::{self, MARKER_AREA_BYTES};
 use crate::lab::kernel::pin::{KernelInstall, KERNEL_RELEASE};
 use crate::lab::kernel::replay;
-use crate::lab::kernel::run::{lap, KernelConfig, PhaseTimings, MAX_INITRAMFS_BYTES};
 use crate::lab::kernel::states;
 
 /// What the guest runs as the writer: its program (copied in with its libraries), argv,

@@ -12,8 +12,8 @@ use crate::lab::external::model::{self, ModelLimits, Unread};
 use crate::lab::external::recorder::{self, RecordLimits};
 use crate::lab::external::trace::{InitialEntry, Trace};
 use crate::lab::external::{place_acknowledgements, run_setup_in, AckPattern, CrashTestError};
+use crate::lab::kernel::config::KernelConfig;
 use crate::lab::kernel::error::KernelError;
-use crate::lab::kernel::run::KernelConfig;
 
 /// Runs the setup command and records the writer under ptrace in `OUT/model/`, its
 /// acknowledgements (`config.ack`) placed in the trace. The writer must exit 0.

@@ -21,8 +21,9 @@ use serde::Serialize;
 
 use crate::core::digest::Digest;
 use crate::lab::external::check::CheckLimits;
+use crate::lab::kernel::config::{FileSystem, KernelConfig};
 use crate::lab::kernel::error::KernelError;
-use crate::lab::kernel::run::{self, FileSystem, KernelConfig, KernelReport};
+use crate::lab::kernel::run::{self, KernelReport};
 use crate::lab::kernel::state_check::StateCheck;
 use crate::lab::kernel::states::StateLimits;
 use crate::lab::kernel::store_writer::{

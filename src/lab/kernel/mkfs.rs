@@ -13,9 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::lab::kernel::config::FileSystem;
 use crate::lab::kernel::error::KernelError;
 use crate::lab::kernel::guest::find_on_path;
-use crate::lab::kernel::run::FileSystem;
 
 /// The marker area at the disk's end, in bytes.
 pub const MARKER_AREA_BYTES: u64 = 4 << 20;

@@ -23,6 +23,7 @@
 pub mod agent;
 pub mod blklog;
 pub mod boot;
+pub mod config;
 pub mod error;
 pub mod guest;
 pub mod host_record;
@@ -38,6 +39,7 @@ pub mod state_check;
 pub mod states;
 pub mod store_writer;
 
+pub use config::{FileSystem, KernelConfig};
 pub use error::KernelError;
-pub use run::{run, run_with, FileSystem, KernelConfig, KernelReport};
+pub use run::{run, run_with, KernelReport};
 pub use state_check::StateCheck;

@@ -15,11 +15,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::lab::kernel::config::FileSystem;
 use crate::lab::kernel::error::KernelError;
 use crate::lab::kernel::guest::{self, Accelerator, Disks, GuestRun, MAX_DISKS};
 use crate::lab::kernel::initramfs;
 use crate::lab::kernel::pin::{KernelInstall, KERNEL_RELEASE};
-use crate::lab::kernel::run::FileSystem;
 
 /// States recovered by one guest (one disk each, plus the output disk).
 pub const STATES_PER_GUEST: usize = MAX_DISKS - 1;
