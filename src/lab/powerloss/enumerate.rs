@@ -43,7 +43,12 @@ pub struct Enumeration {
 }
 
 impl Enumeration {
-    pub(super) fn add_crash_point(&mut self, pending: usize, tried: usize, limits: EnumerationLimits) {
+    pub(super) fn add_crash_point(
+        &mut self,
+        pending: usize,
+        tried: usize,
+        limits: EnumerationLimits,
+    ) {
         self.crash_points += 1;
         self.max_pending = self.max_pending.max(pending as u64);
         self.sampled |= pending > limits.all_subsets_up_to;
