@@ -73,7 +73,11 @@ impl<R: Read + AsFd> LineReader<R> {
     }
 
     /// Everything until EOF (capped).
-    pub(super) fn read_to_end(&mut self, deadline: Instant, cap: usize) -> Result<Vec<u8>, LabError> {
+    pub(super) fn read_to_end(
+        &mut self,
+        deadline: Instant,
+        cap: usize,
+    ) -> Result<Vec<u8>, LabError> {
         while !self.eof {
             if self.buffer.len() > cap {
                 return Err(LabError::ChildProtocol("output exceeds the cap".into()));
