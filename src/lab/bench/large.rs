@@ -188,51 +188,6 @@ pub(super) fn cache_drop_note(drop_caches: bool) -> String {
     )
 }
 
-/// The bench's state in publish order: the model's chunk payloads, then the synthetic
-/// objects that scale it to the asked size.
-pub(super) struct BenchObjects {
-    model: Vec<Vec<u8>>,
-    spec: SyntheticSpec,
-}
-
-impl BenchObjects {
-    /// About `state_bytes` of chunk payloads around `state` (at least one synthetic object).
-    fn new(state: &LogicalState, state_bytes: u64) -> Self {
-        let model: Vec<Vec<u8>> = state.chunks().iter().flat_map(chunk_payloads).collect();
-        let model_bytes: u64 = model.iter().map(|p| p.len() as u64).sum();
-        let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
-        let spec = SyntheticSpec {
-            seed: 1,
-            object_bytes,
-            total_bytes: state_bytes
-                .saturating_sub(model_bytes)
-                .max(u64::from(object_bytes)),
-        };
-        BenchObjects { model, spec }
-    }
-
-    /// Objects (and plain files) the state is cut into.
-    pub(super) fn count(&self) -> u64 {
-        self.model.len() as u64 + self.spec.object_count()
-    }
-
-    /// Chunk-payload bytes in all.
-    fn total_bytes(&self) -> u64 {
-        self.model.iter().map(|p| p.len() as u64).sum::<u64>() + self.spec.total_bytes
-    }
-
-    /// Object `i`, in publish order.
-    pub(super) fn object(&self, i: u64) -> Vec<u8> {
-        match self.model.get(i as usize) {
-            Some(payload) => payload.clone(),
-            None => {
-                let j = i - self.model.len() as u64;
-                synthetic_object(self.spec.seed, j, self.spec.object_len(j) as usize)
-            }
-        }
-    }
-}
-
 /// Seconds the large bench measured, phase by phase.
 pub(super) struct LargeTimings {
     plain_s: f64,

@@ -1,6 +1,5 @@
 //! The timed phases of the large bench: plain writes, recovery, SHA-256 on one core and
 //! on every core, reshards phase by phase, object reads, and the fsync probe.
-use super::large::*;
 use super::*;
 
 /// Writes and fsyncs every object as a plain file, then fsyncs their directory.
@@ -294,4 +293,49 @@ pub(super) fn probe_fsync(dir: &Path, bytes: usize, samples: u64) -> Result<Fsyn
         rename_ms: ms(total[2]),
         directory_fsync_ms: ms(total[3]),
     })
+}
+
+/// The bench's state in publish order: the model's chunk payloads, then the synthetic
+/// objects that scale it to the asked size.
+pub(super) struct BenchObjects {
+    model: Vec<Vec<u8>>,
+    pub(super) spec: SyntheticSpec,
+}
+
+impl BenchObjects {
+    /// About `state_bytes` of chunk payloads around `state` (at least one synthetic object).
+    pub(super) fn new(state: &LogicalState, state_bytes: u64) -> Self {
+        let model: Vec<Vec<u8>> = state.chunks().iter().flat_map(chunk_payloads).collect();
+        let model_bytes: u64 = model.iter().map(|p| p.len() as u64).sum();
+        let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
+        let spec = SyntheticSpec {
+            seed: 1,
+            object_bytes,
+            total_bytes: state_bytes
+                .saturating_sub(model_bytes)
+                .max(u64::from(object_bytes)),
+        };
+        BenchObjects { model, spec }
+    }
+
+    /// Objects (and plain files) the state is cut into.
+    pub(super) fn count(&self) -> u64 {
+        self.model.len() as u64 + self.spec.object_count()
+    }
+
+    /// Chunk-payload bytes in all.
+    pub(super) fn total_bytes(&self) -> u64 {
+        self.model.iter().map(|p| p.len() as u64).sum::<u64>() + self.spec.total_bytes
+    }
+
+    /// Object `i`, in publish order.
+    pub(super) fn object(&self, i: u64) -> Vec<u8> {
+        match self.model.get(i as usize) {
+            Some(payload) => payload.clone(),
+            None => {
+                let j = i - self.model.len() as u64;
+                synthetic_object(self.spec.seed, j, self.spec.object_len(j) as usize)
+            }
+        }
+    }
 }
