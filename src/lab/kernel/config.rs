@@ -1,6 +1,6 @@
 //! What one kernel crash test is asked to do: the file system, the writer and its check,
 //! the bounds; and the phase timings it reports. Shared by the phases ([`super::boot`],
-//! [`super::host_record`], [`super::run`]) so none of them depends on another for it.
+//! [`super::host_record`], [`mod@super::run`]) so none of them depends on another for it.
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Instant;
