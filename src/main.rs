@@ -41,7 +41,7 @@ enum Command {
     Store(cli::store::StoreArgs),
     /// Kill a real publisher at every barrier, replay power-loss states and inject
     /// corruption on a synthetic state; report every invariant violation.
-    CrashMatrix(cli::store::CrashMatrixArgs),
+    CrashMatrix(cli::crash_matrix::CrashMatrixArgs),
     /// Crash-test another program's checkpoint writer: record its file operations with
     /// ptrace, rebuild every crash state and run your check on each.
     CrashTest(Box<cli::crash_test::CrashTestArgs>),
@@ -122,7 +122,7 @@ enum Command {
     Worker(cli::train::WorkerArgs),
     /// Internal: a checkpoint publisher or recovery child (spawned by the crash harness).
     #[command(hide = true)]
-    StoreChild(cli::store::StoreChildArgs),
+    StoreChild(cli::store_child::StoreChildArgs),
 }
 
 /// Ctrl-C and SIGTERM ask the command to stop: long waits see the flag and unwind, so
@@ -162,7 +162,7 @@ fn main() {
             cli::objstore::set_request_timeout_ms(args.request_timeout_ms);
             cli::store::run(args.command)
         }
-        Command::CrashMatrix(args) => cli::store::run_crash_matrix(args),
+        Command::CrashMatrix(args) => cli::crash_matrix::run_crash_matrix(args),
         Command::CrashTest(args) => cli::crash_test::run(*args),
         Command::CrashTestExec(args) => cli::crash_test::exec_writer(args),
         Command::ResumeTest(args) => cli::resume_test::run(args),
@@ -186,7 +186,7 @@ fn main() {
         Command::Invariants(_) => cli::needs_torch("invariants"),
         Command::VerifyBundle(args) => cli::verify_bundle::run(args),
         Command::Worker(args) => cli::train::run_worker(args),
-        Command::StoreChild(args) => cli::store::run_child(args),
+        Command::StoreChild(args) => cli::store_child::run_child(args),
     };
     if let Err(error) = result {
         if let Some(signal) = shardlift::core::interrupt::requested() {

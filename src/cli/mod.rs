@@ -44,6 +44,7 @@ pub fn write_stdout_line(line: std::fmt::Arguments<'_>) {
     }
 }
 pub mod bench_checkpoint;
+pub mod crash_matrix;
 pub mod crash_matrix_kernel;
 pub mod crash_test;
 pub mod dataset;
@@ -55,6 +56,7 @@ pub mod objstore;
 pub mod progress;
 pub mod resume_test;
 pub mod store;
+pub mod store_child;
 pub mod store_report;
 pub mod train;
 pub mod verify_bundle;
