@@ -100,7 +100,62 @@ pub fn power_loss_phase(
     faults: ModelFaults,
     progress: &mut dyn Progress,
 ) -> Result<PowerLossTally, LabError> {
-    let scenarios: [(&'static str, Option<&Path>, Action); 13] = [
+    let scenarios = power_loss_scenarios(base, a, b, config)?;
+    let mut tally = PowerLossTally {
+        scenarios: Vec::new(),
+        violations: Vec::new(),
+    };
+    progress.phase(
+        "crash-matrix: power-loss scenarios",
+        Some(scenarios.len() as u64),
+    );
+    for (done, (name, from, action)) in scenarios.iter().enumerate() {
+        crate::lab::error::stop_if_interrupted()?;
+        let outcome = power_loss_scenario(
+            *from,
+            action,
+            faults,
+            limits_for(action, config.seed),
+            CheckPlan {
+                max_states: config.max_states_per_scenario,
+                threads: config.threads,
+                stop_after_violations: None,
+                stop_counting: None,
+            },
+        )?;
+        let limits = limits_for(action, config.seed);
+        tally.scenarios.push(ScenarioFigures {
+            name,
+            trace_operations: outcome.trace_operations,
+            crash_images: outcome.crash_images,
+            distinct_states: outcome.distinct_states,
+            states_checked: outcome.states_checked,
+            sampled: outcome.enumeration.sampled,
+            all_subsets_up_to: limits.all_subsets_up_to as u64,
+            max_pending: outcome.enumeration.max_pending,
+            subsets_checked: outcome.enumeration.subsets_checked,
+            subsets_total: outcome.enumeration.subsets_total,
+        });
+        let named = outcome.violations.into_iter().map(|v| v.within(name));
+        tally.violations.extend(named);
+        progress.advance(done as u64 + 1);
+    }
+    progress.finish();
+    Ok(tally)
+}
+
+/// One power-loss scenario: a name, the store it starts from (`None`: an empty
+/// directory) and the recorded action.
+type PowerLossScenario<'a> = (&'static str, Option<&'a Path>, Action);
+
+/// The power-loss scenarios, in the order they run.
+fn power_loss_scenarios<'a>(
+    base: &'a Path,
+    a: &LogicalState,
+    b: &LogicalState,
+    config: &MatrixConfig,
+) -> Result<[PowerLossScenario<'a>; 13], LabError> {
+    Ok([
         (
             "genesis publish",
             None,
@@ -178,48 +233,7 @@ pub fn power_loss_phase(
             Some(base),
             repair_after_killed_commit(config.seed)?,
         ),
-    ];
-    let mut tally = PowerLossTally {
-        scenarios: Vec::new(),
-        violations: Vec::new(),
-    };
-    progress.phase(
-        "crash-matrix: power-loss scenarios",
-        Some(scenarios.len() as u64),
-    );
-    for (done, (name, from, action)) in scenarios.iter().enumerate() {
-        crate::lab::error::stop_if_interrupted()?;
-        let outcome = power_loss_scenario(
-            *from,
-            action,
-            faults,
-            limits_for(action, config.seed),
-            CheckPlan {
-                max_states: config.max_states_per_scenario,
-                threads: config.threads,
-                stop_after_violations: None,
-                stop_counting: None,
-            },
-        )?;
-        let limits = limits_for(action, config.seed);
-        tally.scenarios.push(ScenarioFigures {
-            name,
-            trace_operations: outcome.trace_operations,
-            crash_images: outcome.crash_images,
-            distinct_states: outcome.distinct_states,
-            states_checked: outcome.states_checked,
-            sampled: outcome.enumeration.sampled,
-            all_subsets_up_to: limits.all_subsets_up_to as u64,
-            max_pending: outcome.enumeration.max_pending,
-            subsets_checked: outcome.enumeration.subsets_checked,
-            subsets_total: outcome.enumeration.subsets_total,
-        });
-        let named = outcome.violations.into_iter().map(|v| v.within(name));
-        tally.violations.extend(named);
-        progress.advance(done as u64 + 1);
-    }
-    progress.finish();
-    Ok(tally)
+    ])
 }
 
 /// What the corruption phase ran and found.

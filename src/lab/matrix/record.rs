@@ -141,9 +141,23 @@ pub(super) fn record_action(
     action: &Action,
     faults: WriterFaults,
 ) -> Result<(GenerationExpectation, Recording), LabError> {
+    let fs = prepare_recording(parent, root, action)?;
+    let (generation, candidate) = run_recorded(&fs, root, action, faults)?;
+    let candidate = match candidate {
+        Some(candidate) => candidate,
+        None => recorded_expectation(root, generation)?,
+    };
+    let recording = fs.finish();
+    refuse_a_sequential_concurrent_run(action, faults, &recording)?;
+    Ok((candidate, recording))
+}
+
+/// Leaves in `root` what `action` starts from (a killed writer's leftovers, a removed
+/// LATEST, planted bytes) and returns the file system that records `parent` from there.
+fn prepare_recording(parent: &Path, root: &Path, action: &Action) -> Result<RecordingFs, LabError> {
     let in_parent = |rel: &str| format!("{STORE_DIR_NAME}/{rel}");
     let recorder = |fs: RecordingFs| fs.with_store_at(STORE_DIR_NAME);
-    let fs = match action {
+    Ok(match action {
         Action::PublishOverKilledLayout(..) => {
             // The killed writer created the layout (and the root, when there was none) and
             // fsynced none of it.
@@ -205,92 +219,113 @@ pub(super) fn record_action(
         | Action::Reshard(..)
         | Action::PublishBareRelativeRoot(..)
         | Action::PublishRacing { .. } => recorder(RecordingFs::new(parent)?),
-    };
-    let mut candidate = None;
-    let generation = {
-        let mut hooks = MarkingHooks(&fs);
-        match action {
-            Action::Publish(state, topology)
-            | Action::PublishOverKilledLayout(state, topology)
-            | Action::PublishConcurrent(state, topology)
-            | Action::PublishOverWrongBytes(state, topology)
-            | Action::PublishOverKilledObjects {
-                state, topology, ..
-            } => publish_with(&fs, root, state, *topology, &mut hooks, faults)?.generation,
-            Action::PublishBareRelativeRoot(state, topology) => {
-                // The recorder resolves a relative path in the recorded directory, as if it
-                // were the working directory: the writer's root is the bare name.
-                let bare = Path::new(STORE_DIR_NAME);
-                publish_with(&fs, bare, state, *topology, &mut hooks, faults)?.generation
-            }
-            Action::Reshard(generation, topology) => {
-                reshard_with(
-                    &fs,
-                    root,
-                    *generation,
-                    *topology,
-                    ObjectCheck::Lengths,
-                    &mut hooks,
-                    &mut NoProgress,
-                )?
-                .generation
-            }
-            Action::RepairLatest | Action::RepairAfterKilledCommit(..) => {
-                let report = crate::store::recovery::recover_with(&fs, root)?;
-                let selected = report.selected.ok_or_else(|| {
-                    LabError::Model("a LATEST repair needs a valid generation".into())
-                })?;
-                crate::store::writer::Writer::repair_latest_with(
-                    &fs,
-                    root,
-                    &mut hooks,
-                    selected.generation,
-                    selected.commit_digest,
-                    faults,
-                )?;
-                selected.generation
-            }
-            Action::PublishRacing {
-                first,
-                second,
-                topology,
-            } => {
-                let mut race = RaceHook {
-                    fs: &fs,
-                    root,
-                    first,
-                    topology: *topology,
-                    faults,
-                    committed: None,
-                };
-                match publish_with(&fs, root, second, *topology, &mut race, faults) {
-                    // The protocol: the second writer finds the generation taken.
-                    Err(StoreError::GenerationTaken { .. }) => {}
-                    // A writer whose rename replaces goes on and commits over it.
-                    Ok(_) if faults.commit_rename_replaces => {}
-                    Ok(summary) => {
-                        return Err(LabError::Model(format!(
-                            "the second racing writer committed generation {} too",
-                            summary.generation
-                        )))
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-                let (generation, expectation) = race
-                    .committed
-                    .ok_or_else(|| LabError::Model("the first racing writer never ran".into()))??;
-                candidate = Some(expectation);
-                generation
-            }
+    })
+}
+
+/// Runs `action`'s writer on `root` through `fs`: the generation it committed, and for a
+/// race the first writer's expectation (the second never commits).
+fn run_recorded(
+    fs: &RecordingFs,
+    root: &Path,
+    action: &Action,
+    faults: WriterFaults,
+) -> Result<(u64, Option<GenerationExpectation>), LabError> {
+    let mut hooks = MarkingHooks(fs);
+    let generation = match action {
+        Action::Publish(state, topology)
+        | Action::PublishOverKilledLayout(state, topology)
+        | Action::PublishConcurrent(state, topology)
+        | Action::PublishOverWrongBytes(state, topology)
+        | Action::PublishOverKilledObjects {
+            state, topology, ..
+        } => publish_with(fs, root, state, *topology, &mut hooks, faults)?.generation,
+        Action::PublishBareRelativeRoot(state, topology) => {
+            // The recorder resolves a relative path in the recorded directory, as if it
+            // were the working directory: the writer's root is the bare name.
+            let bare = Path::new(STORE_DIR_NAME);
+            publish_with(fs, bare, state, *topology, &mut hooks, faults)?.generation
+        }
+        Action::Reshard(generation, topology) => {
+            reshard_with(
+                fs,
+                root,
+                *generation,
+                *topology,
+                ObjectCheck::Lengths,
+                &mut hooks,
+                &mut NoProgress,
+            )?
+            .generation
+        }
+        Action::RepairLatest | Action::RepairAfterKilledCommit(..) => {
+            let report = crate::store::recovery::recover_with(fs, root)?;
+            let selected = report.selected.ok_or_else(|| {
+                LabError::Model("a LATEST repair needs a valid generation".into())
+            })?;
+            crate::store::writer::Writer::repair_latest_with(
+                fs,
+                root,
+                &mut hooks,
+                selected.generation,
+                selected.commit_digest,
+                faults,
+            )?;
+            selected.generation
+        }
+        Action::PublishRacing {
+            first,
+            second,
+            topology,
+        } => {
+            let (generation, expectation) = run_race(fs, root, (first, second), *topology, faults)?;
+            return Ok((generation, Some(expectation)));
         }
     };
-    let candidate = match candidate {
-        Some(candidate) => candidate,
-        None => recorded_expectation(root, generation)?,
+    Ok((generation, None))
+}
+
+/// Two writers racing for one generation: the first runs inside the second's first
+/// barrier ([`RaceHook`]); the second must find the generation taken (or, with a
+/// replacing rename, commit over it). The first writer's generation and expectation.
+fn run_race(
+    fs: &RecordingFs,
+    root: &Path,
+    (first, second): (&LogicalState, &LogicalState),
+    topology: Topology,
+    faults: WriterFaults,
+) -> Result<(u64, GenerationExpectation), LabError> {
+    let mut race = RaceHook {
+        fs,
+        root,
+        first,
+        topology,
+        faults,
+        committed: None,
     };
-    let recording = fs.finish();
-    // The concurrent scenario must check a concurrent run: a writer that went sequential
-    // (a hook that observes, a file system threads may not share) reports object barriers.
+    match publish_with(fs, root, second, topology, &mut race, faults) {
+        // The protocol: the second writer finds the generation taken.
+        Err(StoreError::GenerationTaken { .. }) => {}
+        // A writer whose rename replaces goes on and commits over it.
+        Ok(_) if faults.commit_rename_replaces => {}
+        Ok(summary) => {
+            return Err(LabError::Model(format!(
+                "the second racing writer committed generation {} too",
+                summary.generation
+            )))
+        }
+        Err(error) => return Err(error.into()),
+    }
+    race.committed
+        .ok_or_else(|| LabError::Model("the first racing writer never ran".into()))?
+}
+
+/// The concurrent scenario must check a concurrent run: a writer that went sequential
+/// (a hook that observes, a file system threads may not share) reports object barriers.
+fn refuse_a_sequential_concurrent_run(
+    action: &Action,
+    faults: WriterFaults,
+    recording: &Recording,
+) -> Result<(), LabError> {
     let concurrent = matches!(
         action,
         Action::PublishConcurrent(..)
@@ -311,7 +346,7 @@ pub(super) fn record_action(
             )));
         }
     }
-    Ok((candidate, recording))
+    Ok(())
 }
 
 /// What a generation's commit record and manifest name (read from `root`, the objects
