@@ -188,72 +188,19 @@ pub fn operation_kill_phase(
         ));
     }
     let mut landed = 0u64;
-    let expected_trace: Vec<_> = trace.iter().map(comparable).collect();
     progress.phase(
         "crash-matrix: kills before every operation of a publish",
         Some(trace.len() as u64),
     );
+    let traced = TracedPublish {
+        expected: trace.iter().map(comparable).collect(),
+        commit_rename,
+    };
     for (index, op) in trace.iter().enumerate() {
         progress.advance(index as u64);
-        let context = format!(
-            "kill before operation {index} ({} {})",
-            serde_json::to_string(&op.kind).unwrap_or_default(),
-            op.path
-        );
-        let (_dir, root) = base.fresh_copy()?;
-        let report = match drive_operations(
-            exe,
-            &root,
-            &base.candidate,
-            base.topology,
-            Some(index as u64),
-        )
-        .map_err(LabError::during(context.clone()))?
-        {
-            OperationsEnd::Killed(report) => report,
-            OperationsEnd::Completed(..) => {
-                violations.push(Violation::new(
-                    Invariant::PublisherKilledAndReaped,
-                    format!("{context}: the publisher was not killed"),
-                ));
-                continue;
-            }
-        };
-        if report.ended.signal == Some(9) {
-            landed += 1;
-        } else {
-            violations.push(Violation::new(
-                Invariant::PublisherKilledAndReaped,
-                format!(
-                    "{context}: publisher not killed by signal 9 ({})",
-                    report.ended.exit.outcome
-                ),
-            ));
-        }
-        let performed: Vec<_> = report.performed.iter().map(comparable).collect();
-        if performed.as_slice() != &expected_trace[..index]
-            || comparable(&report.killed_before) != expected_trace[index]
-        {
-            violations.push(Violation::new(
-                Invariant::KillTranscriptMatches,
-                format!("{context}: the operations performed differ from the recorded trace"),
-            ));
-        }
-        let visible_by_trace = commit_rename.is_some_and(|rename| index > rename);
-        if report.ended.candidate_visible != visible_by_trace {
-            violations.push(Violation::new(
-                Invariant::CandidateVisibleAsTheProtocolSays,
-                format!(
-                    "{context}: candidate visible = {}, but the trace installs it {}",
-                    report.ended.candidate_visible,
-                    match commit_rename {
-                        Some(rename) => format!("at operation {rename}"),
-                        None => "never".to_owned(),
-                    }
-                ),
-            ));
-        }
-        violations.extend(base.recovery_violations(exe, &root, &report.ended, &context)?);
+        let (killed, found) = kill_before_operation(exe, &base, &traced, index, op)?;
+        landed += u64::from(killed);
+        violations.extend(found);
     }
     progress.advance(trace.len() as u64);
     progress.finish();
@@ -263,6 +210,86 @@ pub fn operation_kill_phase(
         trace,
         violations,
     })
+}
+
+/// What the kills of one traced publish are judged against.
+struct TracedPublish {
+    /// Its operations, as two runs can agree on them.
+    expected: Vec<(OperationKind, String, Option<String>, Option<u64>)>,
+    /// The operation that installs its commit record.
+    commit_rename: Option<usize>,
+}
+
+/// Kills a fresh publisher before operation `index` (`op`) of the traced publish:
+/// whether signal 9 ended it, and what the kill, the operations it performed and the
+/// recovery after it broke.
+fn kill_before_operation(
+    exe: &Path,
+    base: &KillBase,
+    traced: &TracedPublish,
+    index: usize,
+    op: &OperationEvent,
+) -> Result<(bool, Vec<Violation>), LabError> {
+    let mut violations = Vec::new();
+    let context = format!(
+        "kill before operation {index} ({} {})",
+        serde_json::to_string(&op.kind).unwrap_or_default(),
+        op.path
+    );
+    let (_dir, root) = base.fresh_copy()?;
+    let report = match drive_operations(
+        exe,
+        &root,
+        &base.candidate,
+        base.topology,
+        Some(index as u64),
+    )
+    .map_err(LabError::during(context.clone()))?
+    {
+        OperationsEnd::Killed(report) => report,
+        OperationsEnd::Completed(..) => {
+            violations.push(Violation::new(
+                Invariant::PublisherKilledAndReaped,
+                format!("{context}: the publisher was not killed"),
+            ));
+            return Ok((false, violations));
+        }
+    };
+    let killed = report.ended.signal == Some(9);
+    if !killed {
+        violations.push(Violation::new(
+            Invariant::PublisherKilledAndReaped,
+            format!(
+                "{context}: publisher not killed by signal 9 ({})",
+                report.ended.exit.outcome
+            ),
+        ));
+    }
+    let performed: Vec<_> = report.performed.iter().map(comparable).collect();
+    if performed.as_slice() != &traced.expected[..index]
+        || comparable(&report.killed_before) != traced.expected[index]
+    {
+        violations.push(Violation::new(
+            Invariant::KillTranscriptMatches,
+            format!("{context}: the operations performed differ from the recorded trace"),
+        ));
+    }
+    let visible_by_trace = traced.commit_rename.is_some_and(|rename| index > rename);
+    if report.ended.candidate_visible != visible_by_trace {
+        violations.push(Violation::new(
+            Invariant::CandidateVisibleAsTheProtocolSays,
+            format!(
+                "{context}: candidate visible = {}, but the trace installs it {}",
+                report.ended.candidate_visible,
+                match traced.commit_rename {
+                    Some(rename) => format!("at operation {rename}"),
+                    None => "never".to_owned(),
+                }
+            ),
+        ));
+    }
+    violations.extend(base.recovery_violations(exe, &root, &report.ended, &context)?);
+    Ok((killed, violations))
 }
 
 /// Kills free-running publishers after random delays until `RANDOM_KILLS` landed
