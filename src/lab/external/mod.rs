@@ -141,30 +141,7 @@ pub fn run(
         progress("running the setup command (untraced)");
         run_setup(setup, &dirs, config.record.timeout_ms)?;
     }
-    progress("recording the writer");
-    let mut run = recorder::record(
-        &recorder::WriterSetup {
-            stub_exe: &config.stub_exe,
-            scratch: &dirs.scratch,
-            tmpdir: &dirs.tmp,
-            argv: &config.writer,
-            stdout_log: &config.out.join("writer.stdout"),
-            stderr_log: &config.out.join("writer.stderr"),
-        },
-        config.record,
-    )?;
-    if !run.exit.success() {
-        return Err(CrashTestError::WriterFailed {
-            outcome: run.exit.to_string(),
-            log: config.out.join("writer.stderr"),
-        });
-    }
-    let acknowledgements = place_acknowledgements(
-        &mut run.trace,
-        &config.out.join("writer.stdout"),
-        ack_pattern.as_ref(),
-    )?;
-    write_trace(&config.out, &run.trace)?;
+    let (run, acknowledgements) = record_writer(config, &dirs, ack_pattern.as_ref(), progress)?;
     progress(&format!(
         "recorded {} operations ({} system calls, {} tasks); building crash states",
         run.trace.ops.len(),
@@ -208,20 +185,58 @@ pub fn run(
         failure_classes: check::classes(&checked.failures),
         failures: checked.failures,
     };
-    let bytes = serde_json_canonicalizer::to_vec(&report).map_err(|e| CrashTestError::Io {
+    write_report(&config.out, &report)?;
+    Ok(report)
+}
+
+/// Records the writer under ptrace, refuses a run that did not succeed, places its
+/// acknowledgements in the trace and writes the trace to the output directory.
+fn record_writer(
+    config: &CrashTestConfig,
+    dirs: &OutputDirs,
+    ack_pattern: Option<&AckPattern>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(recorder::WriterRun, Vec<Acknowledgement>), CrashTestError> {
+    progress("recording the writer");
+    let mut run = recorder::record(
+        &recorder::WriterSetup {
+            stub_exe: &config.stub_exe,
+            scratch: &dirs.scratch,
+            tmpdir: &dirs.tmp,
+            argv: &config.writer,
+            stdout_log: &config.out.join("writer.stdout"),
+            stderr_log: &config.out.join("writer.stderr"),
+        },
+        config.record,
+    )?;
+    if !run.exit.success() {
+        return Err(CrashTestError::WriterFailed {
+            outcome: run.exit.to_string(),
+            log: config.out.join("writer.stderr"),
+        });
+    }
+    let acknowledgements = place_acknowledgements(
+        &mut run.trace,
+        &config.out.join("writer.stdout"),
+        ack_pattern,
+    )?;
+    write_trace(&config.out, &run.trace)?;
+    Ok((run, acknowledgements))
+}
+
+/// Writes `report.json` (canonical JSON) into `out`.
+fn write_report(out: &Path, report: &CrashTestReport) -> Result<(), CrashTestError> {
+    let bytes = serde_json_canonicalizer::to_vec(report).map_err(|e| CrashTestError::Io {
         context: "encoding the report".to_owned(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    write_file(
-        &config.out.join("report.json"),
-        &bytes,
-        WriteOptions::REPLACEABLE,
-    )
-    .map_err(|e| CrashTestError::Io {
-        context: "writing report.json".to_owned(),
-        source: std::io::Error::other(e.to_string()),
+    write_file(&out.join("report.json"), &bytes, WriteOptions::REPLACEABLE).map_err(|e| {
+        CrashTestError::Io {
+            context: "writing report.json".to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        }
     })?;
-    Ok(report)
+    Ok(())
 }
 
 /// Longest writer stdout read for acknowledgements, in bytes.
