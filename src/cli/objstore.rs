@@ -4,14 +4,12 @@
 //! JSON on stdout, as for a local store, with the conditional-create capability.
 //! Also the child side of `store-child publish|recover --store s3://…`, the publisher and
 //! recovery children of the crash harness (killer-demo's crash store on an object store).
-use std::time::Instant;
 
 use shardlift::core::logical::LogicalState;
-use shardlift::core::progress::Progress;
 use shardlift::core::topology::Topology;
+use shardlift::objstore::bench::PublishProgress;
 use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions, S3Location};
-use shardlift::store::barrier::{Barrier, BarrierEvent, BarrierHook, HookStop, NoHooks};
-use shardlift::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
+use shardlift::store::barrier::NoHooks;
 use shardlift::store::writer::SyntheticSpec;
 use shardlift::store::ObjectCheck;
 
@@ -94,7 +92,7 @@ pub fn publish(
             state,
             topology,
             spec,
-            &mut ProgressHook::new(&mut super::progress::StderrProgress::new(), &spec, state),
+            &mut PublishProgress::new(&mut super::progress::StderrProgress::new(), &spec, state),
         ),
     }
     .map_err(|e| fail(e, json))?;
@@ -208,85 +206,8 @@ pub fn verify(location: &S3Location, generation: u64, json: bool) -> anyhow::Res
     })
 }
 
-/// The synthetic objects that scale `state` to `state_bytes` chunk-payload bytes: objects
-/// of the chunk size, seeded by `seed`, at least one (as for a local store).
-pub fn synthetic_spec(state: &LogicalState, seed: u64, state_bytes: u64) -> SyntheticSpec {
-    let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
-    SyntheticSpec {
-        seed,
-        object_bytes,
-        total_bytes: state_bytes
-            .saturating_sub(model_bytes(state))
-            .max(u64::from(object_bytes)),
-    }
-}
-
-/// Chunk-payload bytes of `state` (three FP32 slots per parameter).
-fn model_bytes(state: &LogicalState) -> u64 {
-    state
-        .chunks()
-        .iter()
-        .map(|c| c.parameters().len() as u64 * 12)
-        .sum()
-}
-
-/// Progress on stderr from the writer's barrier events: one step per acknowledged object.
-struct ProgressHook<'a> {
-    progress: &'a mut dyn Progress,
-    done: u64,
-}
-
-impl<'a> ProgressHook<'a> {
-    fn new(progress: &'a mut dyn Progress, spec: &SyntheticSpec, state: &LogicalState) -> Self {
-        progress.phase(
-            "publish",
-            Some(state.chunks().len() as u64 * 3 + spec.object_count()),
-        );
-        ProgressHook { progress, done: 0 }
-    }
-}
-
-impl BarrierHook for ProgressHook<'_> {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
-        if event.barrier == Barrier::ObjectAfterDirectoryFsync {
-            self.done += 1;
-            self.progress.advance(self.done);
-        }
-        Ok(())
-    }
-}
-
-/// One throughput figure.
-#[derive(serde::Serialize)]
-struct Throughput {
-    bytes: u64,
-    requests: u64,
-    seconds: f64,
-    mb_per_s: f64,
-}
-
-impl Throughput {
-    fn new(bytes: u64, requests: u64, seconds: f64) -> Self {
-        Throughput {
-            bytes,
-            requests,
-            seconds,
-            mb_per_s: if seconds > 0.0 {
-                bytes as f64 / seconds / 1e6
-            } else {
-                0.0
-            },
-        }
-    }
-}
-
-/// `store bench --store s3://…`: publishes one synthetic state of `state_bytes`
-/// chunk-payload bytes (objects of `chunk_elements` × 4 bytes), then PUTs the same
-/// objects' bytes again as plain PUTs through the same client under
-/// `bench-raw/<run>/<index>` (both timings include making the bytes; the copies are
-/// deleted afterwards, on failure too, best effort), and prints both figures as JSON on
-/// stdout; progress goes to stderr. Requests run one after another,
-/// as RFC 0001 §9.3 has the writer issue them.
+/// `store bench --store s3://…` ([`shardlift::objstore::bench`]): the report as JSON on
+/// stdout, progress on stderr.
 pub fn bench(
     location: &S3Location,
     state_bytes: u64,
@@ -295,96 +216,12 @@ pub fn bench(
 ) -> anyhow::Result<()> {
     let store =
         ObjStore::open_at(location.clone(), client_options(), true).map_err(|e| fail(e, true))?;
-    let state = synthetic_state(seed, 1, chunk_elements);
-    let spec = synthetic_spec(&state, seed, state_bytes);
-    let topology = Topology::new(4)?;
     let mut progress = super::progress::StderrProgress::new();
-    let summary = store
-        .publish_synthetic(
-            &state,
-            topology,
-            spec,
-            &mut ProgressHook::new(&mut progress, &spec, &state),
-        )
-        .map_err(|e| fail(e, true))?;
-    progress.finish();
-    let publish = Throughput::new(
-        summary.bytes_put,
-        summary.objects_put + 3,
-        summary.elapsed_ms as f64 / 1e3,
-    );
-
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let objects = state.chunks().len() as u64 * 3 + spec.object_count();
-    progress.phase("raw PUT", Some(objects));
-    // Timed as the publish is: making each object's bytes and PUTting them (the publish
-    // also hashes); the copies go under bench-raw/, which recovery ignores, and are
-    // deleted afterwards.
-    let raw_prefix = format!("bench-raw/{run}");
-    let (mut raw_bytes, mut raw_requests) = (0u64, 0u64);
-    let raw_started = Instant::now();
-    let outcome = {
-        let mut put = |bytes: Vec<u8>| -> anyhow::Result<()> {
-            let len = bytes.len() as u64;
-            let key = format!("{raw_prefix}/{raw_requests}");
-            store.client().put(&key, bytes).map_err(|e| fail(e, true))?;
-            raw_bytes += len;
-            raw_requests += 1;
-            progress.advance(raw_requests);
-            Ok(())
-        };
-        let mut put_all = || -> anyhow::Result<()> {
-            for chunk in state.chunks() {
-                for payload in chunk_payloads(chunk) {
-                    put(payload)?;
-                }
-            }
-            for index in 0..spec.object_count() {
-                let len = usize::try_from(spec.object_len(index))?;
-                put(synthetic_object(spec.seed, index, len))?;
-            }
-            Ok(())
-        };
-        put_all()
-    };
-    let raw_seconds = raw_started.elapsed().as_secs_f64();
-    // A PUT that failed may still have landed: its key is deleted too. After a failure the
-    // deletes are best effort and the PUT's error is the one reported.
-    let attempted = raw_requests + u64::from(outcome.is_err());
-    progress.phase("deleting the raw copies", Some(attempted));
-    let mut first_delete_error = None;
-    for index in 0..attempted {
-        if let Err(error) = store.client().delete(&format!("{raw_prefix}/{index}")) {
-            first_delete_error.get_or_insert(error);
-        }
-        progress.advance(index + 1);
-    }
-    outcome?;
-    if let Some(error) = first_delete_error {
-        return Err(fail(error, true));
-    }
-    progress.finish();
+    let report =
+        shardlift::objstore::bench::run(&store, state_bytes, chunk_elements, seed, &mut progress)
+            .map_err(|e| fail(e, true))?;
     drop(progress);
-    let raw_put = Throughput::new(raw_bytes, raw_requests, raw_seconds);
-    let ratio = if raw_put.mb_per_s > 0.0 {
-        publish.mb_per_s / raw_put.mb_per_s
-    } else {
-        0.0
-    };
-    print_json(&serde_json::json!({
-        "location": location.url(),
-        "state_bytes": model_bytes(&state) + spec.total_bytes,
-        "object_bytes": spec.object_bytes,
-        "objects": objects,
-        "generation": summary.generation,
-        "conditional_create": store.conditional_create(),
-        "publish": publish,
-        "raw_put": raw_put,
-        "publish_over_raw_put": ratio,
-    }))
+    print_json(&report)
 }
 
 /// Child side of `store-child publish --store s3://…`: the handoff's state published to

@@ -9,6 +9,7 @@ use shardlift::core::topology::{Topology, MAX_WORKERS};
 use shardlift::store::barrier::{BarrierHook, InOrder, NoHooks};
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::location::{Location, S3Location};
+use shardlift::store::protocol::{chunk_payload_bytes, SyntheticSpec};
 use shardlift::store::ObjectCheck;
 
 use super::store_report::{
@@ -352,7 +353,7 @@ fn publish_s3(
     );
     let synthetic = options
         .state_bytes
-        .map(|bytes| super::objstore::synthetic_spec(state, seed, bytes));
+        .map(|bytes| SyntheticSpec::scaling(state, seed, bytes));
     let pause_at_barriers = match options.pause_at.as_deref() {
         None => false,
         Some("barriers") => true,
@@ -539,19 +540,8 @@ fn publish_scaled(
         hooks,
     } = scale;
     let topology = Topology::new(workers)?;
-    let model_bytes: u64 = state
-        .chunks()
-        .iter()
-        .map(|c| c.parameters().len() as u64 * 12)
-        .sum();
-    let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
-    let spec = shardlift::store::writer::SyntheticSpec {
-        seed,
-        object_bytes,
-        total_bytes: state_bytes
-            .saturating_sub(model_bytes)
-            .max(u64::from(object_bytes)),
-    };
+    let model_bytes = chunk_payload_bytes(state);
+    let spec = SyntheticSpec::scaling(state, seed, state_bytes);
     let mut progress = super::progress::StderrProgress::new();
     let summary =
         shardlift::store::publish_synthetic(store, state, topology, spec, hooks, &mut progress)?;

@@ -26,6 +26,7 @@ use crate::core::topology::Topology;
 use crate::store::barrier::BarrierHook;
 use crate::store::recovery::ObjectCheck;
 
+pub mod bench;
 pub mod client;
 pub mod error;
 pub mod keys;

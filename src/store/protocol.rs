@@ -332,6 +332,19 @@ pub struct SyntheticSpec {
 }
 
 impl SyntheticSpec {
+    /// The synthetic objects that scale `state` to `state_bytes` of chunk payloads in
+    /// all (at least one object): objects of the state's chunk size, seeded by `seed`.
+    pub fn scaling(state: &LogicalState, seed: u64, state_bytes: u64) -> SyntheticSpec {
+        let object_bytes = state.hyperparameters().chunk_elements.saturating_mul(4);
+        SyntheticSpec {
+            seed,
+            object_bytes,
+            total_bytes: state_bytes
+                .saturating_sub(chunk_payload_bytes(state))
+                .max(u64::from(object_bytes)),
+        }
+    }
+
     /// How many objects the spec makes.
     pub fn object_count(&self) -> u64 {
         self.total_bytes
@@ -346,4 +359,14 @@ impl SyntheticSpec {
                 .saturating_sub(index.saturating_mul(object_bytes)),
         )
     }
+}
+
+/// Chunk-payload bytes of `state`: three FP32 slots (parameters and both moments) per
+/// parameter.
+pub fn chunk_payload_bytes(state: &LogicalState) -> u64 {
+    state
+        .chunks()
+        .iter()
+        .map(|c| c.parameters().len() as u64 * 12)
+        .sum()
 }

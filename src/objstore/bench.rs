@@ -1,0 +1,207 @@
+//! `store bench --store s3://…`: a publish against plain PUTs of the same bytes through
+//! the same client, measured in one run. The publish's requests run one after another, as
+//! RFC 0001 §9.3 has the writer issue them; so do the plain PUTs.
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::core::logical::LogicalState;
+use crate::core::progress::Progress;
+use crate::core::topology::Topology;
+use crate::objstore::error::ObjStoreError;
+use crate::objstore::{ConditionalCreate, ObjStore};
+use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, HookStop};
+use crate::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
+use crate::store::protocol::{chunk_payload_bytes, SyntheticSpec};
+
+/// Workers of the benched publish.
+const BENCH_WORKERS: u32 = 4;
+
+/// One throughput figure.
+#[derive(Clone, Debug, Serialize)]
+pub struct Throughput {
+    /// Bytes PUT.
+    pub bytes: u64,
+    /// Requests made.
+    pub requests: u64,
+    /// Wall time, in seconds.
+    pub seconds: f64,
+    /// Bytes per second, in millions (0 when no time passed).
+    pub mb_per_s: f64,
+}
+
+impl Throughput {
+    fn new(bytes: u64, requests: u64, seconds: f64) -> Self {
+        Throughput {
+            bytes,
+            requests,
+            seconds,
+            mb_per_s: if seconds > 0.0 {
+                bytes as f64 / seconds / 1e6
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// What `store bench --store s3://…` measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct S3BenchReport {
+    /// The store's location.
+    pub location: String,
+    /// Chunk-payload bytes of the state published.
+    pub state_bytes: u64,
+    /// Bytes of each synthetic object but the last.
+    pub object_bytes: u32,
+    /// Objects of the state (chunk payloads and synthetic objects).
+    pub objects: u64,
+    /// The generation the publish committed.
+    pub generation: u64,
+    /// Whether the service honours conditional create (as probed when the store opened).
+    pub conditional_create: ConditionalCreate,
+    /// The publish: its PUTs of objects, manifest, commit record and LATEST.
+    pub publish: Throughput,
+    /// The same objects' bytes as plain PUTs.
+    pub raw_put: Throughput,
+    /// `publish.mb_per_s / raw_put.mb_per_s` (0 when the plain PUTs took no time).
+    pub publish_over_raw_put: f64,
+}
+
+/// Progress from the writer's barrier events: one step per object it put.
+pub struct PublishProgress<'a> {
+    progress: &'a mut dyn Progress,
+    done: u64,
+}
+
+impl<'a> PublishProgress<'a> {
+    /// Starts a "publish" phase of one step per object of `state` scaled by `spec`.
+    pub fn new(progress: &'a mut dyn Progress, spec: &SyntheticSpec, state: &LogicalState) -> Self {
+        progress.phase(
+            "publish",
+            Some(state.chunks().len() as u64 * 3 + spec.object_count()),
+        );
+        PublishProgress { progress, done: 0 }
+    }
+}
+
+impl BarrierHook for PublishProgress<'_> {
+    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
+        if event.barrier == Barrier::ObjectAfterDirectoryFsync {
+            self.done += 1;
+            self.progress.advance(self.done);
+        }
+        Ok(())
+    }
+}
+
+/// Publishes one synthetic state of `state_bytes` chunk-payload bytes (objects of
+/// `chunk_elements` × 4 bytes) to `store`, then PUTs the same objects' bytes again as
+/// plain PUTs under `bench-raw/<run>/<index>` (both timings include making the bytes),
+/// and deletes those copies afterwards, on failure too (best effort: the PUT's error is
+/// the one reported). Progress goes to `progress`.
+pub fn run(
+    store: &ObjStore,
+    state_bytes: u64,
+    chunk_elements: u32,
+    seed: u64,
+    progress: &mut dyn Progress,
+) -> Result<S3BenchReport, ObjStoreError> {
+    let state = synthetic_state(seed, 1, chunk_elements);
+    let spec = SyntheticSpec::scaling(&state, seed, state_bytes);
+    let topology = Topology::new(BENCH_WORKERS).map_err(|e| ObjStoreError::Config {
+        location: store.client().location().url(),
+        message: e.to_string(),
+    })?;
+    let summary = store.publish_synthetic(
+        &state,
+        topology,
+        spec,
+        &mut PublishProgress::new(progress, &spec, &state),
+    )?;
+    progress.finish();
+    let publish = Throughput::new(
+        summary.bytes_put,
+        summary.objects_put + 3,
+        summary.elapsed_ms as f64 / 1e3,
+    );
+    let objects = state.chunks().len() as u64 * 3 + spec.object_count();
+    let raw_put = time_raw_puts(store, &state, &spec, objects, progress)?;
+    let publish_over_raw_put = if raw_put.mb_per_s > 0.0 {
+        publish.mb_per_s / raw_put.mb_per_s
+    } else {
+        0.0
+    };
+    Ok(S3BenchReport {
+        location: store.client().location().url(),
+        state_bytes: chunk_payload_bytes(&state) + spec.total_bytes,
+        object_bytes: spec.object_bytes,
+        objects,
+        generation: summary.generation,
+        conditional_create: store.conditional_create(),
+        publish,
+        raw_put,
+        publish_over_raw_put,
+    })
+}
+
+/// PUTs every object's bytes of `state` scaled by `spec` under a fresh `bench-raw/`
+/// prefix (which recovery ignores), timed as the publish is, then deletes them.
+fn time_raw_puts(
+    store: &ObjStore,
+    state: &LogicalState,
+    spec: &SyntheticSpec,
+    objects: u64,
+    progress: &mut dyn Progress,
+) -> Result<Throughput, ObjStoreError> {
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    progress.phase("raw PUT", Some(objects));
+    let raw_prefix = format!("bench-raw/{run}");
+    let (mut raw_bytes, mut raw_requests) = (0u64, 0u64);
+    let raw_started = Instant::now();
+    let outcome = {
+        let mut put = |bytes: Vec<u8>| -> Result<(), ObjStoreError> {
+            let len = bytes.len() as u64;
+            let key = format!("{raw_prefix}/{raw_requests}");
+            store.client().put(&key, bytes)?;
+            raw_bytes += len;
+            raw_requests += 1;
+            progress.advance(raw_requests);
+            Ok(())
+        };
+        let mut put_all = || -> Result<(), ObjStoreError> {
+            for chunk in state.chunks() {
+                for payload in chunk_payloads(chunk) {
+                    put(payload)?;
+                }
+            }
+            for index in 0..spec.object_count() {
+                // An object is at most `object_bytes` (a u32) long.
+                let len = spec.object_len(index) as usize;
+                put(synthetic_object(spec.seed, index, len))?;
+            }
+            Ok(())
+        };
+        put_all()
+    };
+    let raw_seconds = raw_started.elapsed().as_secs_f64();
+    // A PUT that failed may still have landed: its key is deleted too.
+    let attempted = raw_requests + u64::from(outcome.is_err());
+    progress.phase("deleting the raw copies", Some(attempted));
+    let mut first_delete_error = None;
+    for index in 0..attempted {
+        if let Err(error) = store.client().delete(&format!("{raw_prefix}/{index}")) {
+            first_delete_error.get_or_insert(error);
+        }
+        progress.advance(index + 1);
+    }
+    outcome?;
+    if let Some(error) = first_delete_error {
+        return Err(error);
+    }
+    progress.finish();
+    Ok(Throughput::new(raw_bytes, raw_requests, raw_seconds))
+}
