@@ -1,6 +1,7 @@
 //! The views of the state itself: its lineage through the demo, the projection that
 //! shows placement changed and state did not, the digest ledger, and the W4 → W3 topology.
 use super::*;
+use shardlift::evidence::bundle::RecoveryEvidenceRecord;
 
 /// View 5.
 pub fn lineage(evidence: &Evidence) -> Svg {
@@ -14,99 +15,109 @@ pub fn lineage(evidence: &Evidence) -> Svg {
         let e = &run.evidence;
         let y0 = 90.0 + row as f32 * 220.0;
         svg.text(30.0, y0, 15.0, NOTE, &format!("killed at {}", run.barrier));
-        svg.text(30.0, y0 + 34.0, 12.0, MUTED, "reference store");
-        let mut x = 160.0;
-        for state in &e.reference {
-            let checkpoint = state.step == e.reference_checkpoint.step;
-            let label = if checkpoint {
-                format!(
-                    "gen {} step {}",
-                    e.reference_checkpoint.generation, state.step
-                )
-            } else {
-                format!("step {} W{}", state.step, state.workers)
-            };
-            let (fill, stroke) = if checkpoint {
-                (GOOD_FILL, GOOD)
-            } else {
-                (PANEL, EDGE)
-            };
-            svg.rect(x, y0 + 16.0, 130.0, 28.0, fill, Some(stroke));
-            svg.text(x + 8.0, y0 + 35.0, 12.0, INK, &label);
-            x += 150.0;
-        }
-        svg.text(x, y0 + 35.0, 12.0, MUTED, "(green: evaluated checkpoint)");
+        lineage_reference_row(&mut svg, e, y0);
+        lineage_crash_row(&mut svg, e, y0);
+    }
+    svg
+}
 
-        svg.text(30.0, y0 + 94.0, 12.0, MUTED, "crash store");
-        let selected = e.recovery.selected_generation;
-        let mut boxes: Vec<(String, &str, &str, bool)> = Vec::new();
-        for generation in &e.recovery.valid_generations {
-            let chosen = *generation == selected;
-            boxes.push((
-                format!("gen {generation}{}", if chosen { " selected" } else { "" }),
-                if chosen { NOTE_FILL } else { PANEL },
-                if chosen { NOTE } else { EDGE },
-                false,
-            ));
-        }
-        boxes.push((
+/// Lineage, one run's reference-store row: every state, the evaluated checkpoint green.
+fn lineage_reference_row(svg: &mut Svg, e: &RecoveryEvidenceRecord, y0: f32) {
+    svg.text(30.0, y0 + 34.0, 12.0, MUTED, "reference store");
+    let mut x = 160.0;
+    for state in &e.reference {
+        let checkpoint = state.step == e.reference_checkpoint.step;
+        let label = if checkpoint {
             format!(
-                "gen {} reshard W{}",
-                e.reshard.generation, e.reshard.workers_after
-            ),
-            PANEL,
-            EDGE,
+                "gen {} step {}",
+                e.reference_checkpoint.generation, state.step
+            )
+        } else {
+            format!("step {} W{}", state.step, state.workers)
+        };
+        let (fill, stroke) = if checkpoint {
+            (GOOD_FILL, GOOD)
+        } else {
+            (PANEL, EDGE)
+        };
+        svg.rect(x, y0 + 16.0, 130.0, 28.0, fill, Some(stroke));
+        svg.text(x + 8.0, y0 + 35.0, 12.0, INK, &label);
+        x += 150.0;
+    }
+    svg.text(x, y0 + 35.0, 12.0, MUTED, "(green: evaluated checkpoint)");
+}
+
+/// Lineage, one run's crash-store row: the valid generations (recovery's selection
+/// marked), the reshard, the continuation, and the killed candidate when not installed.
+fn lineage_crash_row(svg: &mut Svg, e: &RecoveryEvidenceRecord, y0: f32) {
+    svg.text(30.0, y0 + 94.0, 12.0, MUTED, "crash store");
+    let selected = e.recovery.selected_generation;
+    let mut boxes: Vec<(String, &str, &str, bool)> = Vec::new();
+    for generation in &e.recovery.valid_generations {
+        let chosen = *generation == selected;
+        boxes.push((
+            format!("gen {generation}{}", if chosen { " selected" } else { "" }),
+            if chosen { NOTE_FILL } else { PANEL },
+            if chosen { NOTE } else { EDGE },
             false,
         ));
-        boxes.push((
-            format!(
-                "gen {} step {} W{}",
-                e.final_checkpoint.generation, e.final_checkpoint.step, e.final_checkpoint.workers
-            ),
-            GOOD_FILL,
-            GOOD,
-            false,
-        ));
-        let mut x = 160.0;
-        for (i, (label, fill, stroke, _)) in boxes.iter().enumerate() {
-            svg.rect(x, y0 + 76.0, 140.0, 28.0, fill, Some(stroke));
-            svg.text(x + 8.0, y0 + 95.0, 12.0, INK, label);
-            if i + 1 < boxes.len() {
-                svg.arrow(x + 140.0, y0 + 90.0, x + 155.0, y0 + 90.0, MUTED);
-            }
-            x += 155.0;
+    }
+    boxes.push((
+        format!(
+            "gen {} reshard W{}",
+            e.reshard.generation, e.reshard.workers_after
+        ),
+        PANEL,
+        EDGE,
+        false,
+    ));
+    boxes.push((
+        format!(
+            "gen {} step {} W{}",
+            e.final_checkpoint.generation, e.final_checkpoint.step, e.final_checkpoint.workers
+        ),
+        GOOD_FILL,
+        GOOD,
+        false,
+    ));
+    let mut x = 160.0;
+    for (i, (label, fill, stroke, _)) in boxes.iter().enumerate() {
+        svg.rect(x, y0 + 76.0, 140.0, 28.0, fill, Some(stroke));
+        svg.text(x + 8.0, y0 + 95.0, 12.0, INK, label);
+        if i + 1 < boxes.len() {
+            svg.arrow(x + 140.0, y0 + 90.0, x + 155.0, y0 + 90.0, MUTED);
         }
-        if !e.kill.candidate_installed {
-            let cx = 160.0 + 155.0 * (e.recovery.valid_generations.len().max(1) - 1) as f32;
-            svg.line(cx + 70.0, y0 + 104.0, cx + 70.0, y0 + 150.0, BAD, true);
-            svg.rect(cx + 80.0, y0 + 136.0, 330.0, 28.0, BAD_FILL, Some(BAD));
-            svg.text(
-                cx + 88.0,
-                y0 + 155.0,
-                12.0,
-                INK,
-                &format!(
-                    "candidate gen {}: not in commits/ (killed)",
-                    e.kill.candidate_generation
-                ),
-            );
-        }
+        x += 155.0;
+    }
+    if !e.kill.candidate_installed {
+        let cx = 160.0 + 155.0 * (e.recovery.valid_generations.len().max(1) - 1) as f32;
+        svg.line(cx + 70.0, y0 + 104.0, cx + 70.0, y0 + 150.0, BAD, true);
+        svg.rect(cx + 80.0, y0 + 136.0, 330.0, 28.0, BAD_FILL, Some(BAD));
         svg.text(
-            160.0,
-            y0 + 190.0,
+            cx + 88.0,
+            y0 + 155.0,
             12.0,
-            MUTED,
+            INK,
             &format!(
-                "recovery selected gen {} (step {}); resharded gen {} -> gen {}; continued to gen {}",
-                selected,
-                e.recovery.selected_step,
-                e.reshard.source_generation,
-                e.reshard.generation,
-                e.final_checkpoint.generation
+                "candidate gen {}: not in commits/ (killed)",
+                e.kill.candidate_generation
             ),
         );
     }
-    svg
+    svg.text(
+        160.0,
+        y0 + 190.0,
+        12.0,
+        MUTED,
+        &format!(
+            "recovery selected gen {} (step {}); resharded gen {} -> gen {}; continued to gen {}",
+            selected,
+            e.recovery.selected_step,
+            e.reshard.source_generation,
+            e.reshard.generation,
+            e.final_checkpoint.generation
+        ),
+    );
 }
 
 fn equal_mark(equal: bool) -> (&'static str, &'static str) {
