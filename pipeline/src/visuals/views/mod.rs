@@ -228,7 +228,35 @@ pub fn workflow(evidence: &Evidence, highlight: Option<usize>) -> Svg {
 
 /// View 2.
 pub fn cli_evidence(evidence: &Evidence) -> Svg {
-    let rows: Vec<(&str, Vec<String>)> = vec![
+    let rows = cli_evidence_rows(evidence);
+    let height = 150.0 + 24.0 * rows.len() as f32 + 60.0;
+    let mut svg = page(
+        evidence,
+        height,
+        "Captured CLI evidence: shardlift verify-bundle",
+        "The path-free fields of verify-bundle's stdout record, per run, from the committed transcripts.",
+    );
+    let xs = [30.0, 290.0, 620.0];
+    svg.text(xs[0], 100.0, 13.0, MUTED, "field");
+    for (i, run) in evidence.runs.iter().enumerate() {
+        svg.text(xs[i + 1], 100.0, 13.0, NOTE, run.barrier.name());
+    }
+    for (row, (field, values)) in rows.iter().enumerate() {
+        let y = 112.0 + 24.0 * row as f32;
+        if row % 2 == 0 {
+            svg.rect(20.0, y, WIDTH - 40.0, 24.0, PANEL, None);
+        }
+        svg.text(xs[0], y + 17.0, 13.0, INK, field);
+        for (i, value) in values.iter().enumerate() {
+            svg.text(xs[i + 1], y + 17.0, 13.0, INK, value);
+        }
+    }
+    svg
+}
+
+/// View 2's rows: each path-free field of verify-bundle's record, per run.
+fn cli_evidence_rows(evidence: &Evidence) -> Vec<(&'static str, Vec<String>)> {
+    vec![
         ("status", map(evidence, |r| r.verify_output.status.clone())),
         (
             "run_status",
@@ -303,30 +331,7 @@ pub fn cli_evidence(evidence: &Evidence) -> Svg {
             "audit_sha256",
             map(evidence, |r| short(&r.verify_output.audit_sha256)),
         ),
-    ];
-    let height = 150.0 + 24.0 * rows.len() as f32 + 60.0;
-    let mut svg = page(
-        evidence,
-        height,
-        "Captured CLI evidence: shardlift verify-bundle",
-        "The path-free fields of verify-bundle's stdout record, per run, from the committed transcripts.",
-    );
-    let xs = [30.0, 290.0, 620.0];
-    svg.text(xs[0], 100.0, 13.0, MUTED, "field");
-    for (i, run) in evidence.runs.iter().enumerate() {
-        svg.text(xs[i + 1], 100.0, 13.0, NOTE, run.barrier.name());
-    }
-    for (row, (field, values)) in rows.iter().enumerate() {
-        let y = 112.0 + 24.0 * row as f32;
-        if row % 2 == 0 {
-            svg.rect(20.0, y, WIDTH - 40.0, 24.0, PANEL, None);
-        }
-        svg.text(xs[0], y + 17.0, 13.0, INK, field);
-        for (i, value) in values.iter().enumerate() {
-            svg.text(xs[i + 1], y + 17.0, 13.0, INK, value);
-        }
-    }
-    svg
+    ]
 }
 
 fn map(evidence: &Evidence, f: impl Fn(&Run) -> String) -> Vec<String> {
