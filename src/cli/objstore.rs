@@ -230,7 +230,7 @@ pub fn bench(
 pub fn child_publish(
     location: &S3Location,
     handoff: &std::path::Path,
-    pause: shardlift::supervise::process::PublisherPause,
+    pause: shardlift::lab::harness::PublisherPause,
 ) -> anyhow::Result<()> {
     shardlift::lab::harness::child_publish_on(handoff, pause, |state, topology, hooks| {
         let store = ObjStore::open_at(location.clone(), client_options(), true)?;

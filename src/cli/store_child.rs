@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use shardlift::supervise::process::PublisherPause;
+use shardlift::lab::harness::PublisherPause;
 
 use shardlift::store::location::Location;
 

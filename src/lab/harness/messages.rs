@@ -134,3 +134,36 @@ pub struct KillReport {
     /// Whether `commits/<candidate>.json` exists after the kill.
     pub candidate_visible: bool,
 }
+
+/// Where a publisher child stops for an acknowledgement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublisherPause {
+    /// After every barrier event (the named steps of RFC 0001 §4).
+    Barriers,
+    /// Before every file-system operation (so a kill can land between any two).
+    Operations,
+    /// Nowhere: it says it is ready, then runs free (for kills at random instants).
+    Nowhere,
+}
+
+impl PublisherPause {
+    /// The value of `store-child publish --pause-at`.
+    pub fn arg(self) -> &'static str {
+        match self {
+            PublisherPause::Barriers => "barriers",
+            PublisherPause::Operations => "operations",
+            PublisherPause::Nowhere => "nowhere",
+        }
+    }
+
+    /// The inverse of [`PublisherPause::arg`].
+    pub fn from_arg(text: &str) -> Option<Self> {
+        [
+            PublisherPause::Barriers,
+            PublisherPause::Operations,
+            PublisherPause::Nowhere,
+        ]
+        .into_iter()
+        .find(|p| p.arg() == text)
+    }
+}

@@ -21,8 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::logical::LogicalState;
 use crate::core::topology::Topology;
 use crate::supervise::process::{
-    enter_supervised_child, ChildSpec, ExitOutcome, ExitRecord, PublisherPause, ShardliftChild,
-    SupervisedChild,
+    enter_supervised_child, ChildSpec, ExitOutcome, ExitRecord, Role, SupervisedChild,
 };
 
 use crate::durable::fs::{reads_from_real_disk, FileSystem, RealFs};
@@ -73,6 +72,38 @@ impl ChildStore for LocalStore<'_> {
     fn commit_visible(&self, generation: u64) -> Result<bool, LabError> {
         Ok(self.0.join(commit_rel_path(generation)).exists())
     }
+}
+
+/// `shardlift store-child publish --store S --handoff F --pause-at P`, stdin and stdout
+/// piped (events out, acknowledgements in): the argv the binary's hidden `store-child`
+/// command parses (`cli::store_child`).
+fn publisher_spec(
+    shardlift_exe: &Path,
+    store: &Path,
+    handoff: &Path,
+    pause: PublisherPause,
+) -> ChildSpec {
+    ChildSpec::new(shardlift_exe, Role::Publisher, HARNESS_SESSION)
+        .arg("store-child")
+        .arg("publish")
+        .arg("--store")
+        .arg(store)
+        .arg("--handoff")
+        .arg(handoff)
+        .arg("--pause-at")
+        .arg(pause.arg())
+        .piped_stdin()
+        .piped_stdout()
+}
+
+/// `shardlift store-child recover --store S`, its report on piped stdout.
+fn recovery_spec(shardlift_exe: &Path, store: &Path) -> ChildSpec {
+    ChildSpec::new(shardlift_exe, Role::Recovery, HARNESS_SESSION)
+        .arg("store-child")
+        .arg("recover")
+        .arg("--store")
+        .arg(store)
+        .piped_stdout()
 }
 
 fn deadline() -> Instant {
@@ -395,15 +426,7 @@ impl Publisher {
         handoff: &Path,
         pause: PublisherPause,
     ) -> Result<Self, LabError> {
-        let spec = ChildSpec::shardlift(
-            shardlift_exe,
-            HARNESS_SESSION,
-            ShardliftChild::Publisher {
-                store,
-                handoff,
-                pause,
-            },
-        );
+        let spec = publisher_spec(shardlift_exe, store, handoff, pause);
         let mut child = SupervisedChild::spawn(spec)?;
         let stdin = child
             .take_stdin()
@@ -512,13 +535,7 @@ pub fn recover_in_child_on(
     shardlift_exe: &Path,
     store: &dyn ChildStore,
 ) -> Result<RecoveryReport, LabError> {
-    let spec = ChildSpec::shardlift(
-        shardlift_exe,
-        HARNESS_SESSION,
-        ShardliftChild::Recovery {
-            store: store.argument(),
-        },
-    );
+    let spec = recovery_spec(shardlift_exe, store.argument());
     let mut child = SupervisedChild::spawn(spec)?;
     let stdout = child
         .take_stdout()
@@ -548,5 +565,5 @@ mod messages;
 use line_reader::LineReader;
 pub use messages::{
     ChildMessage, FreeRunReport, KillReport, OperationEvent, OperationKillReport, OperationKind,
-    PublisherExit,
+    PublisherExit, PublisherPause,
 };

@@ -1,6 +1,6 @@
 //! What a child is started from: its program, argv, environment and role.
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::*;
 
@@ -91,80 +91,6 @@ pub fn glibc_tunables_of(pid: u32) -> std::io::Result<Option<String>> {
     Ok(Some(value))
 }
 
-/// A `shardlift` subcommand run as a supervised child: the one place its argv is spelt
-/// (it must match the binary's hidden `worker` and `store-child` commands).
-#[derive(Clone, Copy, Debug)]
-pub enum ShardliftChild<'a> {
-    /// `shardlift worker --socket S --rank R --engine E`, one BLAS/OpenMP thread.
-    Worker {
-        /// The coordinator's Unix socket.
-        socket: &'a Path,
-        /// The worker's rank in its session.
-        rank: u32,
-        /// The engine's name (as `shardlift worker --engine` takes it).
-        engine: &'a str,
-    },
-    /// `shardlift store-child publish --store D --handoff F --pause-at P`, with stdin and
-    /// stdout piped (events out, acknowledgements in).
-    Publisher {
-        /// The store: a directory, or an `s3://` location the child's CLI recognises.
-        store: &'a Path,
-        /// The handoff file holding the state to publish (`lab::handoff`).
-        handoff: &'a Path,
-        /// Where the publisher stops for an acknowledgement.
-        pause: PublisherPause,
-    },
-    /// `shardlift store-child recover --store D`, its report on piped stdout.
-    Recovery {
-        /// The store: a directory, or an `s3://` location the child's CLI recognises.
-        store: &'a Path,
-    },
-}
-
-/// Where a publisher child stops for an acknowledgement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PublisherPause {
-    /// After every barrier event (the named steps of RFC 0001 §4).
-    Barriers,
-    /// Before every file-system operation (so a kill can land between any two).
-    Operations,
-    /// Nowhere: it says it is ready, then runs free (for kills at random instants).
-    Nowhere,
-}
-
-impl PublisherPause {
-    /// The value of `store-child publish --pause-at`.
-    pub fn arg(self) -> &'static str {
-        match self {
-            PublisherPause::Barriers => "barriers",
-            PublisherPause::Operations => "operations",
-            PublisherPause::Nowhere => "nowhere",
-        }
-    }
-
-    /// The inverse of [`PublisherPause::arg`].
-    pub fn from_arg(text: &str) -> Option<Self> {
-        [
-            PublisherPause::Barriers,
-            PublisherPause::Operations,
-            PublisherPause::Nowhere,
-        ]
-        .into_iter()
-        .find(|p| p.arg() == text)
-    }
-}
-
-impl ShardliftChild<'_> {
-    /// The role a child running this subcommand plays.
-    pub fn role(&self) -> Role {
-        match self {
-            ShardliftChild::Worker { .. } => Role::Worker,
-            ShardliftChild::Publisher { .. } => Role::Publisher,
-            ShardliftChild::Recovery { .. } => Role::Recovery,
-        }
-    }
-}
-
 impl ChildSpec {
     /// A spec of `program` with no arguments, no extra environment, stdin from /dev/null and
     /// stdout and stderr inherited.
@@ -180,52 +106,6 @@ impl ChildSpec {
             role,
             session: session.to_owned(),
             rank: None,
-        }
-    }
-
-    /// The spec of `shardlift_exe` running `child`.
-    pub fn shardlift(shardlift_exe: &Path, session: &str, child: ShardliftChild<'_>) -> Self {
-        let spec = ChildSpec::new(shardlift_exe, child.role(), session);
-        match child {
-            ShardliftChild::Worker {
-                socket,
-                rank,
-                engine,
-            } => spec
-                .arg("worker")
-                .arg("--socket")
-                .arg(socket)
-                .arg("--rank")
-                .arg(rank.to_string())
-                .arg("--engine")
-                .arg(engine)
-                .env("OMP_NUM_THREADS", "1")
-                .env("MKL_NUM_THREADS", "1")
-                .envs(worker_malloc_tunables(std::env::var_os(
-                    MALLOC_TUNABLES_VARIABLE,
-                )))
-                .rank(rank),
-            ShardliftChild::Publisher {
-                store,
-                handoff,
-                pause,
-            } => spec
-                .arg("store-child")
-                .arg("publish")
-                .arg("--store")
-                .arg(store)
-                .arg("--handoff")
-                .arg(handoff)
-                .arg("--pause-at")
-                .arg(pause.arg())
-                .piped_stdin()
-                .piped_stdout(),
-            ShardliftChild::Recovery { store } => spec
-                .arg("store-child")
-                .arg("recover")
-                .arg("--store")
-                .arg(store)
-                .piped_stdout(),
         }
     }
 

@@ -438,6 +438,38 @@ mod tests {
     use crate::core::logical::{ChunkState, Hyperparameters};
     use crate::trainer::protocol::GradientBytes;
 
+    #[test]
+    fn a_worker_is_started_as_the_binary_parses_it_with_the_allocator_settings() {
+        use crate::supervise::process::{MALLOC_TUNABLES_VARIABLE, WORKER_MALLOC_TUNABLES};
+        use std::ffi::OsString;
+        let options = SessionOptions::new("/bin/true", 2, "s");
+        let spec = spawn::worker_spec(&options, std::path::Path::new("/tmp/s.sock"), 1);
+        let args: Vec<_> = spec.args.iter().map(|a| a.to_string_lossy()).collect();
+        assert_eq!(
+            args,
+            [
+                "worker",
+                "--socket",
+                "/tmp/s.sock",
+                "--rank",
+                "1",
+                "--engine",
+                options.engine.name()
+            ]
+        );
+        assert_eq!(spec.rank, Some(1));
+        let given: Vec<_> = spec
+            .env
+            .iter()
+            .filter(|(key, _)| key == MALLOC_TUNABLES_VARIABLE)
+            .map(|(_, value)| value.clone())
+            .collect();
+        match std::env::var_os(MALLOC_TUNABLES_VARIABLE) {
+            None => assert_eq!(given, [OsString::from(WORKER_MALLOC_TUNABLES)]),
+            Some(_) => assert!(given.is_empty(), "{given:?}"),
+        }
+    }
+
     fn owned_by(state: &LogicalState, topology: Topology, rank: u32) -> Vec<ChunkState> {
         state
             .chunks()

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::core::topology::Topology;
 use crate::supervise::ipc::{self, FramedStream, IpcError};
-use crate::supervise::process::{ChildSpec, ShardliftChild, Supervisor};
+use crate::supervise::process::{
+    worker_malloc_tunables, ChildSpec, Role, Supervisor, MALLOC_TUNABLES_VARIABLE,
+};
 
 use crate::trainer::protocol::Message;
 
@@ -49,15 +51,28 @@ pub(super) fn spawn_workers(
 ) -> Result<Vec<usize>, SessionError> {
     let mut child_of_rank = Vec::new();
     for rank in 0..topology.workers() {
-        let worker = ShardliftChild::Worker {
-            socket: socket_path,
-            rank,
-            engine: options.engine.name(),
-        };
-        let spec = ChildSpec::shardlift(&options.shardlift_exe, &options.session, worker);
-        child_of_rank.push(supervisor.spawn(spec)?);
+        child_of_rank.push(supervisor.spawn(worker_spec(options, socket_path, rank))?);
     }
     Ok(child_of_rank)
+}
+
+/// `shardlift worker --socket S --rank R --engine E` with one BLAS/OpenMP thread and the
+/// workers' allocator settings: the argv the binary's hidden `worker` command parses.
+pub(super) fn worker_spec(options: &SessionOptions, socket: &Path, rank: u32) -> ChildSpec {
+    ChildSpec::new(&options.shardlift_exe, Role::Worker, &options.session)
+        .arg("worker")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--rank")
+        .arg(rank.to_string())
+        .arg("--engine")
+        .arg(options.engine.name())
+        .env("OMP_NUM_THREADS", "1")
+        .env("MKL_NUM_THREADS", "1")
+        .envs(worker_malloc_tunables(std::env::var_os(
+            MALLOC_TUNABLES_VARIABLE,
+        )))
+        .rank(rank)
 }
 
 /// Accepts one checked connection per rank, ordered by rank. The caller tears the group
