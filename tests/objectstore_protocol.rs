@@ -362,13 +362,14 @@ fn store_bench_prints_publish_and_raw_put_throughput_of_the_same_bytes() {
         "objectstore bench ({state_bytes} bytes): publish {} MB/s, raw PUT {} MB/s",
         bench["publish"]["mb_per_s"], bench["raw_put"]["mb_per_s"]
     );
+    assert_eq!(bench["raw_copies_left"], serde_json::json!([]), "{bench}");
     let leftovers = open(&url, false)
         .client()
         .list("bench-raw")
         .expect("list bench-raw/");
     assert!(
         leftovers.is_empty(),
-        "raw copies left behind: {leftovers:?}"
+        "raw copies left behind: {leftovers:?}; the bench's stderr: {stderr}"
     );
     let (ok, recovered, stderr) = shardlift_json(&["store", "recover", "--store", &url, "--json"]);
     assert!(ok, "recover failed: {stderr}");

@@ -221,6 +221,13 @@ pub fn bench(
         shardlift::objstore::bench::run(&store, state_bytes, chunk_elements, seed, &mut progress)
             .map_err(|e| fail(e, true))?;
     drop(progress);
+    if !report.raw_copies_left.is_empty() {
+        eprintln!(
+            "warning: {} raw cop(ies) still listed under bench-raw/ after the deletes: {:?}",
+            report.raw_copies_left.len(),
+            report.raw_copies_left
+        );
+    }
     print_json(&report)
 }
 

@@ -66,6 +66,9 @@ pub struct S3BenchReport {
     pub raw_put: Throughput,
     /// `publish.mb_per_s / raw_put.mb_per_s` (0 when the plain PUTs took no time).
     pub publish_over_raw_put: f64,
+    /// Keys of raw copies still listed after the deletes and sweeps (empty when none
+    /// was left behind; recovery ignores `bench-raw/` either way).
+    pub raw_copies_left: Vec<String>,
 }
 
 /// Progress from the writer's barrier events: one step per object it put.
@@ -126,7 +129,7 @@ pub fn run(
         summary.elapsed_ms as f64 / 1e3,
     );
     let objects = state.chunks().len() as u64 * 3 + spec.object_count();
-    let raw_put = time_raw_puts(store, &state, &spec, objects, progress)?;
+    let (raw_put, raw_copies_left) = time_raw_puts(store, &state, &spec, objects, progress)?;
     let publish_over_raw_put = if raw_put.mb_per_s > 0.0 {
         publish.mb_per_s / raw_put.mb_per_s
     } else {
@@ -142,6 +145,7 @@ pub fn run(
         publish,
         raw_put,
         publish_over_raw_put,
+        raw_copies_left,
     })
 }
 
@@ -153,7 +157,7 @@ fn time_raw_puts(
     spec: &SyntheticSpec,
     objects: u64,
     progress: &mut dyn Progress,
-) -> Result<Throughput, ObjStoreError> {
+) -> Result<(Throughput, Vec<String>), ObjStoreError> {
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -202,6 +206,38 @@ fn time_raw_puts(
     if let Some(error) = first_delete_error {
         return Err(error);
     }
+    let raw_copies_left = sweep_raw_copies(store, &raw_prefix)?;
     progress.finish();
-    Ok(Throughput::new(raw_bytes, raw_requests, raw_seconds))
+    Ok((
+        Throughput::new(raw_bytes, raw_requests, raw_seconds),
+        raw_copies_left,
+    ))
+}
+
+/// Sweeps rounds of the raw copies.
+const SWEEP_ROUNDS: u32 = 5;
+/// Wait before sweep round `n` (from 1), times `n`, in milliseconds.
+const SWEEP_BACKOFF_MS: u64 = 200;
+
+/// Lists `raw_prefix` and deletes whatever it still holds, for up to [`SWEEP_ROUNDS`]
+/// rounds, and returns the keys still listed after the last one. Deleting every index
+/// is not always enough: a PUT attempt the client gave up on and retried can still be
+/// stored by the service after the retry's copy was deleted.
+fn sweep_raw_copies(store: &ObjStore, raw_prefix: &str) -> Result<Vec<String>, ObjStoreError> {
+    let mut left = Vec::new();
+    for round in 0..=SWEEP_ROUNDS {
+        if round > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(
+                SWEEP_BACKOFF_MS * u64::from(round),
+            ));
+        }
+        left = store.client().list(raw_prefix)?;
+        if left.is_empty() || round == SWEEP_ROUNDS {
+            break;
+        }
+        for key in &left {
+            store.client().delete(key)?;
+        }
+    }
+    Ok(left)
 }
