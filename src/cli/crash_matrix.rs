@@ -63,43 +63,7 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
             mutants: &mutants,
         })?;
     } else {
-        outln!(
-            "{} barriers; {} barrier kills; {} operations traced, {} operation-boundary kills; {} random kills ({} runs finished first); {} crash images, {} distinct states; {} corruption cases; {} violations",
-            summary.barriers.len(),
-            summary.barrier_kills,
-            summary.trace_operations,
-            summary.op_boundary_kills,
-            summary.random_kills,
-            summary.random_runs_finished_first,
-            summary.crash_images,
-            summary.distinct_states,
-            summary.corruption_cases,
-            summary.violations.len()
-        );
-        for v in &summary.violations {
-            outln!("VIOLATION: {v}");
-        }
-        for detail in &mutants.details {
-            outln!(
-                "mutant {}: expected {}; {} of {} violations break it{}",
-                detail.name,
-                detail.expected_invariant,
-                detail.killed_by.len(),
-                detail.violations,
-                if detail.killed_by.is_empty() {
-                    " (SURVIVED)"
-                } else {
-                    ""
-                }
-            );
-        }
-        outln!(
-            "{} of {} mutants killed by their expected invariant; survived: {:?}",
-            mutants.killed,
-            mutants.total,
-            mutants.survived
-        );
-        outln!("caveat: {}", summary.caveat);
+        print_matrix_text(&summary, &mutants);
     }
     if !summary.violations.is_empty() {
         anyhow::bail!("{} invariant violations", summary.violations.len());
@@ -111,6 +75,50 @@ pub fn run_crash_matrix(args: CrashMatrixArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `crash-matrix` without `--json`: the counts, every violation, each mutant's fate.
+fn print_matrix_text(
+    summary: &shardlift::lab::run::MatrixSummary,
+    mutants: &shardlift::lab::mutants::MutantTally,
+) {
+    outln!(
+        "{} barriers; {} barrier kills; {} operations traced, {} operation-boundary kills; {} random kills ({} runs finished first); {} crash images, {} distinct states; {} corruption cases; {} violations",
+        summary.barriers.len(),
+        summary.barrier_kills,
+        summary.trace_operations,
+        summary.op_boundary_kills,
+        summary.random_kills,
+        summary.random_runs_finished_first,
+        summary.crash_images,
+        summary.distinct_states,
+        summary.corruption_cases,
+        summary.violations.len()
+    );
+    for v in &summary.violations {
+        outln!("VIOLATION: {v}");
+    }
+    for detail in &mutants.details {
+        outln!(
+            "mutant {}: expected {}; {} of {} violations break it{}",
+            detail.name,
+            detail.expected_invariant,
+            detail.killed_by.len(),
+            detail.violations,
+            if detail.killed_by.is_empty() {
+                " (SURVIVED)"
+            } else {
+                ""
+            }
+        );
+    }
+    outln!(
+        "{} of {} mutants killed by their expected invariant; survived: {:?}",
+        mutants.killed,
+        mutants.total,
+        mutants.survived
+    );
+    outln!("caveat: {}", summary.caveat);
 }
 
 /// `crash-matrix --json`: the matrix's summary and the mutants' fate, one record.

@@ -73,6 +73,35 @@ where
     })
 }
 
+/// Held by each thread of [`run_indexed`]: tells the caller the thread ended, and stops
+/// the others if it panicked.
+struct Ended<'a> {
+    stop: &'a std::sync::atomic::AtomicBool,
+    ended: std::sync::mpsc::Sender<()>,
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        // The receiver outlives every thread (it is read until all have ended).
+        let _ = self.ended.send(());
+    }
+}
+
+/// Stops [`run_indexed`]'s threads taking work when the calling thread unwinds
+/// (`on_progress` panicked), so the scope's join does not wait for the whole run.
+struct StopOnUnwind<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
 /// Runs `work(i)` for `i in 0..count` on up to `threads` threads, taking indices in
 /// order from a shared counter, and calls `on_progress` with how many succeeded (a failed
 /// index is not progress) at least every 100 ms meanwhile (and once at the end). A panic
@@ -93,30 +122,6 @@ pub fn run_indexed<T: Send, E: Send>(
 ) -> Vec<(usize, Result<T, E>)> {
     use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     const PROGRESS_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-    /// Tells the caller this thread ended, and stops the others if it panicked.
-    struct Ended<'a> {
-        stop: &'a AtomicBool,
-        ended: std::sync::mpsc::Sender<()>,
-    }
-    impl Drop for Ended<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                self.stop.store(true, Ordering::SeqCst);
-            }
-            // The receiver outlives every thread (it is read until all have ended).
-            let _ = self.ended.send(());
-        }
-    }
-    /// Stops the threads taking work when the calling thread unwinds (`on_progress`
-    /// panicked), so the scope's join does not wait for the whole run.
-    struct StopOnUnwind<'a>(&'a AtomicBool);
-    impl Drop for StopOnUnwind<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-    }
     let next_index = AtomicUsize::new(0);
     let succeeded = AtomicU64::new(0);
     let stop = AtomicBool::new(false);

@@ -292,16 +292,9 @@ fn kill_before_operation(
     Ok((killed, violations))
 }
 
-/// Kills free-running publishers after random delays until `RANDOM_KILLS` landed
-/// mid-publish (before the child reported `done`), checking recovery after every run. Of
-/// the delays, half are drawn up to 1.25× the measured length of a publish (from `ready`
-/// to `done`) and half from 0.85× to 1.1× of it, where the commit is written.
-pub fn random_kill_phase(
-    exe: &Path,
-    config: &MatrixConfig,
-    progress: &mut dyn Progress,
-) -> Result<RandomKills, LabError> {
-    let base = KillBase::build(config)?;
+/// The median length of a free-running publish (from `ready` to `done`) over
+/// `CALIBRATION_RUNS` runs, in microseconds.
+fn median_publish_us(exe: &Path, base: &KillBase) -> Result<u64, LabError> {
     let mut lengths_us = Vec::with_capacity(CALIBRATION_RUNS);
     for _ in 0..CALIBRATION_RUNS {
         let (_dir, root) = base.fresh_copy()?;
@@ -315,7 +308,32 @@ pub fn random_kill_phase(
         lengths_us.push(run.elapsed_us);
     }
     lengths_us.sort_unstable();
-    let publish_us = lengths_us[CALIBRATION_RUNS / 2];
+    Ok(lengths_us[CALIBRATION_RUNS / 2])
+}
+
+/// One kill delay: half the delays anywhere up to `max_delay_us`; half in the publish's
+/// last stretch (0.85× to 1.1× of `publish_us`), where the manifest, the commit record
+/// and LATEST are written (a few operations of 87).
+fn random_delay_us(rng: &mut SplitMix64, publish_us: u64, max_delay_us: u64) -> u64 {
+    if rng.below(2) == 0 {
+        rng.below(max_delay_us + 1)
+    } else {
+        let tail_start = publish_us.saturating_mul(17) / 20;
+        tail_start + rng.below(publish_us.saturating_mul(11) / 10 - tail_start + 1)
+    }
+}
+
+/// Kills free-running publishers after random delays until `RANDOM_KILLS` landed
+/// mid-publish (before the child reported `done`), checking recovery after every run. Of
+/// the delays, half are drawn up to 1.25× the measured length of a publish (from `ready`
+/// to `done`) and half from 0.85× to 1.1× of it, where the commit is written.
+pub fn random_kill_phase(
+    exe: &Path,
+    config: &MatrixConfig,
+    progress: &mut dyn Progress,
+) -> Result<RandomKills, LabError> {
+    let base = KillBase::build(config)?;
+    let publish_us = median_publish_us(exe, &base)?;
     let max_delay_us = publish_us.saturating_mul(5) / 4 + 1;
     progress.phase(
         &format!(
@@ -334,14 +352,7 @@ pub fn random_kill_phase(
     while tally.kills < RANDOM_KILLS && runs < MAX_RANDOM_RUNS {
         runs += 1;
         progress.advance(tally.kills);
-        // Half the delays anywhere in the publish; half in its last stretch, where the
-        // manifest, the commit record and LATEST are written (a few operations of 87).
-        let delay_us = if rng.below(2) == 0 {
-            rng.below(max_delay_us + 1)
-        } else {
-            let tail_start = publish_us.saturating_mul(17) / 20;
-            tail_start + rng.below(publish_us.saturating_mul(11) / 10 - tail_start + 1)
-        };
+        let delay_us = random_delay_us(&mut rng, publish_us, max_delay_us);
         let context = format!("random kill after {delay_us} µs (run {runs})");
         let (_dir, root) = base.fresh_copy()?;
         let report = run_free_publisher(

@@ -152,41 +152,13 @@ pub fn release_assets(options: &AssetsOptions) -> Result<Assets, AssetsError> {
     repo_entries(&repo, &tree, &format!("shardlift-{short}"), &mut source)?;
     assets.push((format!("shardlift-{short}-source.tar.gz"), source.finish()?));
     if let Some((path, dir)) = &evidence {
-        let subtree = tree
-            .get_path(Path::new(path))
-            .ok()
-            .filter(|entry| entry.kind() == Some(git2::ObjectType::Tree))
-            .ok_or_else(|| AssetsError::MissingEvidence {
-                path: path.clone(),
-                commit: commit.clone(),
-            })?;
-        let subtree = repo.find_tree(subtree.id())?;
-        // As `git archive <commit> evidence/<dir>` lists it: `evidence/`, then the tree.
-        let mut tarball = Tarball::new(mtime);
-        tarball.directory("evidence")?;
-        repo_entries(&repo, &subtree, path, &mut tarball)?;
-        assets.push((
-            format!("shardlift-{short}-evidence-{dir}.tar.gz"),
-            tarball.finish()?,
-        ));
+        let name = format!("shardlift-{short}-evidence-{dir}.tar.gz");
+        assets.push((name, evidence_tarball(&repo, &tree, path, &commit, mtime)?));
     }
     if !binaries.is_empty() {
-        let mut tarball = Tarball::new(mtime);
-        let prefix = format!("shardlift-{short}/bin");
-        tarball.directory(&format!("shardlift-{short}"))?;
-        tarball.directory(&prefix)?;
-        for (name, path) in &binaries {
-            let bytes = std::fs::read(path).map_err(|e| AssetsError::Read {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-            tarball.file(&format!("{prefix}/{name}"), &bytes, true)?;
-        }
         let arch = std::env::consts::ARCH;
-        assets.push((
-            format!("shardlift-{short}-{arch}-linux.tar.gz"),
-            tarball.finish()?,
-        ));
+        let name = format!("shardlift-{short}-{arch}-linux.tar.gz");
+        assets.push((name, binaries_tarball(&binaries, short, mtime)?));
     }
 
     // Everything is computed (and signed) before the first write, so a refusal leaves
@@ -222,6 +194,50 @@ pub fn release_assets(options: &AssetsOptions) -> Result<Assets, AssetsError> {
         files,
         signed: options.sign_key.is_some(),
     })
+}
+
+/// The tarball of `path` (`evidence/<dir>`) in `tree`, as `git archive <commit>
+/// evidence/<dir>` lists it: `evidence/`, then the tree.
+fn evidence_tarball(
+    repo: &Repo,
+    tree: &git2::Tree<'_>,
+    path: &str,
+    commit: &str,
+    mtime: u64,
+) -> Result<Vec<u8>, AssetsError> {
+    let subtree = tree
+        .get_path(Path::new(path))
+        .ok()
+        .filter(|entry| entry.kind() == Some(git2::ObjectType::Tree))
+        .ok_or_else(|| AssetsError::MissingEvidence {
+            path: path.to_owned(),
+            commit: commit.to_owned(),
+        })?;
+    let subtree = repo.find_tree(subtree.id())?;
+    let mut tarball = Tarball::new(mtime);
+    tarball.directory("evidence")?;
+    repo_entries(repo, &subtree, path, &mut tarball)?;
+    tarball.finish()
+}
+
+/// The tarball of the release `binaries` under `shardlift-<short>/bin/`.
+fn binaries_tarball(
+    binaries: &[(String, PathBuf)],
+    short: &str,
+    mtime: u64,
+) -> Result<Vec<u8>, AssetsError> {
+    let mut tarball = Tarball::new(mtime);
+    let prefix = format!("shardlift-{short}/bin");
+    tarball.directory(&format!("shardlift-{short}"))?;
+    tarball.directory(&prefix)?;
+    for (name, path) in binaries {
+        let bytes = std::fs::read(path).map_err(|e| AssetsError::Read {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        tarball.file(&format!("{prefix}/{name}"), &bytes, true)?;
+    }
+    tarball.finish()
 }
 
 /// `evidence/<dir>` → (the path, `<dir>`).

@@ -105,48 +105,9 @@ pub fn render(root: &Path, evidence_dir: &Path) -> Result<Rendered, VisualsError
         rgba_sha256: vec![Digest::of(&image.pixels)],
     });
 
-    let facts = views::workflow_facts(&evidence);
-    let mut frames = Vec::new();
-    let mut records = Vec::new();
-    let (mut width, mut height) = (0, 0);
-    for (index, step) in facts.iter().enumerate() {
-        let svg = views::workflow(&evidence, Some(index)).finish(&font)?;
-        let image = raster::rasterise(WORKFLOW_GIF, &svg)?;
-        (width, height) = (image.width, image.height);
-        let frame = raster::gif_frame(WORKFLOW_GIF, &image, FRAME_DELAY_CS)?;
-        records.push(FrameRecord {
-            index: index as u32,
-            step: step.step.to_owned(),
-            heading: step.heading.to_owned(),
-            delay_cs: FRAME_DELAY_CS,
-            rgba_sha256: Digest::of(&frame.rgba),
-            runs: step
-                .runs
-                .iter()
-                .map(|(barrier, facts)| FrameRun {
-                    barrier: barrier.clone(),
-                    facts: facts
-                        .iter()
-                        .map(|(name, value)| Fact {
-                            name: (*name).to_owned(),
-                            value: value.clone(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        });
-        frames.push(frame);
-    }
-    files.push((
-        WORKFLOW_GIF.to_owned(),
-        raster::encode_gif(WORKFLOW_GIF, width, height, &frames)?,
-    ));
-    rasters.push(RasterDigest {
-        name: WORKFLOW_GIF.to_owned(),
-        width,
-        height,
-        rgba_sha256: records.iter().map(|r| r.rgba_sha256).collect(),
-    });
+    let (gif, gif_raster, records) = render_workflow(&evidence, &font)?;
+    files.push((WORKFLOW_GIF.to_owned(), gif));
+    rasters.push(gif_raster);
 
     let evidence_path = format!("evidence/{}", evidence.name);
     let manifest = VisualsManifest {
@@ -176,6 +137,54 @@ pub fn render(root: &Path, evidence_dir: &Path) -> Result<Rendered, VisualsError
         files,
         manifest,
     })
+}
+
+/// The workflow GIF (one frame per step of the demo), its raster digest and the frames'
+/// records for the manifest.
+fn render_workflow(
+    evidence: &evidence::Evidence,
+    font: &font::Font<'_>,
+) -> Result<(Vec<u8>, RasterDigest, Vec<FrameRecord>), VisualsError> {
+    let facts = views::workflow_facts(evidence);
+    let mut frames = Vec::new();
+    let mut records = Vec::new();
+    let (mut width, mut height) = (0, 0);
+    for (index, step) in facts.iter().enumerate() {
+        let svg = views::workflow(evidence, Some(index)).finish(font)?;
+        let image = raster::rasterise(WORKFLOW_GIF, &svg)?;
+        (width, height) = (image.width, image.height);
+        let frame = raster::gif_frame(WORKFLOW_GIF, &image, FRAME_DELAY_CS)?;
+        records.push(FrameRecord {
+            index: index as u32,
+            step: step.step.to_owned(),
+            heading: step.heading.to_owned(),
+            delay_cs: FRAME_DELAY_CS,
+            rgba_sha256: Digest::of(&frame.rgba),
+            runs: step
+                .runs
+                .iter()
+                .map(|(barrier, facts)| FrameRun {
+                    barrier: barrier.clone(),
+                    facts: facts
+                        .iter()
+                        .map(|(name, value)| Fact {
+                            name: (*name).to_owned(),
+                            value: value.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        });
+        frames.push(frame);
+    }
+    let gif = raster::encode_gif(WORKFLOW_GIF, width, height, &frames)?;
+    let gif_raster = RasterDigest {
+        name: WORKFLOW_GIF.to_owned(),
+        width,
+        height,
+        rgba_sha256: records.iter().map(|r| r.rgba_sha256).collect(),
+    };
+    Ok((gif, gif_raster, records))
 }
 
 /// An input's repository-relative name: evidence files under `evidence/<dir>/`; RFC 0001
@@ -257,48 +266,13 @@ pub fn check_against(
     evidence_dir: &Path,
     visuals_dir: &Path,
 ) -> Result<Checked, VisualsError> {
-    let mut present = Vec::new();
-    for entry in std::fs::read_dir(visuals_dir).map_err(io(visuals_dir))? {
-        let entry = entry.map_err(io(visuals_dir))?;
-        present.push(entry.file_name().to_string_lossy().into_owned());
-    }
-    present.sort();
-    for (name, _) in &fresh.files {
-        if !present.contains(name) {
-            return Err(VisualsError::Missing { name: name.clone() });
-        }
-    }
-    if let Some(extra) = present
-        .iter()
-        .find(|name| !fresh.files.iter().any(|(n, _)| n == *name))
-    {
-        return Err(VisualsError::Unexpected {
-            name: extra.clone(),
-        });
-    }
-    let mut on_disk = Vec::new();
-    for (name, _) in &fresh.files {
-        let path = visuals_dir.join(name);
-        on_disk.push(std::fs::read(&path).map_err(io(&path))?);
-    }
+    let on_disk = read_outputs(fresh, visuals_dir)?;
     let Some((manifest_bytes, outputs)) = on_disk.split_last() else {
         return Err(VisualsError::Missing {
             name: MANIFEST.to_owned(),
         });
     };
     let recorded = decode_manifest(manifest_bytes).ok();
-    let first_changed_input = |recorded: &VisualsManifest| -> Option<String> {
-        let fresh_inputs = &fresh.manifest.inputs;
-        if recorded.inputs.len() != fresh_inputs.len() {
-            return Some("the input list".to_owned());
-        }
-        recorded
-            .inputs
-            .iter()
-            .zip(fresh_inputs)
-            .find(|(a, b)| a != b)
-            .map(|(_, b)| b.name.clone())
-    };
     if let Some(recorded) = &recorded {
         if recorded.evidence != fresh.manifest.evidence {
             return Err(VisualsError::OtherEvidence {
@@ -326,7 +300,7 @@ pub fn check_against(
             Some(_) => {
                 return Err(VisualsError::RenderedFromOther {
                     name: name.clone(),
-                    input: first_changed_input(recorded)
+                    input: first_changed_input(recorded, fresh)
                         .unwrap_or_else(|| "none: the renderer changed".to_owned()),
                 });
             }
@@ -341,7 +315,7 @@ pub fn check_against(
             });
         };
         return Err(VisualsError::ManifestStale {
-            input: first_changed_input(recorded).unwrap_or_else(|| "none".to_owned()),
+            input: first_changed_input(recorded, fresh).unwrap_or_else(|| "none".to_owned()),
         });
     }
     audit::audit(evidence_dir, visuals_dir)?;
@@ -351,4 +325,49 @@ pub fn check_against(
         files: fresh.files.len(),
         gif_frames: fresh.manifest.gif_frames.len(),
     })
+}
+
+/// The files of `visuals_dir`, read in the order of `fresh`'s files (the manifest last),
+/// which must be exactly the files present.
+fn read_outputs(fresh: &Rendered, visuals_dir: &Path) -> Result<Vec<Vec<u8>>, VisualsError> {
+    let mut present = Vec::new();
+    for entry in std::fs::read_dir(visuals_dir).map_err(io(visuals_dir))? {
+        let entry = entry.map_err(io(visuals_dir))?;
+        present.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    present.sort();
+    for (name, _) in &fresh.files {
+        if !present.contains(name) {
+            return Err(VisualsError::Missing { name: name.clone() });
+        }
+    }
+    if let Some(extra) = present
+        .iter()
+        .find(|name| !fresh.files.iter().any(|(n, _)| n == *name))
+    {
+        return Err(VisualsError::Unexpected {
+            name: extra.clone(),
+        });
+    }
+    let mut on_disk = Vec::new();
+    for (name, _) in &fresh.files {
+        let path = visuals_dir.join(name);
+        on_disk.push(std::fs::read(&path).map_err(io(&path))?);
+    }
+    Ok(on_disk)
+}
+
+/// The first input whose digest differs between the recorded manifest and the fresh
+/// rendering's ("the input list" when their counts differ), if any.
+fn first_changed_input(recorded: &VisualsManifest, fresh: &Rendered) -> Option<String> {
+    let fresh_inputs = &fresh.manifest.inputs;
+    if recorded.inputs.len() != fresh_inputs.len() {
+        return Some("the input list".to_owned());
+    }
+    recorded
+        .inputs
+        .iter()
+        .zip(fresh_inputs)
+        .find(|(a, b)| a != b)
+        .map(|(_, b)| b.name.clone())
 }

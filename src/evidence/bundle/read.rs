@@ -168,42 +168,9 @@ impl<'a> BundleDir<'a> {
     ) -> Result<Vec<u8>, BundleError> {
         let path = self.path.join(name);
         let named = |name: &str| name.to_owned();
-        let listed = self.lstat(name)?;
-        match FileType::from_raw_mode(listed.st_mode) {
-            FileType::RegularFile => {}
-            FileType::Symlink => return Err(BundleError::Symlink { name: named(name) }),
-            _ => return Err(BundleError::NotRegularFile { name: named(name) }),
-        }
-        let listed = identity_of(&listed);
-        if listed.size > cap {
-            return Err(BundleError::TooLarge {
-                name: named(name),
-                bytes: listed.size,
-                cap,
-            });
-        }
+        let listed = self.listed_member(name, cap)?;
         hook(ReadStage::BeforeOpen, &path);
-        // O_NONBLOCK: a FIFO swapped in cannot block the open; O_NOFOLLOW: nor can a symlink
-        // redirect it.
-        let flags =
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(Errno::LOOP) => return Err(BundleError::Symlink { name: named(name) }),
-            Err(Errno::NOENT) => {
-                return Err(BundleError::Replaced {
-                    name: named(name),
-                    field: IdentityField::Inode,
-                })
-            }
-            Err(errno) => return Err(io(&path, errno)),
-        };
-        let opened = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
-        if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile {
-            return Err(BundleError::NotRegularFile { name: named(name) });
-        }
-        let opened = identity_of(&opened);
-        same_file(name, &listed, &opened)?;
+        let (fd, opened) = self.open_member(name, &path, &listed)?;
         hook(ReadStage::BeforeRead, &path);
         let mut file = std::fs::File::from(fd);
         let mut bytes = Vec::with_capacity(usize::try_from(opened.size).unwrap_or(0));
@@ -236,12 +203,7 @@ impl<'a> BundleDir<'a> {
         // The name must still name the file that was read.
         let relisted = match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => identity_of(&stat),
-            Err(Errno::NOENT) => {
-                return Err(BundleError::Replaced {
-                    name: named(name),
-                    field: IdentityField::Inode,
-                })
-            }
+            Err(Errno::NOENT) => return Err(replaced(name)),
             Err(errno) => return Err(io(&path, errno)),
         };
         same_file(name, &after, &relisted)?;
@@ -249,6 +211,75 @@ impl<'a> BundleDir<'a> {
         // other name may link to it, made before the verification or during it.
         own_file(name, &after_stat)?;
         Ok(bytes)
+    }
+
+    /// The identity of member `name` as its directory lists it: a regular file (not a
+    /// symbolic link) of at most `cap` bytes.
+    fn listed_member(&self, name: &str, cap: u64) -> Result<FileIdentity, BundleError> {
+        let listed = self.lstat(name)?;
+        match FileType::from_raw_mode(listed.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Symlink => {
+                return Err(BundleError::Symlink {
+                    name: name.to_owned(),
+                })
+            }
+            _ => {
+                return Err(BundleError::NotRegularFile {
+                    name: name.to_owned(),
+                })
+            }
+        }
+        let listed = identity_of(&listed);
+        if listed.size > cap {
+            return Err(BundleError::TooLarge {
+                name: name.to_owned(),
+                bytes: listed.size,
+                cap,
+            });
+        }
+        Ok(listed)
+    }
+
+    /// Opens member `name` without following a link or blocking on a FIFO, and checks
+    /// that what opened is the regular file `listed` names.
+    fn open_member(
+        &self,
+        name: &str,
+        path: &Path,
+        listed: &FileIdentity,
+    ) -> Result<(OwnedFd, FileIdentity), BundleError> {
+        // O_NONBLOCK: a FIFO swapped in cannot block the open; O_NOFOLLOW: nor can a symlink
+        // redirect it.
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::LOOP) => {
+                return Err(BundleError::Symlink {
+                    name: name.to_owned(),
+                })
+            }
+            Err(Errno::NOENT) => return Err(replaced(name)),
+            Err(errno) => return Err(io(path, errno)),
+        };
+        let opened = rustix::fs::fstat(&fd).map_err(|e| io(path, e))?;
+        if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile {
+            return Err(BundleError::NotRegularFile {
+                name: name.to_owned(),
+            });
+        }
+        let opened = identity_of(&opened);
+        same_file(name, listed, &opened)?;
+        Ok((fd, opened))
+    }
+}
+
+/// Member `name` is gone from its directory: it was replaced (or removed) under the reader.
+fn replaced(name: &str) -> BundleError {
+    BundleError::Replaced {
+        name: name.to_owned(),
+        field: IdentityField::Inode,
     }
 }
 

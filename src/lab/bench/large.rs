@@ -235,36 +235,8 @@ pub fn run_large(
         progress,
     )?;
 
-    let sequential_store = work.path().join("store-sequential");
-    let started = Instant::now();
-    crate::store::publish_synthetic(
-        &sequential_store,
-        &state,
-        Topology::new(4)?,
-        objects.spec,
-        &mut crate::store::InOrder,
-        &mut Prefixed {
-            inner: progress,
-            prefix: "store bench: sequential ",
-        },
-    )?;
-    let publish_sequential_s = started.elapsed().as_secs_f64();
-    stop_if_interrupted()?;
-
-    let started = Instant::now();
-    let summary = crate::store::publish_synthetic(
-        &store,
-        &state,
-        Topology::new(4)?,
-        objects.spec,
-        &mut crate::store::NoHooks,
-        &mut Prefixed {
-            inner: progress,
-            prefix: "store bench: ",
-        },
-    )?;
-    let publish_s = started.elapsed().as_secs_f64();
-    stop_if_interrupted()?;
+    let (publish_sequential_s, publish_s, summary) =
+        time_publishes(work.path(), &store, &state, &objects, progress)?;
     let object_bytes = objects.spec.object_bytes;
     let fsync_probe = probe_fsync(&work.path().join("probe"), object_bytes as usize, 200)?;
 
@@ -303,6 +275,48 @@ pub fn run_large(
         fsync_probe,
         options,
     ))
+}
+
+/// Publishes the state twice: one object after another into `work/store-sequential`,
+/// then as the writer does into `store`. Their times in seconds, and the second's summary.
+fn time_publishes(
+    work: &std::path::Path,
+    store: &std::path::Path,
+    state: &LogicalState,
+    objects: &BenchObjects,
+    progress: &mut dyn Progress,
+) -> Result<(f64, f64, crate::store::CommitSummary), LabError> {
+    let sequential_store = work.join("store-sequential");
+    let started = Instant::now();
+    crate::store::publish_synthetic(
+        &sequential_store,
+        state,
+        Topology::new(4)?,
+        objects.spec,
+        &mut crate::store::InOrder,
+        &mut Prefixed {
+            inner: progress,
+            prefix: "store bench: sequential ",
+        },
+    )?;
+    let publish_sequential_s = started.elapsed().as_secs_f64();
+    stop_if_interrupted()?;
+
+    let started = Instant::now();
+    let summary = crate::store::publish_synthetic(
+        store,
+        state,
+        Topology::new(4)?,
+        objects.spec,
+        &mut crate::store::NoHooks,
+        &mut Prefixed {
+            inner: progress,
+            prefix: "store bench: ",
+        },
+    )?;
+    let publish_s = started.elapsed().as_secs_f64();
+    stop_if_interrupted()?;
+    Ok((publish_sequential_s, publish_s, summary))
 }
 
 /// Copies of the state [`run_large`] keeps on disk until it ends: the two stores, the two

@@ -147,7 +147,7 @@ pub fn boot(qemu: &Path, guest: &GuestRun<'_>) -> Result<Finished, KernelError> 
     };
     let path = |p: &Path| p.to_string_lossy().into_owned();
     let memory = guest.memory_mib.to_string();
-    let mut spec = ChildSpec::new(qemu, Role::Guest, "crash-test")
+    let spec = ChildSpec::new(qemu, Role::Guest, "crash-test")
         .args(["-accel", accel, "-cpu", cpu, "-machine", "pc", "-m"])
         .arg(&memory)
         .args(["-smp", "1"])
@@ -170,7 +170,39 @@ pub fn boot(qemu: &Path, guest: &GuestRun<'_>) -> Result<Finished, KernelError> 
             "console=ttyS0 quiet panic=-1 rdinit=/init {}",
             crate::lab::kernel::agent::GUEST_TOKEN
         ));
-    match &guest.disks {
+    let spec = with_disks(spec, &guest.disks)?;
+    let spec = spec.output_to(guest.console.with_extension("qemu.log"));
+    let started = Instant::now();
+    let mut child = SupervisedChild::spawn(spec).map_err(|_| KernelError::ToolMissing {
+        tool: "qemu-system-x86_64",
+        package: "qemu-system-x86",
+    })?;
+    let outcome = match child.wait_timeout(guest.timeout_ms) {
+        Ok(Some(record)) => record.outcome.to_string(),
+        Ok(None) | Err(_) => {
+            let _ = child.signal_group(Signal::KILL);
+            let _ = child.kill_and_reap();
+            return Err(KernelError::GuestTimedOut {
+                timeout_ms: guest.timeout_ms,
+                console: guest.console.to_owned(),
+            });
+        }
+    };
+    // Nothing QEMU started may outlive it.
+    let _ = child.signal_group(Signal::KILL);
+    let console = std::fs::read(guest.console).unwrap_or_default();
+    Ok(Finished {
+        outcome,
+        console: String::from_utf8_lossy(&console).into_owned(),
+        wall_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// `spec` with QEMU's options for `disks`: the logged disk behind `blklogwrites` (its
+/// log created empty), or each plain disk with its serial number.
+fn with_disks(mut spec: ChildSpec, disks: &Disks<'_>) -> Result<ChildSpec, KernelError> {
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    match disks {
         Disks::Logged { disk, log } => {
             std::fs::write(log, b"").map_err(KernelError::io("creating the block log"))?;
             spec = spec
@@ -203,31 +235,7 @@ pub fn boot(qemu: &Path, guest: &GuestRun<'_>) -> Result<Finished, KernelError> 
             }
         }
     }
-    let spec = spec.output_to(guest.console.with_extension("qemu.log"));
-    let started = Instant::now();
-    let mut child = SupervisedChild::spawn(spec).map_err(|_| KernelError::ToolMissing {
-        tool: "qemu-system-x86_64",
-        package: "qemu-system-x86",
-    })?;
-    let outcome = match child.wait_timeout(guest.timeout_ms) {
-        Ok(Some(record)) => record.outcome.to_string(),
-        Ok(None) | Err(_) => {
-            let _ = child.signal_group(Signal::KILL);
-            let _ = child.kill_and_reap();
-            return Err(KernelError::GuestTimedOut {
-                timeout_ms: guest.timeout_ms,
-                console: guest.console.to_owned(),
-            });
-        }
-    };
-    // Nothing QEMU started may outlive it.
-    let _ = child.signal_group(Signal::KILL);
-    let console = std::fs::read(guest.console).unwrap_or_default();
-    Ok(Finished {
-        outcome,
-        console: String::from_utf8_lossy(&console).into_owned(),
-        wall_ms: started.elapsed().as_millis() as u64,
-    })
+    Ok(spec)
 }
 
 /// Boots the writer's guest, waits for it to power off, and reads the agent's report.

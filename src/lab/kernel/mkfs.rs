@@ -56,6 +56,55 @@ pub fn make(file_system: FileSystem, setup_dir: &Path, disk: &Path) -> Result<()
     file.set_len(file_system.disk_bytes())
         .map_err(KernelError::io("sizing the disk image"))?;
     drop(file);
+    let MkfsCommand {
+        tool,
+        package,
+        args,
+    } = mkfs_command(file_system, setup_dir, disk)?;
+    let program = find_on_path(tool).ok_or(KernelError::ToolMissing { tool, package })?;
+    let output = Command::new(program)
+        .args(&args)
+        .output()
+        .map_err(KernelError::io(format!("running {tool}")))?;
+    if !output.status.success() {
+        return Err(KernelError::ToolFailed {
+            tool: tool.to_owned(),
+            outcome: output.status.to_string(),
+            output: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    // The marker area must stay outside the file system: a tool that grew the image
+    // would have put the file system over it.
+    let len = std::fs::metadata(disk)
+        .map_err(KernelError::io("reading the disk image"))?
+        .len();
+    if len != file_system.disk_bytes() {
+        return Err(KernelError::ToolFailed {
+            tool: tool.to_owned(),
+            outcome: "resized the disk image".to_owned(),
+            output: format!(
+                "the image is {len} bytes, not {} (file system, then markers)",
+                file_system.disk_bytes()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// One mkfs invocation: the tool, the Debian package that has it, and its arguments.
+struct MkfsCommand {
+    tool: &'static str,
+    package: &'static str,
+    args: Vec<std::ffi::OsString>,
+}
+
+/// The mkfs invocation that makes `file_system` from `setup_dir` on `disk` (for xfs, the
+/// prototype file it reads is written beside the disk image first).
+fn mkfs_command(
+    file_system: FileSystem,
+    setup_dir: &Path,
+    disk: &Path,
+) -> Result<MkfsCommand, KernelError> {
     let bytes = file_system.file_system_bytes();
     let (tool, package, args): (&'static str, &'static str, Vec<std::ffi::OsString>) =
         match file_system {
@@ -111,34 +160,11 @@ pub fn make(file_system: FileSystem, setup_dir: &Path, disk: &Path) -> Result<()
                 ],
             ),
         };
-    let program = find_on_path(tool).ok_or(KernelError::ToolMissing { tool, package })?;
-    let output = Command::new(program)
-        .args(&args)
-        .output()
-        .map_err(KernelError::io(format!("running {tool}")))?;
-    if !output.status.success() {
-        return Err(KernelError::ToolFailed {
-            tool: tool.to_owned(),
-            outcome: output.status.to_string(),
-            output: String::from_utf8_lossy(&output.stderr).into_owned(),
-        });
-    }
-    // The marker area must stay outside the file system: a tool that grew the image
-    // would have put the file system over it.
-    let len = std::fs::metadata(disk)
-        .map_err(KernelError::io("reading the disk image"))?
-        .len();
-    if len != file_system.disk_bytes() {
-        return Err(KernelError::ToolFailed {
-            tool: tool.to_owned(),
-            outcome: "resized the disk image".to_owned(),
-            output: format!(
-                "the image is {len} bytes, not {} (file system, then markers)",
-                file_system.disk_bytes()
-            ),
-        });
-    }
-    Ok(())
+    Ok(MkfsCommand {
+        tool,
+        package,
+        args,
+    })
 }
 
 /// An xfs prototype file (`mkfs.xfs -p`) for the tree under `dir`: every directory,

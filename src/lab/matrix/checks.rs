@@ -289,6 +289,19 @@ pub fn check_store_state(
         }
         None => (None, None),
     };
+    check_selected_generation(expectations, view, selected, violations);
+    check_latest(view, latest, violations);
+}
+
+/// Recovery selected the newest fully intact generation (the candidate's, else the
+/// previous one's), never another, and lost no generation that was committed.
+fn check_selected_generation(
+    expectations: &StoreExpectations<'_>,
+    view: &StoreStateView<'_>,
+    selected: Option<u64>,
+    violations: &mut Vec<Violation>,
+) {
+    let context = view.context;
     let candidate = expectations.candidate;
     let previous = expectations.previous;
     let candidate_ok = view.candidate_intact;
@@ -338,6 +351,16 @@ pub fn check_store_state(
             ),
         ));
     }
+}
+
+/// LATEST is never ahead of durable commits or garbage, and consistent once its refs/
+/// fsync completed.
+fn check_latest(
+    view: &StoreStateView<'_>,
+    latest: Option<LatestStatus>,
+    violations: &mut Vec<Violation>,
+) {
+    let context = view.context;
     if matches!(latest, Some(LatestStatus::Ahead | LatestStatus::Garbage)) {
         violations.push(Violation::new(
             Invariant::LatestNeverAheadOrGarbage,

@@ -286,40 +286,7 @@ pub fn topology(evidence: &Evidence) -> Svg {
                 e.worker_exits.len()
             ),
         );
-        let mut y = 150.0;
-        for session in &e.sessions {
-            svg.line(x + 14.0, y - 16.0, x + 14.0, y + 15.0, MUTED, false);
-            svg.rect(x + 28.0, y, 407.0, 58.0, PANEL, Some(EDGE));
-            svg.text(
-                x + 38.0,
-                y + 18.0,
-                12.0,
-                INK,
-                &format!(
-                    "session {} W{} steps {}..{}",
-                    session.name, session.workers, session.start_step, session.end_step
-                ),
-            );
-            let mut wx = x + 38.0;
-            for exit in e.worker_exits.iter().filter(|w| w.session == session.name) {
-                let clean = exit.outcome == shardlift::evidence::bundle::CLEAN_WORKER_EXIT;
-                let (fill, stroke) = if clean {
-                    (GOOD_FILL, GOOD)
-                } else {
-                    (BAD_FILL, BAD)
-                };
-                svg.rect(wx, y + 26.0, 92.0, 24.0, fill, Some(stroke));
-                svg.text(
-                    wx + 6.0,
-                    y + 42.0,
-                    11.0,
-                    INK,
-                    &format!("r{} {}", exit.rank, exit.outcome),
-                );
-                wx += 97.0;
-            }
-            y += 66.0;
-        }
+        let mut y = session_boxes(&mut svg, e, x);
         svg.line(x + 14.0, y - 16.0, x + 14.0, y + 15.0, MUTED, false);
         svg.card(
             x + 28.0,
@@ -349,4 +316,44 @@ pub fn topology(evidence: &Evidence) -> Svg {
         );
     }
     svg
+}
+
+/// View 8's coordinator sessions of one run, each with its workers' recorded exits,
+/// from the top of column `x` down; returns where the next box starts.
+fn session_boxes(svg: &mut Svg, e: &RecoveryEvidenceRecord, x: f32) -> f32 {
+    let mut y = 150.0;
+    for session in &e.sessions {
+        svg.line(x + 14.0, y - 16.0, x + 14.0, y + 15.0, MUTED, false);
+        svg.rect(x + 28.0, y, 407.0, 58.0, PANEL, Some(EDGE));
+        svg.text(
+            x + 38.0,
+            y + 18.0,
+            12.0,
+            INK,
+            &format!(
+                "session {} W{} steps {}..{}",
+                session.name, session.workers, session.start_step, session.end_step
+            ),
+        );
+        let mut wx = x + 38.0;
+        for exit in e.worker_exits.iter().filter(|w| w.session == session.name) {
+            let clean = exit.outcome == shardlift::evidence::bundle::CLEAN_WORKER_EXIT;
+            let (fill, stroke) = if clean {
+                (GOOD_FILL, GOOD)
+            } else {
+                (BAD_FILL, BAD)
+            };
+            svg.rect(wx, y + 26.0, 92.0, 24.0, fill, Some(stroke));
+            svg.text(
+                wx + 6.0,
+                y + 42.0,
+                11.0,
+                INK,
+                &format!("r{} {}", exit.rank, exit.outcome),
+            );
+            wx += 97.0;
+        }
+        y += 66.0;
+    }
+    y
 }

@@ -394,10 +394,11 @@ pub fn crash_states(
 ) -> Result<CrashStates, ModelError> {
     trace.validate().map_err(ModelError::BadTrace)?;
     let mut rng = SplitMix64::keyed(limits.subsets.seed, "shardlift/crash-test/subsets", 0);
-    // Each distinct state once, by what a loader sees; where the same state is reached
-    // again after more acknowledgements, it is judged with the larger count.
-    let mut seen: HashMap<Digest, usize> = HashMap::new();
-    let mut out = Vec::new();
+    let mut distinct_states = DistinctStates {
+        seen: HashMap::new(),
+        states: Vec::new(),
+        limit: limits.max_distinct_states,
+    };
     let mut coverage = SubsetCoverage {
         enumerated: 0,
         total: Some(0),
@@ -437,45 +438,71 @@ pub fn crash_states(
                     &files,
                     unread,
                 );
-                if let Some(&index) = seen.get(&state.digest) {
-                    let kept: &mut CrashState = &mut out[index];
-                    kept.acknowledged = kept.acknowledged.max(state.acknowledged);
-                    continue;
-                }
-                if out.len() == limits.max_distinct_states {
-                    return Err(ModelError::TooManyStates {
-                        limit: limits.max_distinct_states,
-                    });
-                }
-                seen.insert(state.digest, out.len());
-                out.push(state);
+                distinct_states.keep(state)?;
             }
         }
         let Some(op) = trace.ops.get(crash_point) else {
             break;
         };
         data.apply(trace, crash_point);
-        match op {
-            // A durability call covers what completed before its entry only.
-            TraceOp::FsyncDir {
-                path,
-                entered_after,
-            } => {
-                pending.retain(|&seq| {
-                    seq >= *entered_after || trace.ops[seq].durable_in() != Some(path.as_str())
-                });
-            }
-            TraceOp::SyncAll { entered_after } => pending.retain(|&seq| seq >= *entered_after),
-            _ => match op.durable_in() {
-                Some(dir) if !unread.covers(dir) => pending.push(crash_point),
-                _ => {}
-            },
-        }
+        update_pending(trace, crash_point, op, unread, &mut pending);
     }
     Ok(CrashStates {
-        states: out,
+        states: distinct_states.states,
         subsets: coverage,
     })
+}
+
+/// Each distinct state once, by what a loader sees (its digest); where the same state is
+/// reached again after more acknowledgements, it is judged with the larger count.
+struct DistinctStates {
+    seen: HashMap<Digest, usize>,
+    states: Vec<CrashState>,
+    limit: usize,
+}
+
+impl DistinctStates {
+    /// Keeps `state` unless an equal one is kept already; more than `limit` is an error.
+    fn keep(&mut self, state: CrashState) -> Result<(), ModelError> {
+        if let Some(&index) = self.seen.get(&state.digest) {
+            let kept = &mut self.states[index];
+            kept.acknowledged = kept.acknowledged.max(state.acknowledged);
+            return Ok(());
+        }
+        if self.states.len() == self.limit {
+            return Err(ModelError::TooManyStates { limit: self.limit });
+        }
+        self.seen.insert(state.digest, self.states.len());
+        self.states.push(state);
+        Ok(())
+    }
+}
+
+/// `pending` (the entry operations not yet durable) after operation `op` at `index`: a
+/// durability call covers what completed before its entry only; an entry operation in a
+/// directory the check reads becomes pending.
+fn update_pending(
+    trace: &Trace,
+    index: usize,
+    op: &TraceOp,
+    unread: &Unread,
+    pending: &mut Vec<usize>,
+) {
+    match op {
+        TraceOp::FsyncDir {
+            path,
+            entered_after,
+        } => {
+            pending.retain(|&seq| {
+                seq >= *entered_after || trace.ops[seq].durable_in() != Some(path.as_str())
+            });
+        }
+        TraceOp::SyncAll { entered_after } => pending.retain(|&seq| seq >= *entered_after),
+        _ => match op.durable_in() {
+            Some(dir) if !unread.covers(dir) => pending.push(index),
+            _ => {}
+        },
+    }
 }
 
 /// The names after the durable entry operations and the chosen pending ones of the

@@ -232,34 +232,8 @@ fn round_trip(
     let store_dir = ctx.fresh_store(&format!("s{ordinal:02}"));
     let summary = store::publish(&store_dir, saved, w(4)?, &mut NoHooks)?;
     let (mut loaded, topology) = store::load_generation(&store_dir, summary.generation)?;
-    match (ordinal, inject) {
-        (1, true) => {
-            if let Some(chunk) = loaded.chunk_slots_mut(3) {
-                flip_bit(&mut chunk.parameters[7]);
-            }
-        }
-        (2, true) => {
-            let last = loaded.chunks().len() - 1;
-            if let Some(chunk) = loaded.chunk_slots_mut(last) {
-                flip_bit(&mut chunk.exp_avg_sq[0]);
-            }
-        }
-        (3, true) => {
-            loaded.set_counters(loaded.step(), loaded.cursor() + 1, loaded.ledger_digest())
-        }
-        (4, true) => {
-            let mut hyperparameters = *loaded.hyperparameters();
-            flip_bit(&mut hyperparameters.learning_rate);
-            loaded = LogicalState::from_parts(
-                hyperparameters,
-                loaded.step(),
-                loaded.cursor(),
-                loaded.ledger_digest(),
-                loaded.chunks().to_vec(),
-            )
-            .map_err(|e| ScenarioError::Protocol(format!("injected state: {e}")))?;
-        }
-        _ => {}
+    if inject {
+        loaded = with_injected_fault(ordinal, loaded)?;
     }
     match ordinal {
         1 => {
@@ -296,16 +270,11 @@ fn round_trip(
                 loaded.ledger_digest(),
             );
             let count = ctx.data.train.count as u32;
-            let ids = |state: &LogicalState| {
-                let mut stream = SampleStream::new(state.hyperparameters().seed, count);
-                let batches = stream.step_micro_batches(state.hyperparameters(), state.cursor());
-                let mut bytes = Vec::new();
-                for id in batches.iter().flatten() {
-                    bytes.extend_from_slice(&id.to_le_bytes());
-                }
-                Digest::of(&bytes)
-            };
-            obs.check("next_batch_sample_ids_sha256", ids(saved), ids(&loaded));
+            obs.check(
+                "next_batch_sample_ids_sha256",
+                next_batch_ids_digest(saved, count),
+                next_batch_ids_digest(&loaded, count),
+            );
         }
         _ => {
             let report = store::recover(&store_dir)?;
@@ -325,6 +294,55 @@ fn round_trip(
         }
     }
     Ok(())
+}
+
+/// `loaded` with the fault scenario `ordinal`'s negative control injects: a flipped bit
+/// in a parameter (1) or a second moment (2), the cursor one ahead (3), a flipped bit in
+/// the learning rate (4).
+fn with_injected_fault(
+    ordinal: u32,
+    mut loaded: LogicalState,
+) -> Result<LogicalState, ScenarioError> {
+    match ordinal {
+        1 => {
+            if let Some(chunk) = loaded.chunk_slots_mut(3) {
+                flip_bit(&mut chunk.parameters[7]);
+            }
+        }
+        2 => {
+            let last = loaded.chunks().len() - 1;
+            if let Some(chunk) = loaded.chunk_slots_mut(last) {
+                flip_bit(&mut chunk.exp_avg_sq[0]);
+            }
+        }
+        3 => loaded.set_counters(loaded.step(), loaded.cursor() + 1, loaded.ledger_digest()),
+        4 => {
+            let mut hyperparameters = *loaded.hyperparameters();
+            flip_bit(&mut hyperparameters.learning_rate);
+            loaded = LogicalState::from_parts(
+                hyperparameters,
+                loaded.step(),
+                loaded.cursor(),
+                loaded.ledger_digest(),
+                loaded.chunks().to_vec(),
+            )
+            .map_err(|e| ScenarioError::Protocol(format!("injected state: {e}")))?;
+        }
+        _ => {}
+    }
+    Ok(loaded)
+}
+
+/// SHA-256 of the sample ids of the step `state`'s cursor points at, over a training set
+/// of `count` samples.
+fn next_batch_ids_digest(state: &LogicalState, count: u32) -> Digest {
+    let mut stream = SampleStream::new(state.hyperparameters().seed, count);
+    let batches = stream.step_micro_batches(state.hyperparameters(), state.cursor());
+    let mut bytes = Vec::new();
+    for id in batches.iter().flatten() {
+        bytes.extend_from_slice(&id.to_le_bytes());
+    }
+    Digest::of(&bytes)
 }
 
 /// The `logical_state_root` the commit record of `generation` holds on disk.
