@@ -9,7 +9,9 @@ use std::time::Instant;
 use crate::lab::external::run_setup_in;
 use crate::lab::external::trace::Trace;
 use crate::lab::kernel::agent::{self, AgentConfig, MAX_MARKERS};
-use crate::lab::kernel::config::{lap, KernelConfig, PhaseTimings, MAX_INITRAMFS_BYTES};
+use crate::lab::kernel::config::{
+    lap, FileSystem, KernelConfig, PhaseTimings, MAX_INITRAMFS_BYTES,
+};
 use crate::lab::kernel::error::KernelError;
 use crate::lab::kernel::guest::{self, Accelerator, Disks, GuestRun};
 use crate::lab::kernel::host_record;
@@ -188,7 +190,7 @@ fn build_initramfs(
         KERNEL_RELEASE,
         config.file_system.module(),
     )?;
-    script.push_str(&init_tail(config.file_system.module()));
+    script.push_str(&init_tail(config.file_system));
     fs.file("/init", 0o755, script.into_bytes());
     fs.program(
         &config
@@ -231,16 +233,56 @@ fn build_initramfs(
     Ok(guest::memory_for(fs.payload_bytes()))
 }
 
-/// `/init` after them: mount the file system under test and hand over to the agent,
-/// which powers the guest off; if the mount or the agent fails, power off anyway.
-fn init_tail(fs_type: &str) -> String {
+/// Seconds the writer's guest holds off a file system's timer-driven commit: longer than
+/// any guest's deadline, so within a run only the writer's own syncs commit anything.
+const COMMIT_HELD_S: u32 = 3600;
+
+/// How the writer's guest holds off the commits a kernel makes on a timer (ext4's and
+/// btrfs's `commit=` interval, 5 and 30 s by default; xfs's periodic log force, 30 s;
+/// the flusher's periodic writeback): `/proc/sys` writes to make before the mount, and
+/// the mount options. Without this, whether a commit landed between two of the writer's
+/// steps depended on how long the emulated guest took to reach them, and the same writer
+/// gave different states from run to run. A power cut just before a timer commit leaves
+/// what these states hold, so none of them is unreachable with the defaults.
+fn timer_commits_held(file_system: FileSystem) -> (Vec<(&'static str, u32)>, String) {
+    let mut writes = vec![
+        ("/proc/sys/vm/dirty_writeback_centisecs", 0),
+        ("/proc/sys/vm/dirty_expire_centisecs", COMMIT_HELD_S * 100),
+    ];
+    let options = match file_system {
+        FileSystem::Model | FileSystem::Ext4 | FileSystem::Btrfs => {
+            format!("commit={COMMIT_HELD_S}")
+        }
+        FileSystem::Xfs => {
+            // The sysctl's largest value (two hours); xfs has no mount option for it.
+            writes.push(("/proc/sys/fs/xfs/xfssyncd_centisecs", 720_000));
+            "defaults".to_owned()
+        }
+    };
+    (writes, options)
+}
+
+/// `/init` after them: hold off the timer-driven commits, mount the file system under
+/// test and hand over to the agent, which powers the guest off; if a step fails, say so
+/// and power off anyway (the host then finds no writer's exit and fails the run).
+fn init_tail(file_system: FileSystem) -> String {
+    let fs_type = file_system.module();
+    let (writes, options) = timer_commits_held(file_system);
+    let mut steps: Vec<String> = writes
+        .iter()
+        .map(|(path, value)| format!("echo {value} > {path}"))
+        .collect();
+    steps.push(format!(
+        "/bin/busybox mount -t {fs_type} -o {options} /dev/vda /mnt"
+    ));
     format!(
-        "if /bin/busybox mount -t {fs_type} /dev/vda /mnt; then\n\
+        "if {}; then\n\
   \"$(/bin/busybox cat /agent-path)\" kernel-guest --config /agent.json\n\
 else\n\
-  echo 'shardlift-guest: error mounting /dev/vda failed'\n\
+  echo 'shardlift-guest: error holding off timer commits or mounting /dev/vda failed'\n\
 fi\n\
 echo o > /proc/sysrq-trigger\n\
-/bin/busybox sleep 60\n"
+/bin/busybox sleep 60\n",
+        steps.join(" && ")
     )
 }

@@ -2,7 +2,7 @@
 //! (and FUA) point — everything completed before it persisted; seeded states in which a
 //! subset of the writes since the last flush persisted (the cache may write back in any
 //! order); and torn states in which the writes since the last flush persisted in order up
-//! to one that persisted only its first sectors.
+//! to one that persisted only its first 4 KiB units ([`TEAR_UNIT_BYTES`]).
 //!
 //! A state is the starting image with a list of logged writes applied in log order. Marker
 //! writes (at or past `marker_first_sector`) are never part of the file system: they say
@@ -15,6 +15,13 @@ use serde::Serialize;
 
 use crate::core::rng::SplitMix64;
 use crate::lab::kernel::blklog::BlockLog;
+
+/// The smallest piece a write tears into: the block size of every file system made here,
+/// and the physical sector of current drives, which write it whole. Tearing inside it, as
+/// a drive with 512-byte physical sectors could, tears ext4's superblock (its checksum
+/// then fails, and a one-group file system has no backup to recover from): a property of
+/// the file system on such a drive that no writer can guard against.
+pub const TEAR_UNIT_BYTES: u64 = 4096;
 
 /// Bounds of the state generation.
 #[derive(Clone, Copy, Debug)]
@@ -52,7 +59,7 @@ pub enum StateKind {
     /// A seeded subset of the writes since the last flush persisted.
     Reordered,
     /// The writes since the last flush persisted in order up to one that persisted only
-    /// its first sectors.
+    /// its first [`TEAR_UNIT_BYTES`] units.
     Torn,
 }
 
@@ -189,11 +196,12 @@ impl Epoch {
             .collect()
     }
 
-    /// `count` tears: the volatile writes in order up to a multi-sector one that kept
-    /// only a seeded number of its first sectors.
+    /// `count` tears: the volatile writes in order up to one of several tear units that
+    /// kept only a seeded number of its first units.
     fn torn(&self, log: &BlockLog, count: usize, rng: &mut SplitMix64) -> Vec<BlockState> {
+        let unit_sectors = (TEAR_UNIT_BYTES / log.sector_size).max(1);
         let candidates: Vec<usize> = (0..self.volatile.len())
-            .filter(|&k| log.entries[self.volatile[k]].sectors >= 2)
+            .filter(|&k| log.entries[self.volatile[k]].sectors >= 2 * unit_sectors)
             .collect();
         if candidates.is_empty() {
             return Vec::new();
@@ -202,7 +210,8 @@ impl Epoch {
             .map(|_| {
                 let k = candidates[(rng.next_u64() % candidates.len() as u64) as usize];
                 let entry = self.volatile[k];
-                let kept = 1 + rng.next_u64() % (log.entries[entry].sectors - 1);
+                let units = log.entries[entry].sectors / unit_sectors;
+                let kept = (1 + rng.next_u64() % (units - 1)) * unit_sectors;
                 let mut applied = self.durable.clone();
                 applied.extend_from_slice(&self.volatile[..k]);
                 BlockState {
@@ -318,7 +327,7 @@ mod tests {
             (11, 0, vec![2; 512]),
             (0, FLAG_FLUSH, vec![]),
             (12, 0, vec![3; 512]),
-            (14, 0, vec![4; 1024]),
+            (24, 0, vec![4; 8192]),
             (MARKER, 0, vec![9; 512]),
             (0, FLAG_FLUSH, vec![]),
             (16, 0, vec![5; 512]),
@@ -364,10 +373,33 @@ mod tests {
             .iter()
             .filter(|s| s.kind == StateKind::Torn)
             .collect();
-        assert_eq!(torn.len(), 1, "one epoch has a multi-sector write");
-        assert_eq!(torn[0].torn, Some((4, 1)));
+        assert_eq!(torn.len(), 1, "one epoch has a write of two tear units");
+        assert_eq!(torn[0].torn, Some((4, 8)), "it keeps its first 4 KiB");
         assert_eq!(torn[0].applied, [0, 1, 3]);
         assert_eq!(torn[0].acknowledged, 1);
+    }
+
+    #[test]
+    fn writes_tear_only_between_4_kib_units() {
+        let bytes = log_bytes(&[
+            (0, 0, vec![1; 4096]),
+            (64, 0, vec![2; 3 * 4096]),
+            (0, FLAG_FLUSH, vec![]),
+        ]);
+        let log = parse(&bytes, 1 << 20).expect("log");
+        let limits = StateLimits {
+            torn_per_epoch: 20,
+            ..StateLimits::default()
+        };
+        let torn: Vec<(usize, u64)> = block_states(&log, MARKER, limits)
+            .iter()
+            .filter_map(|s| s.torn)
+            .collect();
+        assert!(!torn.is_empty());
+        for (entry, kept) in torn {
+            assert_eq!(entry, 1, "a write of one 4 KiB unit never tears");
+            assert!(kept == 8 || kept == 16, "kept {kept} sectors");
+        }
     }
 
     #[test]
