@@ -109,7 +109,7 @@ fn publish_through(store: &Path, state: &LogicalState, workers: u32, generation:
             &mut NoHooks,
         )
         .expect("publish");
-        assert_eq!(summary.generation, expected);
+        assert_eq!(summary.committed.generation, expected);
     }
 }
 

@@ -451,7 +451,7 @@ fn a_child_that_commits_another_generation_than_predicted_is_refused() {
         topology,
     )
     .expect("the control publishes");
-    assert_eq!(control.generation, 1);
+    assert_eq!(control.committed.generation, 1);
     let wrong = MispredictingStore(LocalStore(&root));
     assert_eq!(wrong.next_generation().expect("predict"), 3);
     match publish_in_child_on(

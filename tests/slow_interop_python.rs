@@ -72,7 +72,7 @@ fn pytorch_reads_and_writes_exports_bit_for_bit() {
         &[Path::new("train"), &export, &images, &labels, &written],
     );
     let imported = shardlift::interop::import(&store, &written, 3).expect("import");
-    assert_eq!(imported.commit.generation, 1);
+    assert_eq!(imported.commit.committed.generation, 1);
     let (back, _) = shardlift::store::load_generation(&store, 1).expect("load");
     assert_eq!(back.step(), state.step() + 1);
     assert_ne!(back.logical_state_root(), state.logical_state_root());

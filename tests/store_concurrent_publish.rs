@@ -373,7 +373,7 @@ fn the_killed_writers_objects_are_pending_creates_the_publish_makes_durable() {
     .expect("recorder")
     .allowing_threads();
     let report = publish_recorded(&recorder, &root, &state);
-    assert_eq!(report.generation, 0);
+    assert_eq!(report.committed.generation, 0);
     let recording = recorder.finish();
     for object in &objects {
         assert!(

@@ -47,6 +47,7 @@ impl Backend for LocalBackend {
     fn publish(&self, state: &LogicalState, workers: u32) -> u64 {
         shardlift::store::publish(&self.root, state, topology(workers), &mut NoHooks)
             .expect("publish")
+            .committed
             .generation
     }
 
@@ -60,6 +61,7 @@ impl Backend for LocalBackend {
             &mut shardlift::core::progress::NoProgress,
         )
         .expect("publish synthetic")
+        .committed
         .generation
     }
 
@@ -73,7 +75,7 @@ impl Backend for LocalBackend {
 
     fn reshard(&self, generation: u64, workers: u32, objects: ObjectCheck) -> Result<u64, Refusal> {
         shardlift::store::reshard(&self.root, generation, topology(workers), objects)
-            .map(|summary| summary.generation)
+            .map(|summary| summary.committed.generation)
             .map_err(local_refusal)
     }
 

@@ -80,7 +80,7 @@ fn lost_commits(
         faults,
     )
     .expect("publish");
-    assert_eq!(summary.generation, expected_generation);
+    assert_eq!(summary.committed.generation, expected_generation);
     let recording = fs.finish();
     let durable_from = recording.ops.len().min(
         recording

@@ -544,7 +544,7 @@ fn a_name_past_the_generation_range_is_clutter_that_never_blocks_a_publish() {
     write_file(&root.join("commits/18446744073709551615.json"), b"junk");
     let summary = store::publish(&root, &state(), Topology::new(3).expect("t"), &mut NoHooks)
         .expect("a junk name above the range does not make the store unpublishable");
-    assert_eq!(summary.generation, 1);
+    assert_eq!(summary.committed.generation, 1);
     let report = store::recover(&root).expect("recover");
     assert_eq!(report.valid_generations, vec![0, 1]);
     assert_eq!(
@@ -600,7 +600,7 @@ fn recovery_read_failed_on_the_newest_commit_record() {
 fn recovery_read_failed_on_an_object_of_the_newest_generation() {
     let (_dir, root) = store_with_genesis();
     let summary = second_generation(&root);
-    let manifest = root.join(object_rel_path(&summary.manifest_digest));
+    let manifest = root.join(object_rel_path(&summary.committed.manifest_digest));
     let name = manifest
         .file_name()
         .and_then(|n| n.to_str())
@@ -668,8 +668,8 @@ fn a_latest_repair_makes_the_selected_record_durable_before_writing_latest() {
         &fs,
         &root,
         &mut NoHooks,
-        summary.generation,
-        summary.commit_digest,
+        summary.committed.generation,
+        summary.committed.commit_digest,
     )
     .expect_err("the commits/ fsync fails");
     assert!(

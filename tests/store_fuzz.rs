@@ -21,7 +21,8 @@ fn seeds() -> Vec<Vec<u8>> {
     .expect("p");
     let commit = std::fs::read(root.join(codec::commit_rel_path(0))).expect("c");
     let manifest =
-        std::fs::read(root.join(codec::object_rel_path(&summary.manifest_digest))).expect("m");
+        std::fs::read(root.join(codec::object_rel_path(&summary.committed.manifest_digest)))
+            .expect("m");
     let latest = std::fs::read(root.join("refs/LATEST")).expect("l");
     vec![commit, manifest, latest]
 }

@@ -50,7 +50,7 @@ fn publish_then_load_round_trips() {
     let mut hooks = RecordingHooks::default();
     let summary =
         store::publish(&root, &state, Topology::new(4).expect("t"), &mut hooks).expect("publish");
-    assert_eq!(summary.generation, 0);
+    assert_eq!(summary.committed.generation, 0);
     assert_eq!(hooks.events.len(), state.chunks().len() * 3 * 4 + 12);
     let (loaded, topology) = store::load_generation(&root, 0).expect("load");
     assert_eq!(loaded, state);
@@ -121,7 +121,7 @@ fn reshard_w4_to_w3_keeps_the_root_and_writes_no_chunk_object() {
     let objects_before = chunk_object_count(&root);
     let summary = store::reshard(&root, 1, Topology::new(3).expect("t"), ObjectCheck::Lengths)
         .expect("reshard");
-    assert_eq!(summary.generation, 2);
+    assert_eq!(summary.committed.generation, 2);
     assert_eq!(summary.objects_written, 0);
     // Exactly one new object: the manifest.
     assert_eq!(chunk_object_count(&root), objects_before + 1);

@@ -92,7 +92,7 @@ fn a_writer_steps_past_temp_names_a_killed_writer_left() {
     publish_step(&root, 1).expect("generation 0");
     let leftovers = plant_leftovers(&root, 1, 3);
     let summary = publish_step(&root, 2).expect("publish past the leftovers");
-    assert_eq!(summary.generation, 1);
+    assert_eq!(summary.committed.generation, 1);
     assert_leftovers_kept(&root, &leftovers);
     let report = store::recover(&root).expect("recover");
     assert_eq!(report.selected.map(|s| s.generation), Some(1));
@@ -119,7 +119,7 @@ fn a_concurrent_publish_steps_past_leftover_names_and_keeps_them() {
     let leftovers = plant_leftovers(&root, 1, MAX_TEMP_NAME_ATTEMPTS - 1);
     let before = files(&root);
     let summary = publish_step_with(&root, 2, &mut NoHooks).expect("publish past them");
-    assert_eq!(summary.generation, 1);
+    assert_eq!(summary.committed.generation, 1);
     let after = files(&root);
     for (name, bytes) in &before {
         // LATEST is the one file a successful publish rewrites.

@@ -33,7 +33,7 @@ fn published() -> (tempfile::TempDir, PathBuf) {
         &mut progress,
     )
     .expect("publish");
-    assert_eq!(summary.generation, 0);
+    assert_eq!(summary.committed.generation, 0);
     let objects = state.chunks().len() as u64 * 3 + SPEC.object_count();
     assert_eq!(
         progress.events.first().map(String::as_str),
@@ -290,7 +290,7 @@ fn a_reshard_reports_its_source_check_then_its_commit() {
         &mut progress,
     )
     .expect("reshard");
-    assert_eq!(summary.generation, 1);
+    assert_eq!(summary.committed.generation, 1);
     assert_eq!(
         progress.events,
         [
@@ -315,7 +315,7 @@ fn a_reshard_reports_its_source_check_then_its_commit() {
         &mut progress,
     )
     .expect("reshard");
-    assert_eq!(summary.generation, 2);
+    assert_eq!(summary.committed.generation, 2);
     let events = &progress.events;
     assert_eq!(events[0], "phase checking generation 0 ?");
     let (counts, increasing) = advances(events);
@@ -404,7 +404,7 @@ fn a_length_checked_reshard_commits_over_a_same_length_corruption_that_recovery_
     corrupt(&root, synthetic.objects[20]);
     let summary = store::reshard(&root, 0, Topology::new(3).expect("t"), ObjectCheck::Lengths)
         .expect("the length check passes");
-    assert_eq!(summary.generation, 1);
+    assert_eq!(summary.committed.generation, 1);
     let report = store::recover(&root).expect("recover");
     assert!(report.selected.is_none(), "{report:?}");
     assert_eq!(report.rejected.len(), 2);

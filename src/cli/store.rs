@@ -202,35 +202,14 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             json,
             repair_latest,
             expect_root,
-        } => match store {
-            Location::S3(location) => {
-                anyhow::ensure!(
-                    !repair_latest,
-                    "--repair-latest is not supported on an object store yet"
-                );
-                super::objstore::recover(&location, json, &expect_root)
-            }
-            Location::Dir(dir) => recover(&dir, json, repair_latest, &expect_root),
-        },
+        } => recover_command(store, json, repair_latest, &expect_root),
         StoreCommand::Reshard {
             store,
             generation,
             workers,
             verify_objects,
             json,
-        } => {
-            let objects = if verify_objects {
-                ObjectCheck::Hashed
-            } else {
-                ObjectCheck::Lengths
-            };
-            match store {
-                Location::S3(location) => {
-                    super::objstore::reshard(&location, generation, workers, objects, json)
-                }
-                Location::Dir(dir) => reshard(&dir, generation, workers, objects, json),
-            }
-        }
+        } => reshard_command(store, generation, workers, verify_objects, json),
         StoreCommand::Verify {
             store,
             generation,
@@ -275,6 +254,46 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             json,
         } => import(&store, &from, workers, json),
         StoreCommand::Bench(args) => bench(&args),
+    }
+}
+
+/// `store recover` on either kind of store (`--repair-latest` only on a directory).
+fn recover_command(
+    store: Location,
+    json: bool,
+    repair_latest: bool,
+    expect_root: &[String],
+) -> anyhow::Result<()> {
+    match store {
+        Location::S3(location) => {
+            anyhow::ensure!(
+                !repair_latest,
+                "--repair-latest is not supported on an object store yet"
+            );
+            super::objstore::recover(&location, json, expect_root)
+        }
+        Location::Dir(dir) => recover(&dir, json, repair_latest, expect_root),
+    }
+}
+
+/// `store reshard` on either kind of store.
+fn reshard_command(
+    store: Location,
+    generation: u64,
+    workers: u32,
+    verify_objects: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let objects = if verify_objects {
+        ObjectCheck::Hashed
+    } else {
+        ObjectCheck::Lengths
+    };
+    match store {
+        Location::S3(location) => {
+            super::objstore::reshard(&location, generation, workers, objects, json)
+        }
+        Location::Dir(dir) => reshard(&dir, generation, workers, objects, json),
     }
 }
 
@@ -397,7 +416,7 @@ fn import(store: &Location, from: &Path, workers: u32, json: bool) -> anyhow::Re
     print_report(json, &summary, || {
         format!(
             "imported as generation {} (root {})",
-            summary.commit.generation, summary.imported_root
+            summary.commit.committed.generation, summary.imported_root
         )
     })
 }
@@ -481,8 +500,8 @@ fn reshard(
         format!(
             "generation {} = generation {generation} on {workers} workers (root {}; source \
              objects checked: {})",
-            summary.generation,
-            summary.logical_state_root,
+            summary.committed.generation,
+            summary.committed.logical_state_root,
             objects.name()
         )
     })
@@ -514,7 +533,7 @@ fn publish_synthetic(
     }
     let summary = shardlift::store::publish(store, state, topology, hooks)?;
     print_report(json, &summary, || {
-        format!("published generation {}", summary.generation)
+        format!("published generation {}", summary.committed.generation)
     })
 }
 
@@ -555,7 +574,7 @@ fn publish_scaled(
     }
     outln!(
         "published generation {} ({} bytes of chunk payloads)",
-        summary.generation,
+        summary.committed.generation,
         model_bytes + spec.total_bytes
     );
     Ok(())

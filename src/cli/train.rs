@@ -276,6 +276,32 @@ fn bench_train_child(command: &mut std::process::Command) -> anyhow::Result<serd
         .context("reading the report of bench train under glibc's allocator defaults")
 }
 
+/// The same `bench train` in a child whose every process runs under glibc's allocator
+/// defaults (`GLIBC_TUNABLES=`): its JSON report.
+#[cfg(feature = "torch")]
+fn glibc_defaults_report(
+    exe: &std::path::Path,
+    steps: u64,
+    warmup: u64,
+    cache_directory: Option<&std::path::Path>,
+    source_directory: Option<&std::path::Path>,
+) -> anyhow::Result<serde_json::Value> {
+    let mut again = std::process::Command::new(exe);
+    again.args(["bench", "train", "--json"]).args([
+        "--steps",
+        &steps.to_string(),
+        "--warmup",
+        &warmup.to_string(),
+    ]);
+    if let Some(dir) = cache_directory {
+        again.arg("--cache-directory").arg(dir);
+    }
+    if let Some(dir) = source_directory {
+        again.arg("--source-directory").arg(dir);
+    }
+    bench_train_child(again.env(MALLOC_TUNABLES_VARIABLE, ""))
+}
+
 #[cfg(feature = "torch")]
 pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
     match command {
@@ -311,20 +337,13 @@ pub fn run_bench(command: BenchCommand) -> anyhow::Result<()> {
             let mut report =
                 shardlift::orchestrate::bench::train(&exe, &data, options, &mut progress)?;
             report["glibc_defaults"] = if then_glibc_defaults {
-                let mut again = std::process::Command::new(&exe);
-                again.args(["bench", "train", "--json"]).args([
-                    "--steps",
-                    &steps.to_string(),
-                    "--warmup",
-                    &warmup.to_string(),
-                ]);
-                if let Some(dir) = &cache_directory {
-                    again.arg("--cache-directory").arg(dir);
-                }
-                if let Some(dir) = &source_directory {
-                    again.arg("--source-directory").arg(dir);
-                }
-                bench_train_child(again.env(MALLOC_TUNABLES_VARIABLE, ""))?
+                glibc_defaults_report(
+                    &exe,
+                    steps,
+                    warmup,
+                    cache_directory.as_deref(),
+                    source_directory.as_deref(),
+                )?
             } else {
                 serde_json::Value::Null
             };

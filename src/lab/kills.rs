@@ -102,15 +102,15 @@ impl KillBase {
             WriterFaults::NONE,
         )?;
         let roots = BTreeMap::from([
-            (published.generation, a.logical_state_root()),
-            (published.generation + 1, b.logical_state_root()),
+            (published.committed.generation, a.logical_state_root()),
+            (published.committed.generation + 1, b.logical_state_root()),
         ]);
         Ok(KillBase {
             _dir: dir,
             base,
             candidate: b,
             topology,
-            previous: Some(published.generation),
+            previous: Some(published.committed.generation),
             roots,
         })
     }
@@ -177,7 +177,7 @@ pub fn operation_kill_phase(
             }
         };
     let mut violations = Vec::new();
-    let commit_rel = commit_rel_path(summary.generation);
+    let commit_rel = commit_rel_path(summary.committed.generation);
     let commit_rename = trace
         .iter()
         .position(|op| op.to.as_deref() == Some(commit_rel.as_str()));

@@ -63,13 +63,15 @@ impl ObjCommitSummary {
     /// carries): chunk objects PUT count as written, none as reused.
     pub fn commit_summary(&self) -> CommitSummary {
         CommitSummary {
-            generation: self.generation,
-            kind: self.kind,
-            commit_digest: self.commit_digest,
-            manifest_digest: self.manifest_digest,
-            workers: self.workers,
-            step: self.step,
-            logical_state_root: self.logical_state_root,
+            committed: Committed {
+                generation: self.generation,
+                kind: self.kind,
+                commit_digest: self.commit_digest,
+                manifest_digest: self.manifest_digest,
+                workers: self.workers,
+                step: self.step,
+                logical_state_root: self.logical_state_root,
+            },
             objects_written: self.objects_put,
             objects_reused: 0,
         }

@@ -532,6 +532,33 @@ fn engine_bounds(
     }))
 }
 
+/// One configuration's measured CPU per step, its floor on `cores` and its ratios to
+/// plain tch's step (`plain_step_ms`) and CPU (`plain_cpu_ms`).
+fn cpu_per_step_report(
+    cpu: &Result<CpuPerStep, String>,
+    cores: usize,
+    plain_step_ms: f64,
+    plain_cpu_ms: Option<f64>,
+) -> serde_json::Value {
+    match cpu {
+        Ok(cpu) => {
+            let floor_ms = cpu.total_ms() / cores as f64;
+            serde_json::json!({
+                "processes": cpu.processes,
+                "this_process_ms": cpu.this_process_ms,
+                "workers_ms": cpu.workers_ms,
+                "total_ms": cpu.total_ms(),
+                "mean_wall_step_ms": cpu.wall_ms,
+                "cores_busy": cpu.total_ms() / cpu.wall_ms,
+                "floor_step_ms": floor_ms,
+                "floor_ratio_to_plain_tch": floor_ms / plain_step_ms,
+                "cpu_over_plain_tch_cpu": plain_cpu_ms.map(|plain| cpu.total_ms() / plain),
+            })
+        }
+        Err(reason) => serde_json::json!({ "unavailable": reason }),
+    }
+}
+
 /// Step times for plain tch, in-process, W1, W3 and W4 (medians of individually timed
 /// steps after a warm-up), each as a ratio to the plain tch step, with the measured phase
 /// split of every configuration and what bounds the in-process step; a JSON report.
@@ -551,22 +578,8 @@ pub fn train(
     let baseline = plain_tch_steps(data, options)?;
     progress.finish();
     let baseline_cpu_ms = baseline.cpu.as_ref().ok().map(CpuPerStep::total_ms);
-    let cpu_report = |cpu: &Result<CpuPerStep, String>| match cpu {
-        Ok(cpu) => {
-            let floor_ms = cpu.total_ms() / cores as f64;
-            serde_json::json!({
-                "processes": cpu.processes,
-                "this_process_ms": cpu.this_process_ms,
-                "workers_ms": cpu.workers_ms,
-                "total_ms": cpu.total_ms(),
-                "mean_wall_step_ms": cpu.wall_ms,
-                "cores_busy": cpu.total_ms() / cpu.wall_ms,
-                "floor_step_ms": floor_ms,
-                "floor_ratio_to_plain_tch": floor_ms / baseline.step_ms,
-                "cpu_over_plain_tch_cpu": baseline_cpu_ms.map(|plain| cpu.total_ms() / plain),
-            })
-        }
-        Err(reason) => serde_json::json!({ "unavailable": reason }),
+    let cpu_report = |cpu: &Result<CpuPerStep, String>| {
+        cpu_per_step_report(cpu, cores, baseline.step_ms, baseline_cpu_ms)
     };
     let mut rows = Vec::new();
     let mut w4_phases = serde_json::Value::Null;

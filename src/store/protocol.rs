@@ -4,6 +4,8 @@
 //! commit a new placement of its objects). A backend ([`WriteSteps`]) supplies the layout,
 //! how each step is carried out and reaches its barriers, and the commit point: a rename
 //! that never replaces on a file system, a claim and a PUT on an object store (§9.8).
+use serde::{Deserialize, Serialize};
+
 use crate::core::digest::Digest;
 use crate::core::logical::LogicalState;
 use crate::core::progress::Progress;
@@ -77,7 +79,7 @@ pub trait WriteSteps {
 }
 
 /// What the manifest, commit record and LATEST steps committed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Committed {
     /// The generation committed.
     pub generation: u64,

@@ -82,15 +82,9 @@ pub fn verify_pinned(directory: &Path, pins: &PinTable) -> Result<VerifiedBundle
     verify_with(directory, pins, &mut |_, _| {})
 }
 
-/// [`verify_pinned`], with `hook` called at every stage of every member's read (tests use
-/// it to swap or change a file mid-verification).
-pub(crate) fn verify_with(
-    directory: &Path,
-    pins: &PinTable,
-    hook: &mut dyn FnMut(read::ReadStage, &Path),
-) -> Result<VerifiedBundle, BundleError> {
-    let dir = read::BundleDir::open(directory)?;
-    let mut names = dir.names()?;
+/// The directory holds exactly the bundle's files: `audit.json` first (a bundle without
+/// it was never finished), then every other member, then nothing else.
+fn check_member_names(mut names: Vec<String>) -> Result<(), BundleError> {
     if !names.iter().any(|n| n == AUDIT) {
         return Err(BundleError::Incomplete);
     }
@@ -107,6 +101,18 @@ pub(crate) fn verify_with(
             name: extra.clone(),
         });
     }
+    Ok(())
+}
+
+/// [`verify_pinned`], with `hook` called at every stage of every member's read (tests use
+/// it to swap or change a file mid-verification).
+pub(crate) fn verify_with(
+    directory: &Path,
+    pins: &PinTable,
+    hook: &mut dyn FnMut(read::ReadStage, &Path),
+) -> Result<VerifiedBundle, BundleError> {
+    let dir = read::BundleDir::open(directory)?;
+    check_member_names(dir.names()?)?;
     let reference_bytes = dir.read_member(REFERENCE_EVALUATION, EvaluationRecord::CAP, hook)?;
     let recovered_bytes = dir.read_member(RECOVERED_EVALUATION, EvaluationRecord::CAP, hook)?;
     let evidence_bytes = dir.read_member(RECOVERY_EVIDENCE, RecoveryEvidenceRecord::CAP, hook)?;

@@ -242,17 +242,17 @@ pub fn run_large(
 
     let cores_used = crate::store::recovery::verify_threads(&crate::store::RealFs);
     progress.phase("store bench: recovery (warm, cold)", None);
-    let recovery_s = time_recovery(&store, summary.generation)?;
+    let recovery_s = time_recovery(&store, summary.committed.generation)?;
     let object_reads_s = time_object_reads(&store, cores_used)?;
     make_cold(&store, options.drop_caches)?;
-    let recovery_cold_s = time_recovery(&store, summary.generation)?;
+    let recovery_cold_s = time_recovery(&store, summary.committed.generation)?;
     progress.finish();
     stop_if_interrupted()?;
 
     let sha_s = time_single_core_sha(&objects, progress);
     let sha_parallel_s = time_parallel_sha(&objects, cores_used)?;
     stop_if_interrupted()?;
-    let reshard = time_reshards(&store, summary.generation, progress)?;
+    let reshard = time_reshards(&store, summary.committed.generation, progress)?;
     let (copy_s, copy_cold_s) = time_copies(work.path(), &plain, options.drop_caches, progress)?;
     let timings = LargeTimings {
         plain_s,

@@ -60,10 +60,10 @@ pub fn publish(store: &Path, state: &ShardliftState) -> Result<f64, CheckpointBe
         &mut NoProgress,
     )?;
     let seconds = started.elapsed().as_secs_f64();
-    if summary.generation != 0 {
+    if summary.committed.generation != 0 {
         return Err(CheckpointBenchError::NotVerified(format!(
             "publish into a new store committed generation {}",
-            summary.generation
+            summary.committed.generation
         )));
     }
     Ok(seconds)
@@ -125,10 +125,10 @@ pub fn reshard_w3(store: &Path) -> Result<(f64, u64), CheckpointBenchError> {
         ObjectCheck::Lengths,
     )?;
     let seconds = started.elapsed().as_secs_f64();
-    if summary.generation != 1 {
+    if summary.committed.generation != 1 {
         return Err(CheckpointBenchError::NotVerified(format!(
             "the reshard committed generation {}",
-            summary.generation
+            summary.committed.generation
         )));
     }
     let after = tree_bytes(store)?;

@@ -500,10 +500,10 @@ impl Publisher {
         summary: CommitSummary,
         candidate_generation: u64,
     ) -> Result<PublisherEnd, LabError> {
-        if summary.generation != candidate_generation {
+        if summary.committed.generation != candidate_generation {
             return Err(self.abandon(LabError::ChildProtocol(format!(
                 "the publisher committed generation {}, not the predicted generation {candidate_generation}",
-                summary.generation
+                summary.committed.generation
             ))));
         }
         let Publisher {

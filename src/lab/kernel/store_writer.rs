@@ -165,14 +165,20 @@ pub fn run_scenario(
     let generation = match scenario {
         KernelScenario::Genesis => {
             let (a, _) = kernel_states(seed);
-            publish_with(&RealFs, root, &a, workers(4)?, &mut hook, faults)?.generation
+            publish_with(&RealFs, root, &a, workers(4)?, &mut hook, faults)?
+                .committed
+                .generation
         }
         KernelScenario::OverGeneration => {
-            publish_with(&RealFs, root, &b, workers(4)?, &mut hook, faults)?.generation
+            publish_with(&RealFs, root, &b, workers(4)?, &mut hook, faults)?
+                .committed
+                .generation
         }
         KernelScenario::OverKilledWriter => {
             crate::lab::matrix::publish_killed_at_commit(root, &b, workers(4)?)?;
-            publish_with(&RealFs, root, &b, workers(4)?, &mut hook, faults)?.generation
+            publish_with(&RealFs, root, &b, workers(4)?, &mut hook, faults)?
+                .committed
+                .generation
         }
         KernelScenario::Reshard => {
             reshard_with(
@@ -184,6 +190,7 @@ pub fn run_scenario(
                 &mut hook,
                 &mut NoProgress,
             )?
+            .committed
             .generation
         }
         KernelScenario::RepairLatest => {

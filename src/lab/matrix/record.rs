@@ -238,12 +238,18 @@ fn run_recorded(
         | Action::PublishOverWrongBytes(state, topology)
         | Action::PublishOverKilledObjects {
             state, topology, ..
-        } => publish_with(fs, root, state, *topology, &mut hooks, faults)?.generation,
+        } => {
+            publish_with(fs, root, state, *topology, &mut hooks, faults)?
+                .committed
+                .generation
+        }
         Action::PublishBareRelativeRoot(state, topology) => {
             // The recorder resolves a relative path in the recorded directory, as if it
             // were the working directory: the writer's root is the bare name.
             let bare = Path::new(STORE_DIR_NAME);
-            publish_with(fs, bare, state, *topology, &mut hooks, faults)?.generation
+            publish_with(fs, bare, state, *topology, &mut hooks, faults)?
+                .committed
+                .generation
         }
         Action::Reshard(generation, topology) => {
             reshard_with(
@@ -255,6 +261,7 @@ fn run_recorded(
                 &mut hooks,
                 &mut NoProgress,
             )?
+            .committed
             .generation
         }
         Action::RepairLatest | Action::RepairAfterKilledCommit(..) => {
@@ -310,7 +317,7 @@ fn run_race(
         Ok(summary) => {
             return Err(LabError::Model(format!(
                 "the second racing writer committed generation {} too",
-                summary.generation
+                summary.committed.generation
             )))
         }
         Err(error) => return Err(error.into()),
@@ -406,8 +413,8 @@ impl BarrierHook for RaceHook<'_> {
             )
             .map_err(LabError::from)
             .and_then(|summary| {
-                recorded_expectation(self.root, summary.generation)
-                    .map(|expectation| (summary.generation, expectation))
+                recorded_expectation(self.root, summary.committed.generation)
+                    .map(|expectation| (summary.committed.generation, expectation))
             });
             self.committed = Some(first);
         }

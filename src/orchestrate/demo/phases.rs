@@ -108,7 +108,7 @@ impl Run<'_> {
         )
         .map_err(lab_error("publishing a checkpoint"))?;
         invariant(
-            summary.logical_state_root == state.logical_state_root(),
+            summary.committed.logical_state_root == state.logical_state_root(),
             || "the publisher committed another state than it was given".into(),
         )?;
         Ok(summary)
@@ -208,7 +208,7 @@ fn genesis_phase(run: &mut Run, stores: &Stores) -> Result<Genesis, DemoError> {
     let reference_genesis = run.publish(&LocalStore(&stores.reference), &step1, 4)?;
     let crash_genesis = run.publish(&stores.crash, &step1, 4)?;
     invariant(
-        reference_genesis.generation == 0 && crash_genesis.generation == 0,
+        reference_genesis.committed.generation == 0 && crash_genesis.committed.generation == 0,
         || "genesis must be generation 0 in both stores".into(),
     )?;
     progress(
@@ -237,7 +237,7 @@ fn reference_phase(
     let mut checkpoints = vec![(genesis.step1.step(), 0)];
     for state in &after_genesis {
         let summary = run.publish(&LocalStore(&stores.reference), state, 4)?;
-        checkpoints.push((state.step(), summary.generation));
+        checkpoints.push((state.step(), summary.committed.generation));
     }
     let trail = std::iter::once(genesis.step1.clone())
         .chain(after_genesis)
@@ -367,17 +367,18 @@ fn reshard_phase(
     let source_root_from_chunks = source_state.logical_state_root();
     drop(source_state);
     let reshard = stores.crash.reshard(selected.generation, w3)?;
-    let committed_root = stores.crash.committed_root(reshard.generation)?;
+    let committed_root = stores.crash.committed_root(reshard.committed.generation)?;
     progress(
         barrier,
         &format!(
             "resharded generation {} to W3 as generation {}",
-            selected.generation, reshard.generation
+            selected.generation, reshard.committed.generation
         ),
     );
-    let (resharded_state, placement) = stores
-        .crash
-        .load_generation(reshard.generation, "loading the resharded generation")?;
+    let (resharded_state, placement) = stores.crash.load_generation(
+        reshard.committed.generation,
+        "loading the resharded generation",
+    )?;
     invariant(placement == w3, || {
         "the resharded generation is not placed on three workers".into()
     })?;
@@ -388,17 +389,19 @@ fn reshard_phase(
     let final_recovery = crate::lab::recover_in_child_on(&run.options.shardlift_exe, &stores.crash)
         .map_err(lab_error("recovering the final checkpoint"))?;
     invariant(
-        final_recovery.selected.as_ref().map(|s| s.generation) == Some(final_commit.generation),
+        final_recovery.selected.as_ref().map(|s| s.generation)
+            == Some(final_commit.committed.generation),
         || "a fresh recovery does not select the final checkpoint".into(),
     )?;
-    let (final_state, _) = stores
-        .crash
-        .load_generation(final_commit.generation, "loading the final checkpoint")?;
+    let (final_state, _) = stores.crash.load_generation(
+        final_commit.committed.generation,
+        "loading the final checkpoint",
+    )?;
     progress(
         barrier,
         &format!(
             "final W3 checkpoint: generation {} step {}",
-            final_commit.generation,
+            final_commit.committed.generation,
             final_state.step()
         ),
     );
@@ -508,7 +511,7 @@ impl Phases {
 
     fn final_checkpoint(&self) -> CheckpointEntry {
         CheckpointEntry {
-            generation: self.reshard.final_commit.generation,
+            generation: self.reshard.final_commit.committed.generation,
             step: self.reshard.final_state.step(),
             workers: 3,
         }
@@ -546,7 +549,7 @@ impl Phases {
         let recovered = evaluation_record(
             EvaluationRole::Recovered,
             barrier,
-            Some(self.reshard.final_commit.generation),
+            Some(self.reshard.final_commit.committed.generation),
             &self.reshard.final_state,
             3,
             &self.evaluations.recovered,
@@ -603,9 +606,9 @@ impl Phases {
         let reshard = &self.reshard.reshard;
         ReshardEntry {
             source_generation: selected.generation,
-            generation: reshard.generation,
+            generation: reshard.committed.generation,
             workers_before: selected.workers,
-            workers_after: reshard.workers,
+            workers_after: reshard.committed.workers,
             committed_root: self.reshard.committed_root,
             source_root_from_chunks: self.reshard.source_root_from_chunks,
             resharded_root_from_chunks: self.reshard.resharded_root_from_chunks,

@@ -134,46 +134,8 @@ pub fn run_suite(
         );
         observations.push(scenarios::observe_or_fail(spec, &ctx, false));
     }
-    let elastic_spec = &REGISTRY[10];
-    let mut launcher = None;
-    match &options.torchrun {
-        None => {
-            progress.phase(
-                &format!(
-                    "invariants: [11] {} skipped (--skip-elastic)",
-                    elastic_spec.id
-                ),
-                None,
-            );
-            observations.push(Observation::skipped(
-                elastic_spec,
-                "skipped by request (--skip-elastic): Python torch (ci/python-torch) is installed only in the slow lane",
-            ));
-        }
-        Some(torchrun) => {
-            progress.phase(&format!("invariants: [11] {}", elastic_spec.id), None);
-            launcher = elastic::launcher_provenance(torchrun, observed.libtorch_cpu_sha256);
-            let launch = elastic::LaunchOptions {
-                torchrun: torchrun.clone(),
-                cache_directory: options.cache_directory.clone(),
-                source_directory: options.source_directory.clone(),
-                timeout_s: options.elastic_timeout_s,
-                inject: false,
-            };
-            observations.push(match elastic::observe_elastic(&ctx, &launch) {
-                Ok(observation) => observation,
-                Err(error) => {
-                    eprintln!(
-                        "invariants: scenario {} could not complete: {error}",
-                        elastic_spec.id
-                    );
-                    let mut obs = Observation::new(elastic_spec);
-                    obs.check("completed", true, false);
-                    obs
-                }
-            });
-        }
-    }
+    let (elastic, launcher) = observe_elastic_scenario(options, &ctx, &observed, progress);
+    observations.push(elastic);
     progress.finish();
     let record = provenance_record(&observed, &pair, launcher);
     Ok(evidence::write_artifact(
@@ -181,4 +143,51 @@ pub fn run_suite(
         &record,
         &observations,
     )?)
+}
+
+/// The eleventh scenario, the real TorchElastic restart: its observation (skipped without
+/// `--torchrun`, failed where it could not complete) and the launcher's provenance.
+fn observe_elastic_scenario(
+    options: &SuiteOptions,
+    ctx: &Context<'_>,
+    observed: &provenance::ObservedRuntime,
+    progress: &mut dyn Progress,
+) -> (Observation, Option<evidence::LauncherProvenance>) {
+    let elastic_spec = &REGISTRY[10];
+    let Some(torchrun) = &options.torchrun else {
+        progress.phase(
+            &format!(
+                "invariants: [11] {} skipped (--skip-elastic)",
+                elastic_spec.id
+            ),
+            None,
+        );
+        let skipped = Observation::skipped(
+            elastic_spec,
+            "skipped by request (--skip-elastic): Python torch (ci/python-torch) is installed only in the slow lane",
+        );
+        return (skipped, None);
+    };
+    progress.phase(&format!("invariants: [11] {}", elastic_spec.id), None);
+    let launcher = elastic::launcher_provenance(torchrun, observed.libtorch_cpu_sha256);
+    let launch = elastic::LaunchOptions {
+        torchrun: torchrun.clone(),
+        cache_directory: options.cache_directory.clone(),
+        source_directory: options.source_directory.clone(),
+        timeout_s: options.elastic_timeout_s,
+        inject: false,
+    };
+    let observation = match elastic::observe_elastic(ctx, &launch) {
+        Ok(observation) => observation,
+        Err(error) => {
+            eprintln!(
+                "invariants: scenario {} could not complete: {error}",
+                elastic_spec.id
+            );
+            let mut obs = Observation::new(elastic_spec);
+            obs.check("completed", true, false);
+            obs
+        }
+    };
+    (observation, launcher)
 }

@@ -13,8 +13,7 @@ use crate::core::progress::{NoProgress, Progress};
 use crate::durable::fs::{EntryKind, FileSystem, SyncedWriteError};
 use crate::store::barrier::{Barrier, BarrierHook, BarrierSequencer, NoHooks};
 use crate::store::codec::{
-    commit_rel_path, encode, object_rel_path, parse_commit_name, CommitKind, ManifestRecord,
-    MAX_MANIFEST_BYTES,
+    commit_rel_path, encode, object_rel_path, parse_commit_name, ManifestRecord, MAX_MANIFEST_BYTES,
 };
 use crate::store::error::StoreError;
 use crate::store::protocol::{
@@ -35,24 +34,12 @@ pub use objects::*;
 /// skipped, never reused).
 pub const MAX_TEMP_NAME_ATTEMPTS: u32 = 64;
 
-/// What a publish or reshard committed.
+/// What a publish or reshard committed, and how many chunk objects it installed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct CommitSummary {
-    /// The generation committed.
-    pub generation: u64,
-    /// Publish or reshard.
-    pub kind: CommitKind,
-    /// SHA-256 of the commit record.
-    pub commit_digest: Digest,
-    /// SHA-256 of the manifest.
-    pub manifest_digest: Digest,
-    /// The worker count of the committed topology.
-    pub workers: u32,
-    /// The optimizer step of the committed state.
-    pub step: u64,
-    /// The committed logical-state root.
-    pub logical_state_root: Digest,
+    /// The commit: generation, kind, digests, topology, step and root.
+    #[serde(flatten)]
+    pub committed: Committed,
     /// Chunk objects this run installed (not already present).
     pub objects_written: u64,
     /// Chunk objects that were already present and verified.

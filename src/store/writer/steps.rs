@@ -94,13 +94,7 @@ impl Writer<'_> {
     /// What this run committed, as its summary.
     pub(super) fn summary(&self, committed: Committed) -> CommitSummary {
         CommitSummary {
-            generation: committed.generation,
-            kind: committed.kind,
-            commit_digest: committed.commit_digest,
-            manifest_digest: committed.manifest_digest,
-            workers: committed.workers,
-            step: committed.step,
-            logical_state_root: committed.logical_state_root,
+            committed,
             objects_written: self.objects_written,
             objects_reused: self.objects_reused,
         }

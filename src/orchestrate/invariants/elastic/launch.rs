@@ -171,7 +171,7 @@ pub fn observe_elastic(
     )?;
     let (next, _) = next_step(&ctx.state1, ctx.data)?;
     let expected = ElasticExpectation {
-        generation: committed.generation,
+        generation: committed.committed.generation,
         state: ctx.state1.clone(),
         next,
     };

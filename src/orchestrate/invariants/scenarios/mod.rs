@@ -231,7 +231,7 @@ fn round_trip(
     let saved = &ctx.state1;
     let store_dir = ctx.fresh_store(&format!("s{ordinal:02}"));
     let summary = store::publish(&store_dir, saved, w(4)?, &mut NoHooks)?;
-    let (mut loaded, topology) = store::load_generation(&store_dir, summary.generation)?;
+    let (mut loaded, topology) = store::load_generation(&store_dir, summary.committed.generation)?;
     if inject {
         loaded = with_injected_fault(ordinal, loaded)?;
     }
@@ -288,7 +288,7 @@ fn round_trip(
             obs.check(
                 "commit_record_root",
                 expected,
-                committed_root(&store_dir, summary.generation)?,
+                committed_root(&store_dir, summary.committed.generation)?,
             );
             obs.check("recovery_selected_root", expected, selected_root);
         }
@@ -364,7 +364,7 @@ fn resumed_next_step(
     let (reference, reference_loss) = next_step(&ctx.state1, ctx.data)?;
     let store_dir = ctx.fresh_store("s05");
     let summary = store::publish(&store_dir, &ctx.state1, w(4)?, &mut NoHooks)?;
-    let (mut loaded, _) = store::load_generation(&store_dir, summary.generation)?;
+    let (mut loaded, _) = store::load_generation(&store_dir, summary.committed.generation)?;
     if inject {
         loaded.set_counters(0, loaded.cursor(), loaded.ledger_digest());
     }
@@ -443,12 +443,12 @@ fn pointer_stable(
     );
     obs.check(
         "selected_generation",
-        committed.generation,
+        committed.committed.generation,
         report.selected.as_ref().map_or(u64::MAX, |s| s.generation),
     );
     obs.check(
         "selected_commit_digest",
-        committed.commit_digest,
+        committed.committed.commit_digest,
         report
             .selected
             .as_ref()
@@ -481,7 +481,7 @@ fn no_promotion(
         // The violation: retry the same content (in a fresh publisher child) and commit it.
         crate::lab::publish_in_child(&ctx.shardlift_exe, &store_dir, &state2, w(4)?)?;
     }
-    let candidate = committed.generation + 1;
+    let candidate = committed.committed.generation + 1;
     let candidate_present = store_dir
         .join(store::codec::commit_rel_path(candidate))
         .exists();
@@ -490,7 +490,7 @@ fn no_promotion(
     obs.check("candidate_commit_present", false, candidate_present);
     obs.check(
         "valid_generations",
-        committed.generation,
+        committed.committed.generation,
         report
             .valid_generations
             .iter()
@@ -500,7 +500,7 @@ fn no_promotion(
     );
     obs.check(
         "selected_generation",
-        committed.generation,
+        committed.committed.generation,
         report.selected.as_ref().map_or(u64::MAX, |s| s.generation),
     );
     obs.check(
@@ -538,8 +538,8 @@ fn stale_latest(
         &RealFs,
         &store_dir,
         &mut NoHooks,
-        first.generation,
-        first.commit_digest,
+        first.committed.generation,
+        first.committed.commit_digest,
     )?;
     let (_, latest_before) = store_receipts(&store_dir)?;
     let report = crate::lab::recover_in_child(&ctx.shardlift_exe, &store_dir)?;
@@ -559,7 +559,7 @@ fn stale_latest(
     obs.check("latest_status", "stale", status);
     obs.check(
         "selected_generation",
-        second.generation,
+        second.committed.generation,
         chosen.map_or(u64::MAX, |g| g),
     );
     obs.check("loaded_root", state2.logical_state_root(), loaded_root);

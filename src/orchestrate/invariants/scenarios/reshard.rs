@@ -18,19 +18,24 @@ pub(super) fn reshard_w4_w3(
     let store_dir = ctx.fresh_store("s08");
     let committed = store::publish(&store_dir, &ctx.state1, w(4)?, &mut NoHooks)?;
     let resharded_generation = if inject {
-        forge_rewritten_reshard(&store_dir, committed.generation, w(3)?, 2)?
+        forge_rewritten_reshard(&store_dir, committed.committed.generation, w(3)?, 2)?
     } else {
         store::reshard(
             &store_dir,
-            committed.generation,
+            committed.committed.generation,
             w(3)?,
             ObjectCheck::Lengths,
         )?
+        .committed
         .generation
     };
     let report = store::recover(&store_dir)?;
-    let source =
-        store::recovery::verify_generation_with(&RealFs, &store_dir, committed.generation, false)?;
+    let source = store::recovery::verify_generation_with(
+        &RealFs,
+        &store_dir,
+        committed.committed.generation,
+        false,
+    )?;
     let target =
         store::recovery::verify_generation_with(&RealFs, &store_dir, resharded_generation, false)?;
     let (loaded, topology) = store::load_generation(&store_dir, resharded_generation)?;
@@ -182,20 +187,31 @@ pub(super) fn reshard_round_trip(
 ) -> Result<(), ScenarioError> {
     let store_dir = ctx.fresh_store("s09");
     let original = store::publish(&store_dir, &ctx.state1, w(4)?, &mut NoHooks)?;
-    let via_w3 = store::reshard(&store_dir, original.generation, w(3)?, ObjectCheck::Lengths)?;
+    let via_w3 = store::reshard(
+        &store_dir,
+        original.committed.generation,
+        w(3)?,
+        ObjectCheck::Lengths,
+    )?;
     let back = if inject {
-        let (mut state, _) = store::load_generation(&store_dir, via_w3.generation)?;
+        let (mut state, _) = store::load_generation(&store_dir, via_w3.committed.generation)?;
         let last = state.chunks().len() - 1;
         if let Some(chunk) = state.chunk_slots_mut(last) {
             flip_bit(&mut chunk.exp_avg[0]);
         }
         store::publish(&store_dir, &state, w(4)?, &mut NoHooks)?
     } else {
-        store::reshard(&store_dir, via_w3.generation, w(4)?, ObjectCheck::Lengths)?
+        store::reshard(
+            &store_dir,
+            via_w3.committed.generation,
+            w(4)?,
+            ObjectCheck::Lengths,
+        )?
     };
-    let (chunks_before, ownership_before) = manifest_digests(&store_dir, original.generation)?;
-    let (chunks_after, ownership_after) = manifest_digests(&store_dir, back.generation)?;
-    let (loaded, _) = store::load_generation(&store_dir, back.generation)?;
+    let (chunks_before, ownership_before) =
+        manifest_digests(&store_dir, original.committed.generation)?;
+    let (chunks_after, ownership_after) = manifest_digests(&store_dir, back.committed.generation)?;
+    let (loaded, _) = store::load_generation(&store_dir, back.committed.generation)?;
     obs.check(
         "objects_written",
         0,
