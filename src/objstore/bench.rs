@@ -241,3 +241,50 @@ fn sweep_raw_copies(store: &ObjStore, raw_prefix: &str) -> Result<Vec<String>, O
     }
     Ok(left)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::objstore::{ObjClient, ObjStoreOptions, S3Location};
+
+    fn in_memory_store() -> ObjStore {
+        let location = S3Location::parse("s3://bench/store").expect("location");
+        let client = ObjClient::with_store(
+            location,
+            Arc::new(InMemory::new()),
+            ObjStoreOptions::default(),
+        )
+        .expect("client");
+        ObjStore::with_client(client, true).expect("open")
+    }
+
+    /// A copy that lands after the bench deleted its index (a retried PUT stored late)
+    /// is found by the listing and deleted; keys outside the run's prefix are untouched.
+    #[test]
+    fn the_sweep_deletes_a_late_raw_copy_and_nothing_outside_the_run() {
+        let store = in_memory_store();
+        store
+            .client()
+            .put("bench-raw/7/10", vec![1; 16])
+            .expect("put");
+        store
+            .client()
+            .put("bench-raw/7/3", vec![2; 16])
+            .expect("put");
+        store
+            .client()
+            .put("bench-raw/70/0", vec![3; 16])
+            .expect("put");
+        let left = sweep_raw_copies(&store, "bench-raw/7").expect("sweep");
+        assert_eq!(left, Vec::<String>::new());
+        assert_eq!(
+            store.client().list("bench-raw/7").expect("list"),
+            Vec::<String>::new()
+        );
+        assert_eq!(store.client().list("bench-raw/70").expect("list").len(), 1);
+    }
+}

@@ -142,18 +142,19 @@ pub enum ObjStoreError {
 impl ObjStoreError {
     /// A stable kebab-case name for the variant (used in JSON reports).
     pub fn kind(&self) -> &'static str {
+        // A content failure is named by its rejection kind: one spelling for both stores.
         match self {
             ObjStoreError::BadLocation { .. } => "bad-location",
             ObjStoreError::Config { .. } => "config",
             ObjStoreError::Runtime { .. } => "runtime",
             ObjStoreError::Timeout { .. } => "timeout",
             ObjStoreError::Request { .. } => "request",
-            ObjStoreError::MissingObject { .. } => "missing-object",
-            ObjStoreError::TooLarge { .. } => "too-large",
-            ObjStoreError::DigestMismatch { .. } => "digest-mismatch",
+            ObjStoreError::MissingObject { .. } => RejectionKind::MissingObject.name(),
+            ObjStoreError::TooLarge { .. } => RejectionKind::TooLarge.name(),
+            ObjStoreError::DigestMismatch { .. } => RejectionKind::DigestMismatch.name(),
             ObjStoreError::Invalid { source, .. } => source.kind(),
             ObjStoreError::SplitBrain { .. } => "split-brain",
-            ObjStoreError::GenerationNotFound { .. } => "generation-not-found",
+            ObjStoreError::GenerationNotFound { .. } => RejectionKind::GenerationNotFound.name(),
             ObjStoreError::GenerationTaken { .. } => "generation-taken",
             ObjStoreError::GenerationOverflow => "generation-overflow",
             ObjStoreError::Publish(_) => "publish",

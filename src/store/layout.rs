@@ -180,16 +180,20 @@ pub fn assemble_state<E: From<StoreError>>(
         path: path.to_owned(),
         source,
     })?;
-    let actual = state.logical_state_root();
+    check_root(path, manifest, state.logical_state_root())?;
+    Ok(state)
+}
+
+/// The manifest's logical-state root must be `actual`, the root of the payloads it names.
+fn check_root(path: &Path, manifest: &ManifestRecord, actual: Digest) -> Result<(), StoreError> {
     if actual != manifest.logical_state_root {
         return Err(StoreError::RootMismatch {
             path: path.to_owned(),
             expected: manifest.logical_state_root,
             actual,
-        }
-        .into());
+        });
     }
-    Ok(state)
+    Ok(())
 }
 
 /// A deterministic, valid state for tests, the crash matrix and benchmarks: the seeded
@@ -258,15 +262,7 @@ pub fn verify_payloads<E: From<StoreError>>(
         manifest.cursor,
         &payloads,
     );
-    if actual != manifest.logical_state_root {
-        return Err(StoreError::RootMismatch {
-            path: path.to_owned(),
-            expected: manifest.logical_state_root,
-            actual,
-        }
-        .into());
-    }
-    Ok(())
+    Ok(check_root(path, manifest, actual)?)
 }
 
 #[cfg(test)]
