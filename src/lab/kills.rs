@@ -248,19 +248,21 @@ fn kill_before_operation(
     {
         OperationsEnd::Killed(report) => report,
         OperationsEnd::Completed(..) => {
-            violations.push(Violation::new(
+            violations.push(Violation::at(
                 Invariant::PublisherKilledAndReaped,
-                format!("{context}: the publisher was not killed"),
+                &context,
+                "the publisher was not killed",
             ));
             return Ok((false, violations));
         }
     };
     let killed = report.ended.signal == Some(9);
     if !killed {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::PublisherKilledAndReaped,
+            &context,
             format!(
-                "{context}: publisher not killed by signal 9 ({})",
+                "publisher not killed by signal 9 ({})",
                 report.ended.exit.outcome
             ),
         ));
@@ -269,17 +271,19 @@ fn kill_before_operation(
     if performed.as_slice() != &traced.expected[..index]
         || comparable(&report.killed_before) != traced.expected[index]
     {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::KillTranscriptMatches,
-            format!("{context}: the operations performed differ from the recorded trace"),
+            &context,
+            "the operations performed differ from the recorded trace",
         ));
     }
     let visible_by_trace = traced.commit_rename.is_some_and(|rename| index > rename);
     if report.ended.candidate_visible != visible_by_trace {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::CandidateVisibleAsTheProtocolSays,
+            &context,
             format!(
-                "{context}: candidate visible = {}, but the trace installs it {}",
+                "candidate visible = {}, but the trace installs it {}",
                 report.ended.candidate_visible,
                 match traced.commit_rename {
                     Some(rename) => format!("at operation {rename}"),
@@ -374,9 +378,10 @@ pub fn random_kill_phase(
             // Killed after `done` (while exiting) or exited first: the publish completed.
             (Some(9), true) => tally.finished_first += 1,
             (None, true) if ended.exit.outcome.success() => tally.finished_first += 1,
-            _ => tally.violations.push(Violation::new(
+            _ => tally.violations.push(Violation::at(
                 Invariant::PublisherKilledAndReaped,
-                format!("{context}: publisher ended with {}", ended.exit.outcome),
+                &context,
+                format!("publisher ended with {}", ended.exit.outcome),
             )),
         }
         tally

@@ -344,12 +344,10 @@ fn tally(report: &KernelReport) -> (BTreeMap<Invariant, usize>, Vec<Violation>) 
     let mut violations = Vec::new();
     for failure in &report.failures {
         let broken: Vec<Violation> = match &failure.recovery {
-            Some(why) => vec![Violation::new(
+            Some(why) => vec![Violation::at(
                 Invariant::CheckCompleted,
-                format!(
-                    "state {}: the file system did not recover: {why}",
-                    failure.state
-                ),
+                &format!("state {}", failure.state),
+                format!("the file system did not recover: {why}"),
             )],
             None => failure.violations.clone(),
         };
@@ -429,9 +427,10 @@ impl StoreCheck {
             return Vec::new();
         }
         let Ok(files) = crate::lab::corruption::list_files(store) else {
-            return vec![Violation::new(
+            return vec![Violation::at(
                 Invariant::CheckCompleted,
-                format!("{context}: cannot list the recovered store"),
+                context,
+                "cannot list the recovered store",
             )];
         };
         let mut violations = Vec::new();
@@ -445,10 +444,11 @@ impl StoreCheck {
             if std::fs::read(self.base_store.join(&rel)).is_ok_and(|b| b == bytes) {
                 continue;
             }
-            violations.push(Violation::new(
+            violations.push(Violation::at(
                 Invariant::CompleteBytesVisible,
+                context,
                 format!(
-                    "{context}: {rel} is visible with incomplete bytes ({} bytes)",
+                    "{rel} is visible with incomplete bytes ({} bytes)",
                     bytes.len()
                 ),
             ));

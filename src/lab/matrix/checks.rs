@@ -26,9 +26,10 @@ pub(super) fn check_recovery_common(
     let first = match recover_guarded(dir, faults) {
         Ok(r) => r,
         Err(e) => {
-            violations.push(Violation::new(
+            violations.push(Violation::at(
                 Invariant::RecoveryCompletes,
-                format!("{context}: {e}"),
+                context,
+                format!("{e}"),
             ));
             return None;
         }
@@ -36,15 +37,17 @@ pub(super) fn check_recovery_common(
     let second = recover_guarded(dir, faults);
     let after = tree_digest(dir).ok();
     if before.is_none() || before != after {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::RecoveryChangesNothing,
-            format!("{context}: recovery modified the store"),
+            context,
+            "recovery modified the store",
         ));
     }
     if second.as_ref() != Ok(&first) {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::RecoveryIsDeterministic,
-            format!("{context}: recovery is not idempotent"),
+            context,
+            "recovery is not idempotent",
         ));
     }
     if let Some(selected) = &first.selected {
@@ -54,22 +57,25 @@ pub(super) fn check_recovery_common(
             Ok(Ok((state, _))) => {
                 let root = state.logical_state_root();
                 if roots.get(&selected.generation) != Some(&root) {
-                    violations.push(Violation::new(
+                    violations.push(Violation::at(
                         Invariant::SelectedGenerationLoads,
+                        context,
                         format!(
-                            "{context}: generation {} loaded with root {root}, not the published one",
+                            "generation {} loaded with root {root}, not the published one",
                             selected.generation
                         ),
                     ));
                 }
             }
-            Ok(Err(e)) => violations.push(Violation::new(
+            Ok(Err(e)) => violations.push(Violation::at(
                 Invariant::SelectedGenerationLoads,
-                format!("{context}: selected generation does not load: {e}"),
+                context,
+                format!("selected generation does not load: {e}"),
             )),
-            Err(_) => violations.push(Violation::new(
+            Err(_) => violations.push(Violation::at(
                 Invariant::SelectedGenerationLoads,
-                format!("{context}: load panicked"),
+                context,
+                "load panicked",
             )),
         }
     }
@@ -80,9 +86,10 @@ pub(super) fn check_recovery_common(
         if std::fs::rename(&latest, &hidden).is_ok() {
             match recover_guarded(dir, faults) {
                 Ok(r) if r.selected == first.selected => {}
-                _ => violations.push(Violation::new(
+                _ => violations.push(Violation::at(
                     Invariant::LatestNeverChangesTheAnswer,
-                    format!("{context}: LATEST changed the answer"),
+                    context,
+                    "LATEST changed the answer",
                 )),
             }
             let _ = std::fs::rename(&hidden, &latest);
@@ -129,10 +136,11 @@ pub(super) fn torn_visible_files(
         };
         let torn = !complete_bytes(rel, &bytes);
         if torn {
-            violations.push(Violation::new(
+            violations.push(Violation::at(
                 Invariant::CompleteBytesVisible,
+                context,
                 format!(
-                    "{context}: {rel} is visible with incomplete bytes ({} bytes)",
+                    "{rel} is visible with incomplete bytes ({} bytes)",
                     bytes.len()
                 ),
             ));
@@ -224,16 +232,18 @@ pub(super) fn check_crash_state(
 ) {
     let context = format!("power-loss state at op {}", state.crash_point);
     let Ok(dir) = scratch_dir() else {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::CheckCompleted,
-            format!("{context}: cannot create a temp dir"),
+            &context,
+            "cannot create a temp dir",
         ));
         return;
     };
     if let Err(e) = checks.recording.materialize(&state.image, dir.path()) {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::CheckCompleted,
-            format!("{context}: cannot materialize: {e}"),
+            &context,
+            format!("cannot materialize: {e}"),
         ));
         return;
     }
@@ -315,17 +325,17 @@ fn check_selected_generation(
     };
     let allowed = [previous.map(|p| p.generation), Some(candidate.generation)];
     if selected.is_some() && !allowed.contains(&selected) {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::SelectedPreviousOrCandidate,
-            format!("{context}: selected {selected:?}, neither previous nor candidate"),
+            context,
+            format!("selected {selected:?}, neither previous nor candidate"),
         ));
     }
     if selected != expected {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::NewestIntactSelected,
-            format!(
-                "{context}: selected {selected:?} but the fully intact newest generation is {expected:?}"
-            ),
+            context,
+            format!("selected {selected:?} but the fully intact newest generation is {expected:?}"),
         ));
     }
     let lost = if view.store_dir.is_some() {
@@ -334,19 +344,21 @@ fn check_selected_generation(
         " (the store root itself is absent)"
     };
     if previous.is_some() && !previous_ok {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::CommittedNotLost,
-            format!("{context}: the previous durable generation was lost{lost}"),
+            context,
+            format!("the previous durable generation was lost{lost}"),
         ));
     }
     // Committed means its record and every file it names survive, not only a record of
     // that generation: a second writer's record replacing it loses it too.
     let kept = selected == Some(candidate.generation) && candidate_ok;
     if view.candidate_durable && !kept {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::CommittedNotLost,
+            context,
             format!(
-                "{context}: generation {} was lost after its commits/ fsync{lost}",
+                "generation {} was lost after its commits/ fsync{lost}",
                 candidate.generation
             ),
         ));
@@ -362,15 +374,17 @@ fn check_latest(
 ) {
     let context = view.context;
     if matches!(latest, Some(LatestStatus::Ahead | LatestStatus::Garbage)) {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::LatestNeverAheadOrGarbage,
-            format!("{context}: LATEST is {latest:?}: the writer exposed a hint ahead of durable commits"),
+            context,
+            format!("LATEST is {latest:?}: the writer exposed a hint ahead of durable commits"),
         ));
     }
     if view.latest_durable && latest != Some(LatestStatus::Consistent) {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::LatestDurableAfterItsFsync,
-            format!("{context}: LATEST is {latest:?} after its refs/ fsync completed"),
+            context,
+            format!("LATEST is {latest:?} after its refs/ fsync completed"),
         ));
     }
 }

@@ -176,20 +176,23 @@ pub fn corruption_case(
         .max();
     let selected = report.selected.as_ref().map(|s| s.generation);
     if selected != expected {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::NewestIntactSelected,
-            format!("{context}: selected {selected:?}, expected {expected:?}"),
+            &context,
+            format!("selected {selected:?}, expected {expected:?}"),
         ));
     }
     for e in expectations.iter().filter(|e| !intact(e)) {
         match crate::store::load_generation(&root, e.generation) {
-            Ok(_) => violations.push(Violation::new(
+            Ok(_) => violations.push(Violation::at(
                 Invariant::DamagedGenerationNeverLoads,
-                format!("{context}: damaged generation {} loaded", e.generation),
+                &context,
+                format!("damaged generation {} loaded", e.generation),
             )),
-            Err(error) if error.path().is_none() => violations.push(Violation::new(
+            Err(error) if error.path().is_none() => violations.push(Violation::at(
                 Invariant::LoadErrorNamesTheFile,
-                format!("{context}: error names no file: {error}"),
+                &context,
+                format!("error names no file: {error}"),
             )),
             Err(_) => {}
         }

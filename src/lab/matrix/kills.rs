@@ -76,10 +76,11 @@ pub(super) fn kill_transcript_violations(
 ) -> Vec<Violation> {
     let mut violations = Vec::new();
     if report.signal != Some(9) || !report.reaped {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::PublisherKilledAndReaped,
+            context,
             format!(
-                "{context}: publisher not killed by signal 9 and reaped (reaped: {}, {:?})",
+                "publisher not killed by signal 9 and reaped (reaped: {}, {:?})",
                 report.reaped, report.exit
             ),
         ));
@@ -93,16 +94,18 @@ pub(super) fn kill_transcript_violations(
             .enumerate()
             .any(|(i, e)| e.seq != i as u64)
     {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::KillTranscriptMatches,
-            format!("{context}: acknowledged transcript does not end right before the target"),
+            context,
+            "acknowledged transcript does not end right before the target",
         ));
     }
     if report.candidate_visible != barrier.commit_visible() {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::CandidateVisibleAsTheProtocolSays,
+            context,
             format!(
-                "{context}: candidate visible = {}, protocol says {}",
+                "candidate visible = {}, protocol says {}",
                 report.candidate_visible,
                 barrier.commit_visible()
             ),
@@ -125,25 +128,28 @@ pub fn child_recovery_violations(
     let before = tree_digest(root)?;
     let first = recover_in_child(exe, root).map_err(LabError::during(context))?;
     if tree_digest(root)? != before {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::RecoveryChangesNothing,
-            format!("{context}: recovery modified the store"),
+            context,
+            "recovery modified the store",
         ));
     }
     let selected = first.selected.as_ref().map(|s| s.generation);
     if selected != expected {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::NewestIntactSelected,
-            format!("{context}: selected {selected:?}, expected {expected:?}"),
+            context,
+            format!("selected {selected:?}, expected {expected:?}"),
         ));
     }
     if matches!(
         first.latest.status,
         LatestStatus::Ahead | LatestStatus::Garbage
     ) {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::LatestNeverAheadOrGarbage,
-            format!("{context}: LATEST is {:?}", first.latest.status),
+            context,
+            format!("LATEST is {:?}", first.latest.status),
         ));
     }
     // The in-process checks (idempotence, LATEST never changes the answer, the selected
@@ -152,9 +158,10 @@ pub fn child_recovery_violations(
     let in_process =
         check_recovery_common(root, roots, &mut violations, context, RecoveryFaults::NONE);
     if in_process.is_some_and(|r| r.selected != first.selected) {
-        violations.push(Violation::new(
+        violations.push(Violation::at(
             Invariant::RecoveryIsDeterministic,
-            format!("{context}: in-process and child recovery disagree"),
+            context,
+            "in-process and child recovery disagree",
         ));
     }
     Ok(violations)

@@ -135,36 +135,51 @@ impl std::fmt::Display for Invariant {
     }
 }
 
-/// One invariant violated: which, and where and how.
+/// One invariant violated: which, where, and how.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {
     /// The invariant broken.
     pub invariant: Invariant,
-    /// Where (scenario, crash point, case) and how.
+    /// Where: the scenario, crash point, state or case, outermost first (`": "` between
+    /// levels); empty when the report around it says where.
+    pub context: String,
+    /// What was seen.
     pub detail: String,
 }
 
 impl Violation {
-    /// A violation of `invariant`, described by `detail`.
+    /// A violation of `invariant`, described by `detail`, with no context of its own.
     pub fn new(invariant: Invariant, detail: impl Into<String>) -> Self {
+        Violation::at(invariant, "", detail)
+    }
+
+    /// A violation of `invariant` at `context`, described by `detail`.
+    pub fn at(invariant: Invariant, context: &str, detail: impl Into<String>) -> Self {
         Violation {
             invariant,
+            context: context.to_owned(),
             detail: detail.into(),
         }
     }
 
-    /// The same violation with `prefix: ` before its detail.
-    pub fn within(self, prefix: &str) -> Self {
-        Violation {
-            detail: format!("{prefix}: {}", self.detail),
-            ..self
-        }
+    /// The same violation inside `outer` (a scenario's name around a state's context).
+    pub fn within(self, outer: &str) -> Self {
+        let context = if self.context.is_empty() {
+            outer.to_owned()
+        } else {
+            format!("{outer}: {}", self.context)
+        };
+        Violation { context, ..self }
     }
 }
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "[{}] {}", self.invariant, self.detail)
+        if self.context.is_empty() {
+            write!(f, "[{}] {}", self.invariant, self.detail)
+        } else {
+            write!(f, "[{}] {}: {}", self.invariant, self.context, self.detail)
+        }
     }
 }
 
