@@ -286,3 +286,41 @@ echo o > /proc/sysrq-trigger\n\
         steps.join(" && ")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file system's `/init` holds off its timer commits and periodic writeback
+    /// before the mount, and runs the writer only if all of that and the mount succeeded.
+    #[test]
+    fn init_holds_off_timer_commits_before_mounting_and_stops_if_it_cannot() {
+        for (file_system, held) in [
+            (FileSystem::Ext4, "-o commit=3600 /dev/vda"),
+            (FileSystem::Btrfs, "-o commit=3600 /dev/vda"),
+            (
+                FileSystem::Xfs,
+                "echo 720000 > /proc/sys/fs/xfs/xfssyncd_centisecs",
+            ),
+        ] {
+            let script = init_tail(file_system);
+            let condition = script.lines().next().unwrap_or("");
+            assert!(condition.starts_with("if echo 0 > /proc/sys/vm/dirty_writeback_centisecs && "));
+            assert!(condition.contains(held), "{file_system:?}: {condition}");
+            assert!(
+                condition.ends_with(&format!(
+                    "mount -t {} -o {} /dev/vda /mnt; then",
+                    file_system.module(),
+                    timer_commits_held(file_system).1
+                )),
+                "{file_system:?}: the mount comes last: {condition}"
+            );
+            let (writer, failed) = script.split_once("else").unwrap_or_default();
+            assert!(writer.contains("kernel-guest --config /agent.json"));
+            assert!(
+                !failed.contains("kernel-guest"),
+                "no writer after a failed step"
+            );
+        }
+    }
+}

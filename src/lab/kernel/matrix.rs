@@ -31,7 +31,7 @@ use crate::lab::kernel::store_writer::{
     ACK_PATTERN, STORE_DIR,
 };
 use crate::lab::matrix::{
-    check_store_state, complete_bytes, intact_with, recorded_expectation, store_expectations,
+    check_store_state, incomplete_bytes, intact_with, recorded_expectation, store_expectations,
     GenerationExpectation, Invariant, MatrixConfig, StoreExpectations, StoreStateView, Violation,
 };
 use crate::lab::mutants::{run_mutant, Mutant, MUTANTS, MUTANT_VIOLATIONS_REPORTED};
@@ -438,20 +438,14 @@ impl StoreCheck {
             let Ok(bytes) = std::fs::read(store.join(&rel)) else {
                 continue;
             };
-            if complete_bytes(&rel, &bytes) {
+            let Some(violation) = incomplete_bytes(context, &rel, &bytes) else {
                 continue;
-            }
+            };
+            // The starting image's own bytes are not this writer's to complete.
             if std::fs::read(self.base_store.join(&rel)).is_ok_and(|b| b == bytes) {
                 continue;
             }
-            violations.push(Violation::at(
-                Invariant::CompleteBytesVisible,
-                context,
-                format!(
-                    "{rel} is visible with incomplete bytes ({} bytes)",
-                    bytes.len()
-                ),
-            ));
+            violations.push(violation);
         }
         violations
     }

@@ -134,19 +134,24 @@ pub(super) fn torn_visible_files(
         let Some(bytes) = recording.file_bytes(&state.image, path) else {
             continue;
         };
-        let torn = !complete_bytes(rel, &bytes);
-        if torn {
-            violations.push(Violation::at(
-                Invariant::CompleteBytesVisible,
-                context,
-                format!(
-                    "{rel} is visible with incomplete bytes ({} bytes)",
-                    bytes.len()
-                ),
-            ));
-        }
+        violations.extend(incomplete_bytes(context, rel, &bytes));
     }
     violations
+}
+
+/// The violation of a file at `rel` (relative to the store) that shows `bytes` without
+/// them being complete ([`complete_bytes`]); `None` when they are.
+pub fn incomplete_bytes(context: &str, rel: &str, bytes: &[u8]) -> Option<Violation> {
+    (!complete_bytes(rel, bytes)).then(|| {
+        Violation::at(
+            Invariant::CompleteBytesVisible,
+            context,
+            format!(
+                "{rel} is visible with incomplete bytes ({} bytes)",
+                bytes.len()
+            ),
+        )
+    })
 }
 
 /// Whether a file at `rel` (relative to the store) shows complete bytes: an object whose
