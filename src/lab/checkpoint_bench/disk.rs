@@ -113,32 +113,30 @@ pub fn objects_as_files_write(
 ) -> Result<f64, CheckpointBenchError> {
     std::fs::create_dir(dir).map_err(io(format!("creating {}", dir.display())))?;
     let objects: Vec<&[u8]> = bytes.chunks(object_bytes.max(1)).collect();
-    let threads = threads.clamp(1, objects.len().max(1));
     let started = Instant::now();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|first| {
-                let objects = &objects;
-                scope.spawn(move || -> Result<(), CheckpointBenchError> {
-                    for index in (first..objects.len()).step_by(threads) {
-                        let path = dir.join(format!("{index:08}"));
-                        let context = || format!("writing {}", path.display());
-                        let mut file = std::fs::File::create_new(&path).map_err(io(context()))?;
-                        file.write_all(objects[index]).map_err(io(context()))?;
-                        file.sync_all().map_err(io(context()))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    each_on_threads(objects.len(), threads, &|index| {
+        let path = dir.join(format!("{index:08}"));
+        let context = || format!("writing {}", path.display());
+        let mut file = std::fs::File::create_new(&path).map_err(io(context()))?;
+        file.write_all(objects[index]).map_err(io(context()))?;
+        file.sync_all().map_err(io(context()))
     })?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io(format!("fsyncing {}", dir.display())))?;
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// Runs `work(i)` for every `i in 0..count` on up to `threads` threads (the store's own
+/// scheduler, [`crate::core::parallel::run_indexed`]); the first error, if any.
+fn each_on_threads(
+    count: usize,
+    threads: usize,
+    work: &(dyn Fn(usize) -> Result<(), CheckpointBenchError> + Sync),
+) -> Result<(), CheckpointBenchError> {
+    crate::core::parallel::run_indexed(count, threads, work, &mut |_| {})
+        .into_iter()
+        .try_for_each(|(_, result)| result)
 }
 
 /// Evicts the files of `dir` and reads every one whole on `threads` threads, without
@@ -151,28 +149,14 @@ pub fn objects_as_files_read_cold(dir: &Path, threads: usize) -> Result<f64, Che
         paths.push(entry.map_err(io(context()))?.path());
     }
     paths.sort();
-    let threads = threads.clamp(1, paths.len().max(1));
     let started = Instant::now();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|first| {
-                let paths = &paths;
-                scope.spawn(move || -> Result<(), CheckpointBenchError> {
-                    let mut buffer = Vec::new();
-                    for path in paths.iter().skip(first).step_by(threads) {
-                        buffer.clear();
-                        std::fs::File::open(path)
-                            .and_then(|mut f| f.read_to_end(&mut buffer))
-                            .map_err(io(format!("reading {}", path.display())))?;
-                        std::hint::black_box(&buffer);
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    each_on_threads(paths.len(), threads, &|index| {
+        let mut buffer = Vec::new();
+        std::fs::File::open(&paths[index])
+            .and_then(|mut f| f.read_to_end(&mut buffer))
+            .map_err(io(format!("reading {}", paths[index].display())))?;
+        std::hint::black_box(&buffer);
+        Ok(())
     })?;
     Ok(started.elapsed().as_secs_f64())
 }
