@@ -15,9 +15,9 @@ use shardlift::lab::matrix::{
 use shardlift::lab::powerloss::{
     tree_digest, KilledWriterFiles, MarkingHooks, Op, Recording, RecordingFs,
 };
+use shardlift::lab::recovery_mutants::RecoveryFaults;
 use shardlift::store::codec::commit_rel_path;
 use shardlift::store::layout::synthetic_state;
-use shardlift::store::recovery::RecoveryFaults;
 use shardlift::store::writer::{publish_with, SyntheticSpec};
 use shardlift::store::{self, NoHooks, RecordingHooks, WriterFaults};
 

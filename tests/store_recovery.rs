@@ -8,9 +8,9 @@ use shardlift::lab::matrix::{
     power_loss_scenario, Action, CheckPlan, Invariant, ModelFaults, ScenarioOutcome,
 };
 use shardlift::lab::powerloss::{tree_digest, EnumerationLimits};
+use shardlift::lab::recovery_mutants::RecoveryFaults;
 use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};
 use shardlift::store::layout::synthetic_state;
-use shardlift::store::recovery::RecoveryFaults;
 use shardlift::store::{self, LatestStatus, NoHooks, ObjectCheck, RecordingHooks, WriterFaults};
 
 fn two_generations() -> (tempfile::TempDir, std::path::PathBuf) {

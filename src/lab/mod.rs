@@ -12,6 +12,7 @@ pub mod kills;
 pub mod matrix;
 pub mod mutants;
 pub mod powerloss;
+pub mod recovery_mutants;
 pub mod run;
 
 pub use error::LabError;

@@ -18,7 +18,7 @@ use crate::lab::matrix::{
     MatrixConfig, ModelFaults, Violation,
 };
 use crate::lab::powerloss::KilledWriterFiles;
-use crate::store::recovery::RecoveryFaults;
+use crate::lab::recovery_mutants::RecoveryFaults;
 use crate::store::writer::WriterFaults;
 
 /// A mutant run stops checking once it has this many violations of its expected

@@ -13,8 +13,8 @@ use crate::lab::matrix::{
     corruption_phase, matrix_states, power_loss_phase, process_kill_phase, scratch_dir,
     MatrixConfig, ModelFaults, ScenarioFigures, Violation,
 };
+use crate::lab::recovery_mutants::RecoveryFaults;
 use crate::store::barrier::{Barrier, NoHooks};
-use crate::store::recovery::RecoveryFaults;
 use crate::store::writer::{publish_with, WriterFaults};
 
 /// The page-cache caveat every report carries.

@@ -35,7 +35,7 @@ use crate::lab::matrix::{
     GenerationExpectation, Invariant, MatrixConfig, StoreExpectations, StoreStateView, Violation,
 };
 use crate::lab::mutants::{run_mutant, Mutant, MUTANTS, MUTANT_VIOLATIONS_REPORTED};
-use crate::store::recovery::RecoveryFaults;
+use crate::lab::recovery_mutants::RecoveryFaults;
 use crate::store::writer::WriterFaults;
 
 /// Violations kept per run in the report (the run's directory keeps every failing state).

@@ -20,12 +20,11 @@ use crate::lab::powerloss::{
     tree_digest, CrashState, Enumeration, EnumerationLimits, ImageEntry, KilledWriterFiles,
     MarkingHooks, Recording, RecordingFs,
 };
+use crate::lab::recovery_mutants::{recover_faulty, RecoveryFaults};
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, NoHooks};
 use crate::store::codec::{commit_rel_path, object_rel_path};
 use crate::store::layout::synthetic_state;
-use crate::store::recovery::{
-    recover_faulty, verify_generation_with, LatestStatus, RecoveryFaults, RecoveryReport,
-};
+use crate::store::recovery::{verify_generation_with, LatestStatus, RecoveryReport};
 use crate::store::writer::{
     publish_with, reshard_with, WriterFaults, LATEST_REL_PATH, LAYOUT_DIRS,
 };

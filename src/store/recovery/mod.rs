@@ -179,27 +179,6 @@ fn read_capped(fs: &dyn FileSystem, path: &Path, cap: u64) -> Result<Vec<u8>, St
     Ok(bytes)
 }
 
-/// Deliberately broken recoveries, for the crash lab's mutants (a model that cannot catch
-/// them has a hole). Never set outside the lab.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RecoveryFaults {
-    /// Select the generation LATEST names, when it decodes and its commit record verifies
-    /// by name, instead of scanning `commits/` for the newest valid one.
-    pub trust_latest: bool,
-    /// Trust object names: read the manifest without checking its bytes against its
-    /// address, and check chunk objects only for presence (no address check, no root
-    /// recomputed from their bytes).
-    pub skip_object_digests: bool,
-}
-
-impl RecoveryFaults {
-    /// The correct recovery, usable in constants.
-    pub const NONE: RecoveryFaults = RecoveryFaults {
-        trust_latest: false,
-        skip_object_digests: false,
-    };
-}
-
 fn latest_report(
     fs: &dyn FileSystem,
     root: &Path,
@@ -220,13 +199,10 @@ fn latest_report(
 }
 
 /// What recovery's scan checks of each generation: every object hashed, no state built.
-fn scan_checks(faults: RecoveryFaults) -> Checks {
-    Checks {
-        decode_state: false,
-        objects: ObjectCheck::Hashed,
-        faults,
-    }
-}
+const SCAN_CHECKS: RecordChecks = RecordChecks {
+    decode_state: false,
+    objects: ObjectCheck::Hashed,
+};
 
 /// Commit records as a scan takes them: generation, name relative to the store, and
 /// nothing else known from a local listing.
@@ -320,24 +296,22 @@ pub fn load_newest_with(fs: &dyn FileSystem, root: &Path) -> Result<NewestLoad, 
 
 /// Scans and verifies every commit record under `root` through `fs`. Writes nothing.
 pub fn recover_with(fs: &dyn FileSystem, root: &Path) -> Result<RecoveryReport, StoreError> {
-    recover_faulty(fs, root, RecoveryFaults::NONE)
+    recover_verifying(fs, root, &mut |generation| {
+        verify_generation_checked(fs, root, generation, SCAN_CHECKS, &mut NoProgress)
+    })
 }
 
-/// As [`recover_with`], with deliberate faults (the crash lab's recovery mutants).
-pub fn recover_faulty(
+/// Recovery's scan and selection (RFC 0001 §5) with each generation checked by `verify`
+/// ([`recover_with`] passes the store's own check, every object hashed): the records
+/// under `root` listed, verified from the highest down, the newest valid one selected,
+/// LATEST compared with it. Writes nothing.
+pub fn recover_verifying(
     fs: &dyn FileSystem,
     root: &Path,
-    faults: RecoveryFaults,
+    verify: &mut dyn FnMut(u64) -> Result<VerifiedGeneration, StoreError>,
 ) -> Result<RecoveryReport, StoreError> {
-    if faults.trust_latest {
-        if let Some(report) = trusted_latest(fs, root, faults) {
-            return Ok(report);
-        }
-    }
     let (records, ignored) = list_commit_records(fs, root)?;
-    let scanned = scan(records, |generation, _, ()| {
-        verify_generation_faulty(fs, root, generation, scan_checks(faults), &mut NoProgress)
-    })?;
+    let scanned = scan(records, |generation, _, ()| verify(generation))?;
     // One record file per generation: a generation never has two valid records here.
     let selected = scanned
         .top()
@@ -350,37 +324,6 @@ pub fn recover_faulty(
         rejected: scanned.rejected,
         latest,
         ignored,
-    })
-}
-
-/// The trust-LATEST mutant: whatever generation LATEST names is the answer, if its commit
-/// record verifies; `None` (scan as usual) when LATEST is missing or unusable.
-fn trusted_latest(
-    fs: &dyn FileSystem,
-    root: &Path,
-    faults: RecoveryFaults,
-) -> Option<RecoveryReport> {
-    let path = root.join(LATEST_REL_PATH);
-    let bytes = read_capped(fs, &path, LatestRecord::CAP).ok()?;
-    let record: LatestRecord = decode(&path, &bytes).ok()?;
-    let v = verify_generation_faulty(
-        fs,
-        root,
-        record.generation,
-        scan_checks(faults),
-        &mut NoProgress,
-    )
-    .ok()?;
-    Some(RecoveryReport {
-        selected: Some(SelectedGeneration::of(&v)),
-        valid_generations: vec![v.generation],
-        rejected: Vec::new(),
-        latest: LatestReport {
-            status: LatestStatus::Consistent,
-            generation: Some(v.generation),
-            reason: None,
-        },
-        ignored: Vec::new(),
     })
 }
 
@@ -399,8 +342,9 @@ impl ScanError for StoreError {
 }
 
 mod verify_local;
+use verify_local::verify_generation_checked;
 pub use verify_local::{
-    read_object, verify_generation, verify_generation_checking, verify_generation_reporting,
-    verify_generation_with, verify_threads, MAX_VERIFY_THREADS,
+    read_object, read_object_bytes, verify_generation, verify_generation_checking,
+    verify_generation_reading, verify_generation_reporting, verify_generation_with, verify_threads,
+    LocalReads, MAX_VERIFY_THREADS,
 };
-use verify_local::{verify_generation_faulty, Checks};

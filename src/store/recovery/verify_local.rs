@@ -10,15 +10,25 @@ pub fn read_object(
     digest: Digest,
     cap: u64,
 ) -> Result<Vec<u8>, StoreError> {
-    read_object_faulty(fs, root, digest, cap, RecoveryFaults::NONE)
+    let bytes = read_object_bytes(fs, root, digest, cap)?;
+    let actual = Digest::of(&bytes);
+    if actual != digest {
+        return Err(StoreError::DigestMismatch {
+            path: root.join(object_rel_path(&digest)),
+            expected: digest,
+            actual,
+        });
+    }
+    Ok(bytes)
 }
 
-pub(super) fn read_object_faulty(
+/// The bytes of the object at `digest`'s address, at most `cap`: present and within the
+/// cap, not yet checked against the address ([`read_object`] checks them).
+pub fn read_object_bytes(
     fs: &dyn FileSystem,
     root: &Path,
     digest: Digest,
     cap: u64,
-    faults: RecoveryFaults,
 ) -> Result<Vec<u8>, StoreError> {
     let path = root.join(object_rel_path(&digest));
     let bytes = match fs.read_file(&path, cap) {
@@ -28,14 +38,6 @@ pub(super) fn read_object_faulty(
     };
     if bytes.len() as u64 > cap {
         return Err(StoreError::TooLarge { path, cap });
-    }
-    let actual = Digest::of(&bytes);
-    if actual != digest && !faults.skip_object_digests {
-        return Err(StoreError::DigestMismatch {
-            path,
-            expected: digest,
-            actual,
-        });
     }
     Ok(bytes)
 }
@@ -71,14 +73,13 @@ pub fn verify_generation_reporting(
     decode_state: bool,
     progress: &mut dyn Progress,
 ) -> Result<VerifiedGeneration, StoreError> {
-    verify_generation_faulty(
+    verify_generation_checked(
         fs,
         root,
         generation,
-        Checks {
+        RecordChecks {
             decode_state,
             objects: ObjectCheck::Hashed,
-            faults: RecoveryFaults::NONE,
         },
         progress,
     )
@@ -97,36 +98,39 @@ pub fn verify_generation_checking(
     objects: ObjectCheck,
     progress: &mut dyn Progress,
 ) -> Result<VerifiedGeneration, StoreError> {
-    verify_generation_faulty(
+    verify_generation_checked(
         fs,
         root,
         generation,
-        Checks {
+        RecordChecks {
             decode_state: false,
             objects,
-            faults: RecoveryFaults::NONE,
         },
         progress,
     )
 }
 
-/// What [`verify_generation_faulty`] checks and builds.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Checks {
-    /// Build the `LogicalState` (only with [`ObjectCheck::Hashed`]).
-    pub(super) decode_state: bool,
-    /// How the objects are checked.
-    pub(super) objects: ObjectCheck,
-    /// Deliberate faults (the crash lab's recovery mutants).
-    pub(super) faults: RecoveryFaults,
-}
-
-pub(super) fn verify_generation_faulty(
+/// Checks one generation through the local store's reads ([`LocalReads`]).
+pub(super) fn verify_generation_checked(
     fs: &dyn FileSystem,
     root: &Path,
     generation: u64,
-    checks: Checks,
+    checks: RecordChecks,
     progress: &mut dyn Progress,
+) -> Result<VerifiedGeneration, StoreError> {
+    let mut reads = LocalReads::new(fs, root, progress);
+    verify_generation_reading(fs, root, generation, checks, &mut reads)
+}
+
+/// Checks one generation in the order of RFC 0001 §5, its commit record read from `fs`
+/// and everything it references through `reads` (the local store's [`LocalReads`], or a
+/// reader that wraps them).
+pub fn verify_generation_reading<R: RecordReads<Error = StoreError>>(
+    fs: &dyn FileSystem,
+    root: &Path,
+    generation: u64,
+    checks: RecordChecks,
+    reads: &mut R,
 ) -> Result<VerifiedGeneration, StoreError> {
     let commit_path = root.join(commit_rel_path(generation));
     let commit_bytes = match fs.read_file(&commit_path, CommitRecord::CAP) {
@@ -139,23 +143,7 @@ pub(super) fn verify_generation_faulty(
         }
         Err(e) => return Err(StoreError::io(commit_path, e)),
     };
-    let mut reads = LocalReads {
-        fs,
-        root,
-        faults: checks.faults,
-        progress,
-    };
-    let record_checks = RecordChecks {
-        decode_state: checks.decode_state,
-        objects: checks.objects,
-    };
-    let verified = verify_record(
-        &mut reads,
-        &commit_path,
-        &commit_bytes,
-        generation,
-        record_checks,
-    )?;
+    let verified = verify_record(reads, &commit_path, &commit_bytes, generation, checks)?;
     Ok(VerifiedGeneration {
         generation,
         record: commit_rel_path(generation),
@@ -168,13 +156,19 @@ pub(super) fn verify_generation_faulty(
     })
 }
 
-/// The local store's reads for [`verify_record`]: files under `root` through `fs`, with
-/// the crash lab's recovery faults where they are set.
-pub(super) struct LocalReads<'a> {
+/// The local store's reads for [`verify_record`]: files under `root` through `fs`.
+pub struct LocalReads<'a> {
     fs: &'a dyn FileSystem,
     root: &'a Path,
-    faults: RecoveryFaults,
     progress: &'a mut dyn Progress,
+}
+
+impl<'a> LocalReads<'a> {
+    /// Reads under `root` through `fs`; `progress` advances over the objects a check
+    /// reads in bulk (synthetic objects, lengths).
+    pub fn new(fs: &'a dyn FileSystem, root: &'a Path, progress: &'a mut dyn Progress) -> Self {
+        LocalReads { fs, root, progress }
+    }
 }
 
 impl RecordReads for LocalReads<'_> {
@@ -189,11 +183,11 @@ impl RecordReads for LocalReads<'_> {
     }
 
     fn read_manifest(&mut self, digest: Digest, cap_bytes: u64) -> Result<Vec<u8>, StoreError> {
-        read_object_faulty(self.fs, self.root, digest, cap_bytes, self.faults)
+        read_object(self.fs, self.root, digest, cap_bytes)
     }
 
     fn read_payload(&mut self, digest: Digest, cap_bytes: u64) -> Result<Vec<u8>, StoreError> {
-        read_object_faulty(self.fs, self.root, digest, cap_bytes, self.faults)
+        read_object(self.fs, self.root, digest, cap_bytes)
     }
 
     fn verify_payloads(
@@ -201,26 +195,9 @@ impl RecordReads for LocalReads<'_> {
         manifest_path: &Path,
         manifest: &ManifestRecord,
     ) -> Result<(), StoreError> {
-        if !self.faults.skip_object_digests {
-            return verify_payloads(manifest_path, manifest, &mut |digest, expected: u64| {
-                self.read_payload(digest, expected.min(MAX_CHUNK_OBJECT_BYTES))
-            });
-        }
-        // The skip-digests mutant: chunk objects checked for presence only.
-        for entry in &manifest.chunks {
-            for (_, digest) in entry.digests() {
-                let path = self.object_path(&digest);
-                if self
-                    .fs
-                    .entry_kind(&path)
-                    .map_err(|e| StoreError::io(&path, e))?
-                    != Some(EntryKind::File)
-                {
-                    return Err(StoreError::MissingObject { path, digest });
-                }
-            }
-        }
-        Ok(())
+        verify_payloads(manifest_path, manifest, &mut |digest, expected: u64| {
+            self.read_payload(digest, expected.min(MAX_CHUNK_OBJECT_BYTES))
+        })
     }
 
     fn check_lengths(
@@ -240,7 +217,6 @@ impl RecordReads for LocalReads<'_> {
             root: self.root,
             manifest_path,
             synthetic,
-            faults: self.faults,
         };
         verify_synthetic(self.fs, &check, self.progress)
     }
@@ -347,7 +323,6 @@ pub(super) struct SyntheticCheck<'a> {
     root: &'a Path,
     manifest_path: &'a Path,
     synthetic: &'a SyntheticPayloads,
-    faults: RecoveryFaults,
 }
 
 /// Verifies one synthetic object: present, exactly its recorded length, its SHA-256 its
@@ -360,12 +335,6 @@ pub(super) fn verify_synthetic_object(
     let digest = check.synthetic.objects[index];
     let path = check.root.join(object_rel_path(&digest));
     let expected = synthetic_object_len(check.manifest_path, check.synthetic, index)?;
-    if check.faults.skip_object_digests {
-        return match fs.entry_kind(&path).map_err(|e| StoreError::io(&path, e))? {
-            Some(EntryKind::File) => Ok(()),
-            _ => Err(StoreError::MissingObject { path, digest }),
-        };
-    }
     let (actual, found) = match fs.hash_file(&path, expected) {
         Ok(hashed) => hashed,
         Err(e) if is_absent(&e) => return Err(StoreError::MissingObject { path, digest }),
