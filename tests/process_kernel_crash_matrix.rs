@@ -258,7 +258,7 @@ fn every_writer_mutant_on(file_system: &str) -> usize {
     rows.iter().filter(|r| r["kernel"] == "caught").count()
 }
 
-/// The kernel-matrix lane (`ci/test kernel-matrix`; about 16 minutes).
+/// The kernel-matrix lane (`ci/test kernel-matrix`; about 7 minutes on two cores).
 #[test]
 #[ignore = "the whole mutant table on ext4 (tens of guest runs); ci/test kernel-matrix runs it"]
 fn every_writer_mutant_on_ext4() {
