@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::core::digest::Digest;
+pub use crate::lab::powerloss::parent;
 
 /// A model inode: an index into [`Trace::initial_contents`] for files of the initial
 /// image, and new indices for files the writer created.
@@ -181,14 +182,6 @@ fn display_dir(path: &str) -> &str {
         "."
     } else {
         path
-    }
-}
-
-/// The parent of a relative path (`""` for a top-level name).
-pub fn parent(path: &str) -> &str {
-    match path.rfind('/') {
-        Some(i) => &path[..i],
-        None => "",
     }
 }
 

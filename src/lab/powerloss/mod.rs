@@ -99,15 +99,19 @@ impl Op {
     }
 }
 
-fn parent(path: &str) -> &str {
+/// The parent of a relative, `/`-separated path (`""` for a top-level name).
+pub fn parent(path: &str) -> &str {
     match path.rfind('/') {
         Some(i) => &path[..i],
         None => "",
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Node {
+/// What a name refers to while a run's operations are replayed: a directory, or a file
+/// by its inode (an index into the recording's or the trace's file contents). The one
+/// namespace node of both crash-state models (the store's and `crash-test`'s).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Node {
     Dir,
     File(usize),
 }

@@ -30,7 +30,7 @@ use serde::Serialize;
 use crate::core::digest::{Digest, FramedHasher};
 use crate::core::rng::SplitMix64;
 use crate::lab::external::trace::{parent, InitialEntry, InodeId, Trace, TraceOp};
-use crate::lab::powerloss::{subsets, EnumerationLimits};
+use crate::lab::powerloss::{subsets, EnumerationLimits, Node};
 
 /// How one file's bytes in a crash state relate to the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -140,12 +140,6 @@ impl Default for ModelLimits {
             narrowed: false,
         }
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Node {
-    Dir,
-    File(InodeId),
 }
 
 /// Contents of every inode at one crash point.
