@@ -26,11 +26,7 @@ pub(super) fn check_recovery_common(
     let first = match recover_guarded(dir, faults) {
         Ok(r) => r,
         Err(e) => {
-            violations.push(Violation::at(
-                Invariant::RecoveryCompletes,
-                context,
-                format!("{e}"),
-            ));
+            violations.push(Violation::at(Invariant::RecoveryCompletes, context, e));
             return None;
         }
     };
