@@ -7,7 +7,8 @@
 //! archive is unpacked into the state's directory.
 //!
 //! Booting is most of a guest's time, so one guest recovers up to [`STATES_PER_GUEST`]
-//! states, each a disk found by its serial number (`s<index>`), with the output disk
+//! states (and, one per core, up to two guests run at once, each with its own output disk
+//! and console log: [`RecoveryGuest::recover_at_once`]), each a disk found by its serial number (`s<index>`), with the output disk
 //! (`out`) split into one region of [`MAX_TREE_BYTES`] per state. A mount that hangs
 //! holds the guest to its deadline: the guest is killed, the first state it had not
 //! finished is a failing state (its recovery did not end), and the rest go to a new guest.
@@ -81,32 +82,39 @@ impl RecoveryGuest {
     }
 
     /// Recovers each image into its tree (`trees[i]` must not exist), in as many guests
-    /// as it takes. `Err` is a guest or tool that could not run.
+    /// as it takes, one after another. `lane` tells apart the output disk and console log
+    /// of guests that run at once (see [`RecoveryGuest::recover_at_once`]). `Err` is a
+    /// guest or tool that could not run.
     pub fn recover(
         &self,
         images: &[PathBuf],
         trees: &[PathBuf],
+        lane: usize,
     ) -> Result<Vec<Recovered>, KernelError> {
         assert_eq!(images.len(), trees.len(), "one tree per image");
         let mut results: Vec<Option<Recovered>> = vec![None; images.len()];
         let mut pending: Vec<usize> = (0..images.len()).collect();
         while !pending.is_empty() {
             let batch: Vec<usize> = pending.iter().copied().take(STATES_PER_GUEST).collect();
-            let (reports, timed_out) = self.run_batch(&batch, images)?;
+            let (reports, timed_out) = self.run_batch(&batch, images, lane)?;
             if let (false, Some(slot)) = (timed_out, reports.iter().position(Option::is_none)) {
                 return Err(KernelError::GuestFailed {
                     outcome: format!(
                         "the recovery guest powered off without reporting state disk s{slot}"
                     ),
-                    console: self.dir.join("recover-console.log"),
+                    console: self.console(lane),
                 });
             }
             let mut stuck = false;
             for (slot, &index) in batch.iter().enumerate() {
                 match &reports[slot] {
                     Some(Line::Ok { bytes }) => {
-                        results[index] =
-                            Some(self.finish(&images[index], &trees[index], slot, *bytes)?);
+                        results[index] = Some(self.finish(
+                            &images[index],
+                            &trees[index],
+                            (lane, slot),
+                            *bytes,
+                        )?);
                     }
                     Some(Line::Failed(why)) => results[index] = Some(Err(why.clone())),
                     None if !stuck => {
@@ -129,6 +137,38 @@ impl RecoveryGuest {
             .collect())
     }
 
+    /// Recovers `batches` (images and their trees) in guests running at the same time,
+    /// one thread each; the results in batch order. The first guest or tool that could
+    /// not run is the error.
+    pub fn recover_at_once(
+        &self,
+        batches: &[(Vec<PathBuf>, Vec<PathBuf>)],
+    ) -> Result<Vec<Vec<Recovered>>, KernelError> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = batches
+                .iter()
+                .enumerate()
+                .map(|(lane, (images, trees))| {
+                    scope.spawn(move || self.recover(images, trees, lane))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        })
+    }
+
+    /// The output disk of the guest in `lane`.
+    fn output(&self, lane: usize) -> PathBuf {
+        self.dir.join(format!("recover-out-{lane}.img"))
+    }
+
+    /// The console log of the guest in `lane`.
+    fn console(&self, lane: usize) -> PathBuf {
+        self.dir.join(format!("recover-console-{lane}.log"))
+    }
+
     fn timeout_ms(&self, states: usize) -> u64 {
         self.boot_timeout_ms + PER_STATE_TIMEOUT_MS * states as u64
     }
@@ -139,8 +179,9 @@ impl RecoveryGuest {
         &self,
         batch: &[usize],
         images: &[PathBuf],
+        lane: usize,
     ) -> Result<(Vec<Option<Line>>, bool), KernelError> {
-        let output = self.dir.join("recover-out.img");
+        let output = self.output(lane);
         let file = std::fs::File::create(&output)
             .map_err(KernelError::io("creating the recovery output disk"))?;
         file.set_len(MAX_TREE_BYTES * batch.len() as u64)
@@ -152,7 +193,7 @@ impl RecoveryGuest {
             .map(|(slot, &index)| (images[index].clone(), format!("s{slot}")))
             .collect();
         disks.push((output, "out".to_owned()));
-        let console = self.dir.join("recover-console.log");
+        let console = self.console(lane);
         let run = GuestRun {
             vmlinux: &self.vmlinux,
             initramfs: &self.initramfs,
@@ -179,13 +220,13 @@ impl RecoveryGuest {
         &self,
         image: &Path,
         tree: &Path,
-        slot: usize,
+        (lane, slot): (usize, usize),
         bytes: u64,
     ) -> Result<Recovered, KernelError> {
         if let Err(why) = check_clean(self.file_system, image)? {
             return Ok(Err(why));
         }
-        let output = self.dir.join("recover-out.img");
+        let output = self.output(lane);
         let archive = read_region(&output, slot as u64 * MAX_TREE_BYTES, bytes)?;
         std::fs::create_dir(tree).map_err(KernelError::io("creating a state directory"))?;
         let mut child = Command::new("tar")

@@ -277,6 +277,18 @@ fn read_log(path: &Path) -> Result<Vec<u8>, KernelError> {
 /// an in-process check instead of the command.
 type Judges<'a> = (Option<&'a HashSet<Digest>>, Option<&'a dyn StateCheck>);
 
+/// Recovery guests that run at once (one per core, at most this many): each is one
+/// emulated CPU, and the host's checker and unpacking run between their boots.
+const RECOVERY_GUESTS_AT_ONCE: usize = 2;
+
+/// One batch of states on disk: their indices, images and (once recovered) trees.
+struct Batch<'s> {
+    states: &'s [BlockState],
+    indices: Vec<usize>,
+    images: Vec<PathBuf>,
+    trees: Vec<PathBuf>,
+}
+
 fn check_states(
     config: &KernelConfig,
     (log, log_bytes): (&BlockLog, &[u8]),
@@ -286,70 +298,117 @@ fn check_states(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<KernelFailure>, KernelError> {
     let dir = config.out.join("states");
-    // A recovery guest takes a batch of states; ext4 recovers one state at a time.
-    let batch_len = if recovery.is_some() {
-        STATES_PER_GUEST
-    } else {
-        1
+    // A recovery guest takes a batch of states, and several guests run at once; ext4
+    // recovers one state at a time.
+    let (batch_len, lanes) = match recovery {
+        Some(_) => {
+            let cores = std::thread::available_parallelism().map_or(1, usize::from);
+            (STATES_PER_GUEST, cores.clamp(1, RECOVERY_GUESTS_AT_ONCE))
+        }
+        None => (1, 1),
     };
     let mut failures = Vec::new();
-    for (batch_index, batch) in states.chunks(batch_len).enumerate() {
+    for (round_index, round) in states.chunks(batch_len * lanes).enumerate() {
         if judges.1.is_some_and(|check| check.done()) {
             break;
         }
-        let first = batch_index * batch_len;
-        let indices: Vec<usize> = (first..first + batch.len()).collect();
-        let images: Vec<PathBuf> = indices
-            .iter()
-            .map(|i| dir.join(format!("{i}.img")))
-            .collect();
-        let trees: Vec<PathBuf> = indices.iter().map(|i| dir.join(i.to_string())).collect();
-        for (state, image) in batch.iter().zip(&images) {
-            states::write_image(base, log, log_bytes, state, image)
-                .map_err(KernelError::io("writing a state image"))?;
+        let mut batches = Vec::new();
+        for (batch_index, batch) in round.chunks(batch_len).enumerate() {
+            let first = round_index * batch_len * lanes + batch_index * batch_len;
+            let indices: Vec<usize> = (first..first + batch.len()).collect();
+            let images: Vec<PathBuf> = indices
+                .iter()
+                .map(|i| dir.join(format!("{i}.img")))
+                .collect();
+            let trees = indices.iter().map(|i| dir.join(i.to_string())).collect();
+            for (state, image) in batch.iter().zip(&images) {
+                states::write_image(base, log, log_bytes, state, image)
+                    .map_err(KernelError::io("writing a state image"))?;
+            }
+            batches.push(Batch {
+                states: batch,
+                indices,
+                images,
+                trees,
+            });
         }
         let recovered = match recovery {
-            Some(guest) => guest.recover(&images, &trees)?,
-            None => images
+            Some(guest) => {
+                let work: Vec<(Vec<PathBuf>, Vec<PathBuf>)> = batches
+                    .iter()
+                    .map(|b| (b.images.clone(), b.trees.clone()))
+                    .collect();
+                guest.recover_at_once(&work)?
+            }
+            None => batches
                 .iter()
-                .zip(&trees)
-                .map(|(image, tree)| recover_ext4(image, tree))
+                .map(|b| {
+                    b.images
+                        .iter()
+                        .zip(&b.trees)
+                        .map(|(image, tree)| recover_ext4(image, tree))
+                        .collect::<Result<Vec<_>, _>>()
+                })
                 .collect::<Result<Vec<_>, _>>()?,
         };
-        for (slot, state) in batch.iter().enumerate() {
-            let (index, tree) = (indices[slot], &trees[slot]);
-            std::fs::remove_file(&images[slot])
-                .map_err(KernelError::io("removing a state image"))?;
-            let check_log = dir.join(format!("{index}.log"));
-            let verdict = judge(
-                config,
-                recovered[slot].clone(),
-                (tree, &check_log),
-                state,
-                judges,
-            )?;
-            match verdict {
-                None => {
-                    std::fs::remove_dir_all(tree)
-                        .map_err(KernelError::io("removing a checked state"))?;
-                    std::fs::remove_file(&check_log)
-                        .map_err(KernelError::io("removing a check log"))?;
-                }
-                Some(mut failure) => {
-                    failure.state = index;
-                    failures.push(failure);
-                }
+        for (batch, recovered) in batches.iter().zip(recovered) {
+            // A check that has seen enough stops judging: what this round recovered
+            // beyond it is removed unjudged, as if never recovered.
+            if judges.1.is_some_and(|check| check.done()) {
+                remove_unjudged(batch)?;
+                continue;
             }
-            if (index + 1) % 10 == 0 || index + 1 == states.len() {
-                progress(&format!(
-                    "checked {}/{} crash states",
-                    index + 1,
-                    states.len()
-                ));
+            judge_batch(config, batch, recovered, judges, &mut failures)?;
+            for checked in batch.indices.iter().map(|index| index + 1) {
+                if checked % 10 == 0 || checked == states.len() {
+                    progress(&format!("checked {checked}/{} crash states", states.len()));
+                }
             }
         }
     }
     Ok(failures)
+}
+
+/// Removes the images and any recovered trees of a batch that was not judged.
+fn remove_unjudged(batch: &Batch<'_>) -> Result<(), KernelError> {
+    for (image, tree) in batch.images.iter().zip(&batch.trees) {
+        std::fs::remove_file(image).map_err(KernelError::io("removing a state image"))?;
+        if tree.exists() {
+            std::fs::remove_dir_all(tree).map_err(KernelError::io("removing an unjudged state"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Judges every state of a recovered batch in order, keeping what fails (its tree and
+/// check log) and removing what passes.
+fn judge_batch(
+    config: &KernelConfig,
+    batch: &Batch<'_>,
+    recovered: Vec<Result<(), String>>,
+    judges: Judges<'_>,
+    failures: &mut Vec<KernelFailure>,
+) -> Result<(), KernelError> {
+    let dir = config.out.join("states");
+    for (slot, (state, recovered)) in batch.states.iter().zip(recovered).enumerate() {
+        let (index, tree) = (batch.indices[slot], &batch.trees[slot]);
+        std::fs::remove_file(&batch.images[slot])
+            .map_err(KernelError::io("removing a state image"))?;
+        let check_log = dir.join(format!("{index}.log"));
+        match judge(config, recovered, (tree, &check_log), state, judges)? {
+            None => {
+                std::fs::remove_dir_all(tree)
+                    .map_err(KernelError::io("removing a checked state"))?;
+                std::fs::remove_file(&check_log)
+                    .map_err(KernelError::io("removing a check log"))?;
+            }
+            Some(mut failure) => {
+                failure.state = index;
+                failures.push(failure);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Holds one recovered state against the model and checks it: `None` when it passes
