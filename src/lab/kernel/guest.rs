@@ -166,8 +166,11 @@ pub fn boot(qemu: &Path, guest: &GuestRun<'_>) -> Result<Finished, KernelError> 
         .arg("-initrd")
         .arg(guest.initramfs)
         .arg("-append")
+        // `no_timer_check`: an emulated guest on a loaded host can miss the early
+        // IO-APIC timer check, and the kernel then panics before `/init` ("IO-APIC +
+        // timer doesn't work!", seen with two recovery guests at once under load).
         .arg(format!(
-            "console=ttyS0 quiet panic=-1 rdinit=/init {}",
+            "console=ttyS0 quiet panic=-1 no_timer_check rdinit=/init {}",
             crate::lab::kernel::agent::GUEST_TOKEN
         ));
     let spec = with_disks(spec, &guest.disks)?;
@@ -244,15 +247,26 @@ pub fn run(qemu: &Path, guest: &GuestRun<'_>) -> Result<GuestReport, KernelError
     let mut report = parse_report(&finished.console);
     report.wall_ms = finished.wall_ms;
     if report.exit.is_none() {
+        let mut outcome = finished.outcome.clone();
+        if let Some(error) = &report.error {
+            outcome.push_str(&format!("; the agent said: {error}"));
+        }
+        if let Some(panic) = kernel_panic(&finished.console) {
+            outcome.push_str(&format!("; the guest's kernel said: {panic}"));
+        }
         return Err(KernelError::GuestFailed {
-            outcome: match &report.error {
-                Some(error) => format!("{}; the agent said: {error}", finished.outcome),
-                None => finished.outcome,
-            },
+            outcome,
             console: guest.console.to_owned(),
         });
     }
     Ok(report)
+}
+
+/// The guest kernel's panic line in a console log, if it panicked.
+pub fn kernel_panic(console: &str) -> Option<&str> {
+    console
+        .lines()
+        .find_map(|line| line.find("Kernel panic - ").map(|at| line[at..].trim_end()))
 }
 
 /// The agent's lines of a console log.
@@ -308,5 +322,20 @@ mod tests {
         assert_eq!(report.escaped, ["/etc/x"]);
         let forged = parse_report("| shardlift-guest: exit 0\n");
         assert_eq!(forged.exit, None);
+    }
+
+    /// A guest whose kernel panicked says so, with the panic's own words.
+    #[test]
+    fn a_kernel_panic_is_found_in_the_console() {
+        let console = "[    0.024000] ..MP-BIOS bug: 8254 timer not connected to IO-APIC\r\n\
+                       [    0.052000] Kernel panic - not syncing: IO-APIC + timer doesn't work!\r\n";
+        assert_eq!(
+            kernel_panic(console),
+            Some("Kernel panic - not syncing: IO-APIC + timer doesn't work!")
+        );
+        assert_eq!(
+            kernel_panic("[ 1.0] booting\nshardlift-guest: exit 0\n"),
+            None
+        );
     }
 }

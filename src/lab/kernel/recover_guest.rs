@@ -96,12 +96,15 @@ impl RecoveryGuest {
         let mut pending: Vec<usize> = (0..images.len()).collect();
         while !pending.is_empty() {
             let batch: Vec<usize> = pending.iter().copied().take(STATES_PER_GUEST).collect();
-            let (reports, timed_out) = self.run_batch(&batch, images, lane)?;
+            let (reports, timed_out, panic) = self.run_batch(&batch, images, lane)?;
             if let (false, Some(slot)) = (timed_out, reports.iter().position(Option::is_none)) {
+                let mut outcome =
+                    format!("the recovery guest powered off without reporting state disk s{slot}");
+                if let Some(panic) = panic {
+                    outcome.push_str(&format!("; its kernel said: {panic}"));
+                }
                 return Err(KernelError::GuestFailed {
-                    outcome: format!(
-                        "the recovery guest powered off without reporting state disk s{slot}"
-                    ),
+                    outcome,
                     console: self.console(lane),
                 });
             }
@@ -174,13 +177,13 @@ impl RecoveryGuest {
     }
 
     /// One guest over `batch`: each state's report line, in batch order (`None`: not
-    /// reported), and whether the guest ran past its deadline.
+    /// reported), whether the guest ran past its deadline, and its kernel's panic line.
     fn run_batch(
         &self,
         batch: &[usize],
         images: &[PathBuf],
         lane: usize,
-    ) -> Result<(Vec<Option<Line>>, bool), KernelError> {
+    ) -> Result<(Vec<Option<Line>>, bool, Option<String>), KernelError> {
         let output = self.output(lane);
         let file = std::fs::File::create(&output)
             .map_err(KernelError::io("creating the recovery output disk"))?;
@@ -211,7 +214,8 @@ impl RecoveryGuest {
             ),
             Err(other) => return Err(other),
         };
-        Ok((parse_lines(&text, batch.len()), timed_out))
+        let panic = guest::kernel_panic(&text).map(str::to_owned);
+        Ok((parse_lines(&text, batch.len()), timed_out, panic))
     }
 
     /// The host's side of a state the guest recovered: the checker on the cleanly
