@@ -96,7 +96,11 @@ impl RecoveryGuest {
         let mut pending: Vec<usize> = (0..images.len()).collect();
         while !pending.is_empty() {
             let batch: Vec<usize> = pending.iter().copied().take(STATES_PER_GUEST).collect();
-            let (reports, timed_out, panic) = self.run_batch(&batch, images, lane)?;
+            let BatchReport {
+                lines: reports,
+                timed_out,
+                panic,
+            } = self.run_batch(&batch, images, lane)?;
             if let (false, Some(slot)) = (timed_out, reports.iter().position(Option::is_none)) {
                 let mut outcome =
                     format!("the recovery guest powered off without reporting state disk s{slot}");
@@ -176,14 +180,14 @@ impl RecoveryGuest {
         self.boot_timeout_ms + PER_STATE_TIMEOUT_MS * states as u64
     }
 
-    /// One guest over `batch`: each state's report line, in batch order (`None`: not
-    /// reported), whether the guest ran past its deadline, and its kernel's panic line.
+    /// One guest over `batch`: what it said of each state, whether it ran past its
+    /// deadline, and its kernel's panic line.
     fn run_batch(
         &self,
         batch: &[usize],
         images: &[PathBuf],
         lane: usize,
-    ) -> Result<(Vec<Option<Line>>, bool, Option<String>), KernelError> {
+    ) -> Result<BatchReport, KernelError> {
         let output = self.output(lane);
         let file = std::fs::File::create(&output)
             .map_err(KernelError::io("creating the recovery output disk"))?;
@@ -214,8 +218,11 @@ impl RecoveryGuest {
             ),
             Err(other) => return Err(other),
         };
-        let panic = guest::kernel_panic(&text).map(str::to_owned);
-        Ok((parse_lines(&text, batch.len()), timed_out, panic))
+        Ok(BatchReport {
+            lines: parse_lines(&text, batch.len()),
+            timed_out,
+            panic: guest::kernel_panic(&text).map(str::to_owned),
+        })
     }
 
     /// The host's side of a state the guest recovered: the checker on the cleanly
@@ -261,6 +268,16 @@ impl RecoveryGuest {
         }
         Ok(Ok(()))
     }
+}
+
+/// What one recovery guest said.
+struct BatchReport {
+    /// Each state's report line, in batch order (`None`: not reported).
+    lines: Vec<Option<Line>>,
+    /// Whether the guest ran past its deadline.
+    timed_out: bool,
+    /// Its kernel's panic line, if it panicked.
+    panic: Option<String>,
 }
 
 /// What the guest said of one state.
