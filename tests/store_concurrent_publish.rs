@@ -16,10 +16,11 @@ use shardlift::lab::powerloss::{
     tree_digest, KilledWriterFiles, MarkingHooks, Op, Recording, RecordingFs,
 };
 use shardlift::lab::recovery_mutants::RecoveryFaults;
+use shardlift::lab::writer_mutants::WriterFaults;
 use shardlift::store::codec::commit_rel_path;
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::writer::{publish_with, SyntheticSpec};
-use shardlift::store::{self, NoHooks, RecordingHooks, WriterFaults};
+use shardlift::store::{self, NoHooks, RecordingHooks};
 
 /// 16 384-element chunks: 7 chunks, 21 objects, more than the 16 installing threads.
 const CHUNK_ELEMENTS: u32 = 16_384;
@@ -93,15 +94,7 @@ fn publish_recorded(
     root: &Path,
     state: &shardlift::core::logical::LogicalState,
 ) -> store::CommitSummary {
-    publish_with(
-        recorder,
-        root,
-        state,
-        four(),
-        &mut MarkingHooks(recorder),
-        WriterFaults::NONE,
-    )
-    .expect("publish")
+    publish_with(recorder, root, state, four(), &mut MarkingHooks(recorder)).expect("publish")
 }
 
 /// Positions of the renames into `objects/` (chunk objects and the manifest) and of the

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 
 use shardlift::core::topology::Topology;
 use shardlift::lab::powerloss::{EnumerationLimits, RecordingFs};
+use shardlift::lab::writer_mutants::{MutantFs, WriterFaults};
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::writer::publish_with;
-use shardlift::store::{self, Barrier, BarrierEvent, FnHook, NoHooks, WriterFaults};
+use shardlift::store::{self, Barrier, BarrierEvent, FnHook, NoHooks};
 
 const CHUNK_ELEMENTS: u32 = 30_000;
 
@@ -69,7 +70,7 @@ fn lost_commits(
 ) -> Vec<usize> {
     let fs = RecordingFs::with_non_durable_dirs(root, non_durable).expect("recorder");
     let summary = publish_with(
-        &fs,
+        &MutantFs::new(&fs, root, faults),
         root,
         &synthetic_state(7, 2, CHUNK_ELEMENTS),
         topology(),
@@ -77,7 +78,6 @@ fn lost_commits(
             fs.mark(event.barrier);
             Ok(())
         }),
-        faults,
     )
     .expect("publish");
     assert_eq!(summary.committed.generation, expected_generation);

@@ -11,7 +11,7 @@ use shardlift::store::codec::{
     self, commit_rel_path, object_rel_path, CommitRecord, LatestRecord, ManifestRecord,
 };
 use shardlift::store::layout::synthetic_state;
-use shardlift::store::writer::{publish_with, WriterFaults};
+use shardlift::store::writer::publish_with;
 use shardlift::store::{self, FnHook, NoHooks, ObjectCheck, RejectionKind, StoreError};
 
 fn state() -> LogicalState {
@@ -137,7 +137,6 @@ fn fsync_failure_aborts_the_generation() {
         &other,
         Topology::new(4).expect("t"),
         &mut NoHooks,
-        WriterFaults::default(),
     )
     .expect_err("aborts");
     assert!(
@@ -507,7 +506,6 @@ fn generation_taken_never_replaces_a_record() {
         &other,
         Topology::new(3).expect("t"),
         &mut NoHooks,
-        WriterFaults::default(),
     )
     .expect_err("taken");
     assert!(
@@ -618,7 +616,6 @@ fn publish_second_failing(root: &Path, operation: Operation, prefix: &str) -> St
         &synthetic_state(12, 3, 30_000),
         Topology::new(3).expect("t"),
         &mut NoHooks,
-        WriterFaults::default(),
     )
     .expect_err("the injected fault stops the publish")
 }

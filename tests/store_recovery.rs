@@ -9,9 +9,10 @@ use shardlift::lab::matrix::{
 };
 use shardlift::lab::powerloss::{tree_digest, EnumerationLimits};
 use shardlift::lab::recovery_mutants::RecoveryFaults;
+use shardlift::lab::writer_mutants::WriterFaults;
 use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};
 use shardlift::store::layout::synthetic_state;
-use shardlift::store::{self, LatestStatus, NoHooks, ObjectCheck, RecordingHooks, WriterFaults};
+use shardlift::store::{self, LatestStatus, NoHooks, ObjectCheck, RecordingHooks};
 
 fn two_generations() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");

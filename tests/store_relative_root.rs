@@ -7,7 +7,7 @@ use std::path::Path;
 use shardlift::core::topology::Topology;
 use shardlift::durable::faulty::{FaultyFs, Operation};
 use shardlift::store::layout::synthetic_state;
-use shardlift::store::writer::{publish_with, WriterFaults};
+use shardlift::store::writer::publish_with;
 use shardlift::store::{NoHooks, StoreError};
 
 /// The first directory fsync a publish into `root` makes, observed by failing it.
@@ -18,7 +18,6 @@ fn first_directory_fsync(root: &Path) -> std::path::PathBuf {
         &synthetic_state(3, 1, 2_000),
         Topology::new(4).expect("topology"),
         &mut NoHooks,
-        WriterFaults::NONE,
     )
     .expect_err("the first directory fsync fails");
     match error {

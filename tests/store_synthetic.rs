@@ -11,7 +11,7 @@ use shardlift::durable::fs::RealFs;
 use shardlift::store::codec::{object_rel_path, ManifestRecord};
 use shardlift::store::layout::{synthetic_object, synthetic_state};
 use shardlift::store::writer::{publish_synthetic_with, SyntheticSpec};
-use shardlift::store::{self, ObjectCheck, RecordingHooks, StoreError, WriterFaults};
+use shardlift::store::{self, ObjectCheck, RecordingHooks, StoreError};
 
 const SPEC: SyntheticSpec = SyntheticSpec {
     seed: 9,
@@ -167,7 +167,6 @@ fn the_seam_sees_the_sequential_writers_operations_in_order() {
         Topology::new(4).expect("t"),
         SPEC,
         &mut hooks,
-        WriterFaults::NONE,
         &mut shardlift::core::progress::NoProgress,
     )
     .expect("publish");

@@ -210,7 +210,7 @@ pub fn store_writer(args: StoreWriterArgs) -> anyhow::Result<()> {
     let scenario = scenarios(std::slice::from_ref(&args.scenario))?[0];
     let faults = match &args.mutant {
         Some(name) => mutants(&[], Some(name))?[0].faults.writer,
-        None => shardlift::store::writer::WriterFaults::NONE,
+        None => shardlift::lab::writer_mutants::WriterFaults::NONE,
     };
     let root = std::path::Path::new(store_writer::STORE_DIR);
     let generation = store_writer::run_scenario(root, scenario, faults, args.seed, &mut |line| {

@@ -36,7 +36,7 @@ use crate::lab::matrix::{
 use crate::store::barrier::NoHooks;
 use crate::store::codec::commit_rel_path;
 use crate::store::layout::synthetic_state;
-use crate::store::writer::{publish_with, WriterFaults};
+use crate::store::writer::publish_with;
 
 /// Chunk size of the states the operation and random kills publish (4 chunks: a trace
 /// short enough to kill before every operation in seconds).
@@ -93,14 +93,7 @@ impl KillBase {
         let topology = Topology::new(4)?;
         let dir = scratch_dir()?;
         let base = dir.path().join("base");
-        let published = publish_with(
-            &RealFs,
-            &base,
-            &a,
-            topology,
-            &mut NoHooks,
-            WriterFaults::NONE,
-        )?;
+        let published = publish_with(&RealFs, &base, &a, topology, &mut NoHooks)?;
         let roots = BTreeMap::from([
             (published.committed.generation, a.logical_state_root()),
             (published.committed.generation + 1, b.logical_state_root()),

@@ -14,6 +14,7 @@ pub mod mutants;
 pub mod powerloss;
 pub mod recovery_mutants;
 pub mod run;
+pub mod writer_mutants;
 
 pub use error::LabError;
 pub use harness::{

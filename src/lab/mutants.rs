@@ -19,7 +19,7 @@ use crate::lab::matrix::{
 };
 use crate::lab::powerloss::KilledWriterFiles;
 use crate::lab::recovery_mutants::RecoveryFaults;
-use crate::store::writer::WriterFaults;
+use crate::lab::writer_mutants::WriterFaults;
 
 /// A mutant run stops checking once it has this many violations of its expected
 /// invariant to show (one kills it).

@@ -15,7 +15,7 @@ use crate::lab::matrix::{
 };
 use crate::lab::recovery_mutants::RecoveryFaults;
 use crate::store::barrier::{Barrier, NoHooks};
-use crate::store::writer::{publish_with, WriterFaults};
+use crate::store::writer::publish_with;
 
 /// The page-cache caveat every report carries.
 pub const PAGE_CACHE_CAVEAT: &str = "process kills (at barriers, before every operation, at random instants) leave the page cache intact: they test isolation and recovery from a dead writer, not durability; durability is tested by the power-loss model, which rebuilds what a power cut could leave on disk under the persistence model of RFC 0001 \u{a7}8";
@@ -75,7 +75,6 @@ pub fn run_matrix(
         &a,
         crate::core::topology::Topology::new(4)?,
         &mut NoHooks,
-        WriterFaults::default(),
     )?;
     let barrier_kills = process_kill_phase(exe, &base, &a, &b, progress)?;
     let operation_kills = operation_kill_phase(exe, config, progress)?;

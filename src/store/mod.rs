@@ -37,7 +37,7 @@ pub use recovery::{
     LatestStatus, LoadedGeneration, NewestLoad, ObjectCheck, RecoveryReport, Rejection,
     RejectionKind, SelectedGeneration,
 };
-pub use writer::{CommitSummary, WriterFaults};
+pub use writer::CommitSummary;
 
 /// Publishes `state` placed on `topology` as the next generation (0 for an empty store),
 /// calling `hooks` at every barrier.
@@ -47,14 +47,7 @@ pub fn publish(
     topology: Topology,
     hooks: &mut dyn BarrierHook,
 ) -> Result<CommitSummary, StoreError> {
-    writer::publish_with(
-        &RealFs,
-        store_dir,
-        state,
-        topology,
-        hooks,
-        WriterFaults::default(),
-    )
+    writer::publish_with(&RealFs, store_dir, state, topology, hooks)
 }
 
 /// Publishes `state` plus the synthetic objects of `spec` (a state scaled to benchmark
@@ -69,16 +62,7 @@ pub fn publish_synthetic(
     hooks: &mut dyn BarrierHook,
     progress: &mut dyn crate::core::progress::Progress,
 ) -> Result<CommitSummary, StoreError> {
-    writer::publish_synthetic_with(
-        &RealFs,
-        store_dir,
-        state,
-        topology,
-        spec,
-        hooks,
-        WriterFaults::default(),
-        progress,
-    )
+    writer::publish_synthetic_with(&RealFs, store_dir, state, topology, spec, hooks, progress)
 }
 
 /// Read-only recovery scan of a store.

@@ -15,15 +15,7 @@ pub fn child_publish(
 ) -> Result<CommitSummary, LabError> {
     if !matches!(pause, PublisherPause::Operations) {
         return child_publish_on(handoff, pause, |state, topology, hooks| {
-            publish_with(
-                &RealFs,
-                store_dir,
-                state,
-                topology,
-                hooks,
-                WriterFaults::default(),
-            )
-            .map_err(LabError::from)
+            publish_with(&RealFs, store_dir, state, topology, hooks).map_err(LabError::from)
         });
     }
     let (state, topology) = enter_child_and_read_handoff(handoff)?;
@@ -32,14 +24,7 @@ pub fn child_publish(
         next_seq: std::cell::Cell::new(0),
         log: None,
     };
-    let summary = publish_with(
-        &stepping,
-        store_dir,
-        &state,
-        topology,
-        &mut NoHooks,
-        WriterFaults::default(),
-    )?;
+    let summary = publish_with(&stepping, store_dir, &state, topology, &mut NoHooks)?;
     send(&ChildMessage::Done(summary.clone()))?;
     Ok(summary)
 }
@@ -155,14 +140,7 @@ pub fn publish_traced(
         next_seq: std::cell::Cell::new(0),
         log: Some(std::cell::RefCell::new(Vec::new())),
     };
-    let summary = publish_with(
-        &tracing,
-        store_dir,
-        state,
-        topology,
-        &mut NoHooks,
-        WriterFaults::default(),
-    )?;
+    let summary = publish_with(&tracing, store_dir, state, topology, &mut NoHooks)?;
     let trace = tracing.log.map(|log| log.into_inner()).unwrap_or_default();
     Ok((summary, trace))
 }

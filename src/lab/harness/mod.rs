@@ -31,7 +31,7 @@ use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, FnHook, HookStop
 use crate::store::codec::{commit_rel_path, MAX_CHUNK_OBJECT_BYTES, MAX_MANIFEST_BYTES};
 use crate::store::error::StoreError;
 use crate::store::recovery::RecoveryReport;
-use crate::store::writer::{next_generation, publish_with, CommitSummary, WriterFaults};
+use crate::store::writer::{next_generation, publish_with, CommitSummary};
 
 /// The acknowledgement byte.
 pub const ACK: u8 = b'A';

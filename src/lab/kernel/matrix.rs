@@ -36,7 +36,7 @@ use crate::lab::matrix::{
 };
 use crate::lab::mutants::{run_mutant, Mutant, MUTANTS, MUTANT_VIOLATIONS_REPORTED};
 use crate::lab::recovery_mutants::RecoveryFaults;
-use crate::store::writer::WriterFaults;
+use crate::lab::writer_mutants::WriterFaults;
 
 /// Violations kept per run in the report (the run's directory keeps every failing state).
 pub const VIOLATIONS_REPORTED: usize = 5;

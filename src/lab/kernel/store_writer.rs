@@ -17,9 +17,10 @@ use crate::core::topology::Topology;
 use crate::durable::fs::RealFs;
 use crate::lab::error::LabError;
 use crate::lab::mutants::{Mutant, MutantScenario};
+use crate::lab::writer_mutants::{MutantFs, WriterFaults};
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, HookStop};
 use crate::store::layout::synthetic_state;
-use crate::store::writer::{publish_with, reshard_with, Writer, WriterFaults, LATEST_REL_PATH};
+use crate::store::writer::{publish_with, reshard_with, Writer, LATEST_REL_PATH};
 use crate::store::ObjectCheck;
 
 /// The acknowledgement pattern of the store writer's lines.
@@ -162,21 +163,22 @@ pub fn run_scenario(
 ) -> Result<u64, LabError> {
     let (_, b) = kernel_states(seed);
     let mut hook = AckHook { ack };
+    let mutant = MutantFs::new(&RealFs, root, faults);
     let generation = match scenario {
         KernelScenario::Genesis => {
             let (a, _) = kernel_states(seed);
-            publish_with(&RealFs, root, &a, workers(4)?, &mut hook, faults)?
+            publish_with(&mutant, root, &a, workers(4)?, &mut hook)?
                 .committed
                 .generation
         }
         KernelScenario::OverGeneration => {
-            publish_with(&RealFs, root, &b, workers(4)?, &mut hook, faults)?
+            publish_with(&mutant, root, &b, workers(4)?, &mut hook)?
                 .committed
                 .generation
         }
         KernelScenario::OverKilledWriter => {
             crate::lab::matrix::publish_killed_at_commit(root, &b, workers(4)?)?;
-            publish_with(&RealFs, root, &b, workers(4)?, &mut hook, faults)?
+            publish_with(&mutant, root, &b, workers(4)?, &mut hook)?
                 .committed
                 .generation
         }
@@ -198,13 +200,12 @@ pub fn run_scenario(
             let selected = report.selected.ok_or_else(|| {
                 LabError::Model("a LATEST repair needs a valid generation".into())
             })?;
-            Writer::repair_latest_with(
-                &RealFs,
+            Writer::repair_latest(
+                &mutant,
                 root,
                 &mut hook,
                 selected.generation,
                 selected.commit_digest,
-                faults,
             )?;
             selected.generation
         }

@@ -5,22 +5,8 @@ use super::*;
 /// 1 = B on 4 workers, 2 = B resharded to 3 workers; LATEST names 2.
 pub fn build_corruption_base(root: &Path, seed: u64) -> Result<(), LabError> {
     let (a, b) = matrix_states(seed);
-    publish_with(
-        &RealFs,
-        root,
-        &a,
-        topology(4)?,
-        &mut NoHooks,
-        WriterFaults::default(),
-    )?;
-    publish_with(
-        &RealFs,
-        root,
-        &b,
-        topology(4)?,
-        &mut NoHooks,
-        WriterFaults::default(),
-    )?;
+    publish_with(&RealFs, root, &a, topology(4)?, &mut NoHooks)?;
+    publish_with(&RealFs, root, &b, topology(4)?, &mut NoHooks)?;
     reshard_with(
         &RealFs,
         root,

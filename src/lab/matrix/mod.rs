@@ -21,13 +21,12 @@ use crate::lab::powerloss::{
     MarkingHooks, Recording, RecordingFs,
 };
 use crate::lab::recovery_mutants::{recover_faulty, RecoveryFaults};
+use crate::lab::writer_mutants::{MutantFs, WriterFaults};
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, NoHooks};
 use crate::store::codec::{commit_rel_path, object_rel_path};
 use crate::store::layout::synthetic_state;
 use crate::store::recovery::{verify_generation_with, LatestStatus, RecoveryReport};
-use crate::store::writer::{
-    publish_with, reshard_with, WriterFaults, LATEST_REL_PATH, LAYOUT_DIRS,
-};
+use crate::store::writer::{publish_with, reshard_with, LATEST_REL_PATH, LAYOUT_DIRS};
 use crate::store::ObjectCheck;
 use crate::store::StoreError;
 

@@ -60,14 +60,7 @@ pub fn publish_killed_at_commit(
     state: &LogicalState,
     topology: Topology,
 ) -> Result<(), LabError> {
-    match publish_with(
-        &RealFs,
-        root,
-        state,
-        topology,
-        &mut StopAtCommit,
-        WriterFaults::NONE,
-    ) {
+    match publish_with(&RealFs, root, state, topology, &mut StopAtCommit) {
         Err(StoreError::Stopped { .. }) => Ok(()),
         Err(error) => Err(error.into()),
         Ok(_) => Err(LabError::Model(
@@ -231,6 +224,8 @@ fn run_recorded(
     faults: WriterFaults,
 ) -> Result<(u64, Option<GenerationExpectation>), LabError> {
     let mut hooks = MarkingHooks(fs);
+    // The writer's own file system: the recorder, with the mutant's faults (if any).
+    let mutant = |root: &Path| MutantFs::new(fs, root, faults);
     let generation = match action {
         Action::Publish(state, topology)
         | Action::PublishOverKilledLayout(state, topology)
@@ -239,7 +234,7 @@ fn run_recorded(
         | Action::PublishOverKilledObjects {
             state, topology, ..
         } => {
-            publish_with(fs, root, state, *topology, &mut hooks, faults)?
+            publish_with(&mutant(root), root, state, *topology, &mut hooks)?
                 .committed
                 .generation
         }
@@ -247,7 +242,7 @@ fn run_recorded(
             // The recorder resolves a relative path in the recorded directory, as if it
             // were the working directory: the writer's root is the bare name.
             let bare = Path::new(STORE_DIR_NAME);
-            publish_with(fs, bare, state, *topology, &mut hooks, faults)?
+            publish_with(&mutant(bare), bare, state, *topology, &mut hooks)?
                 .committed
                 .generation
         }
@@ -269,13 +264,12 @@ fn run_recorded(
             let selected = report.selected.ok_or_else(|| {
                 LabError::Model("a LATEST repair needs a valid generation".into())
             })?;
-            crate::store::writer::Writer::repair_latest_with(
-                fs,
+            crate::store::writer::Writer::repair_latest(
+                &mutant(root),
                 root,
                 &mut hooks,
                 selected.generation,
                 selected.commit_digest,
-                faults,
             )?;
             selected.generation
         }
@@ -309,7 +303,8 @@ fn run_race(
         faults,
         committed: None,
     };
-    match publish_with(fs, root, second, topology, &mut race, faults) {
+    let second_writer = MutantFs::new(fs, root, faults);
+    match publish_with(&second_writer, root, second, topology, &mut race) {
         // The protocol: the second writer finds the generation taken.
         Err(StoreError::GenerationTaken { .. }) => {}
         // A writer whose rename replaces goes on and commits over it.
@@ -404,12 +399,11 @@ impl BarrierHook for RaceHook<'_> {
         if self.committed.is_none() {
             let mut hooks = MarkingHooks(self.fs);
             let first = publish_with(
-                self.fs,
+                &MutantFs::new(self.fs, self.root, self.faults),
                 self.root,
                 self.first,
                 self.topology,
                 &mut hooks,
-                self.faults,
             )
             .map_err(LabError::from)
             .and_then(|summary| {
@@ -432,14 +426,7 @@ pub(super) fn plant_wrong_bytes(
 ) -> Result<(), LabError> {
     let scratch = scratch_dir()?;
     let elsewhere = scratch.path().join(STORE_DIR_NAME);
-    publish_with(
-        &RealFs,
-        &elsewhere,
-        state,
-        topology,
-        &mut NoHooks,
-        WriterFaults::NONE,
-    )?;
+    publish_with(&RealFs, &elsewhere, state, topology, &mut NoHooks)?;
     let held = object_files(root)?;
     let target = object_files(&elsewhere)?
         .into_iter()
@@ -481,14 +468,7 @@ pub(super) fn commit_as_killed_writer(
     topology: Topology,
 ) -> Result<String, LabError> {
     let generation = crate::store::writer::next_generation(&RealFs, root)?;
-    match publish_with(
-        &RealFs,
-        root,
-        state,
-        topology,
-        &mut StopAfterCommitRename,
-        WriterFaults::NONE,
-    ) {
+    match publish_with(&RealFs, root, state, topology, &mut StopAfterCommitRename) {
         Err(StoreError::Stopped { .. }) => Ok(commit_rel_path(generation)),
         Err(error) => Err(error.into()),
         Ok(_) => Err(LabError::Model(

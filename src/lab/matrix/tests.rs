@@ -11,7 +11,6 @@ fn base() -> (tempfile::TempDir, std::path::PathBuf) {
         &a,
         topology(4).expect("topology"),
         &mut NoHooks,
-        WriterFaults::NONE,
     )
     .expect("base");
     (dir, root)

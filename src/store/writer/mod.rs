@@ -23,11 +23,9 @@ use crate::store::recovery::ObjectCheck;
 
 pub use crate::store::paths::{LATEST_REL_PATH, LAYOUT_DIRS};
 
-mod faults;
 mod objects;
 mod steps;
 
-pub use faults::*;
 pub use objects::*;
 
 /// How many temp names a writer tries before giving up (names left by killed writers are
@@ -52,14 +50,6 @@ pub struct CommitSummary {
 /// may vanish at power loss; the next writer must not rely on it before making it durable
 /// (RFC 0001 §4, "Directories").
 pub fn ensure_layout(fs: &dyn FileSystem, root: &Path) -> Result<(), StoreError> {
-    ensure_layout_with(fs, root, WriterFaults::default())
-}
-
-fn ensure_layout_with(
-    fs: &dyn FileSystem,
-    root: &Path,
-    faults: WriterFaults,
-) -> Result<(), StoreError> {
     let fsync = |path: &Path| {
         fs.fsync_dir(path)
             .map_err(|source| StoreError::FsyncFailed {
@@ -77,23 +67,14 @@ fn ensure_layout_with(
             })
         }
     }
-    let root_created = create_dir_if_missing(fs, root)?;
-    if (root_created || !faults.trust_existing_directories)
-        && !faults.skip_layout_fsync
-        && !faults.skip_root_parent_fsync
-    {
-        // "." for a bare relative root (`--store ckpt`): its entry lives in the current
-        // directory, which must be fsynced like any other parent.
-        fsync(crate::durable::file::parent_of(root))?;
-    }
-    let mut created = false;
+    create_dir_if_missing(fs, root)?;
+    // "." for a bare relative root (`--store ckpt`): its entry lives in the current
+    // directory, which must be fsynced like any other parent.
+    fsync(crate::durable::file::parent_of(root))?;
     for dir in LAYOUT_DIRS {
-        created |= create_dir_if_missing(fs, &root.join(dir))?;
+        create_dir_if_missing(fs, &root.join(dir))?;
     }
-    if (created || !faults.trust_existing_directories) && !faults.skip_layout_fsync {
-        fsync(root)?;
-    }
-    Ok(())
+    fsync(root)
 }
 
 /// Creates `path` if nothing is there; returns whether it did. Not durable by itself.
@@ -115,7 +96,7 @@ fn create_dir_if_missing(fs: &dyn FileSystem, path: &Path) -> Result<bool, Store
 
 /// Highest generation named in `commits/` plus one (0 for an empty store).
 pub fn next_generation(fs: &dyn FileSystem, root: &Path) -> Result<u64, StoreError> {
-    protocol::next_generation(&mut Writer::new(fs, root, &mut NoHooks, WriterFaults::NONE))
+    protocol::next_generation(&mut Writer::new(fs, root, &mut NoHooks))
 }
 
 /// The highest generation named in `commits/`, whether or not its record verifies.
@@ -134,7 +115,6 @@ pub struct Writer<'a> {
     fs: &'a dyn FileSystem,
     root: PathBuf,
     hooks: &'a mut dyn BarrierHook,
-    faults: WriterFaults,
     generation: u64,
     barriers: BarrierSequencer,
     nonce: String,
@@ -143,29 +123,19 @@ pub struct Writer<'a> {
     objects_reused: u64,
     /// Fan-out directories this run has already made durable in `objects/`.
     durable_fan_dirs: std::collections::BTreeSet<PathBuf>,
-    /// Objects (file, fan-out directory) whose fsyncs a mutant defers past the commit.
-    deferred_objects: Vec<(PathBuf, PathBuf)>,
     /// Fan-out directories a concurrent install renamed objects into (or found them in)
     /// whose fsync, step 4, is still to come: once each, before step 5.
     unsynced_fan_dirs: std::collections::BTreeSet<PathBuf>,
-    /// LATEST was written before the commit record (a mutant's order).
-    latest_written_early: bool,
 }
 
 impl<'a> Writer<'a> {
     /// A run over the store at `root` that has touched nothing yet; the protocol
     /// ([`crate::store::protocol`]) makes the layout and chooses its generation.
-    pub fn new(
-        fs: &'a dyn FileSystem,
-        root: &Path,
-        hooks: &'a mut dyn BarrierHook,
-        faults: WriterFaults,
-    ) -> Self {
+    pub fn new(fs: &'a dyn FileSystem, root: &Path, hooks: &'a mut dyn BarrierHook) -> Self {
         Writer {
             fs,
             root: root.to_owned(),
             hooks,
-            faults,
             generation: 0,
             barriers: BarrierSequencer::new(),
             nonce: String::new(),
@@ -173,9 +143,7 @@ impl<'a> Writer<'a> {
             objects_written: 0,
             objects_reused: 0,
             durable_fan_dirs: std::collections::BTreeSet::new(),
-            deferred_objects: Vec::new(),
             unsynced_fan_dirs: std::collections::BTreeSet::new(),
-            latest_written_early: false,
         }
     }
 
@@ -250,7 +218,6 @@ impl<'a> Writer<'a> {
             &self.root,
             fan_dir,
             &mut self.durable_fan_dirs,
-            self.faults,
             self.generation,
         )
     }
@@ -262,7 +229,7 @@ impl<'a> Writer<'a> {
         let fan_dirs: Vec<PathBuf> = std::mem::take(&mut self.unsynced_fan_dirs)
             .into_iter()
             .collect();
-        if fan_dirs.is_empty() || self.faults.skip_object_directory_fsync {
+        if fan_dirs.is_empty() {
             return Ok(());
         }
         let generation = self.generation;
@@ -289,12 +256,11 @@ impl<'a> Writer<'a> {
     }
 
     /// The file system to install objects from several threads through, when this run
-    /// may (RFC 0001 §4): no hook observes its barriers, its faults allow it
-    /// ([`WriterFaults::allow_concurrent_install`]), and the file system is one threads
-    /// may share (the real one, or a recorder that allows threads). `None` keeps it
-    /// sequential.
+    /// may (RFC 0001 §4): no hook observes its barriers, and the file system is one
+    /// threads may share (the real one, a recorder that allows threads, or a lab mutant's
+    /// over one of those). `None` keeps it sequential.
     fn concurrent_fs(&self) -> Option<&'a (dyn FileSystem + Sync)> {
-        if self.faults.allow_concurrent_install() && !self.hooks.observes() {
+        if !self.hooks.observes() {
             self.fs.shared()
         } else {
             None
@@ -333,32 +299,9 @@ impl<'a> Writer<'a> {
         self.ensure_fan_dir(&fan_dir)?;
         let temp = self.write_temp(if manifest { "manifest" } else { "object" }, bytes, true)?;
         self.emit(after_write, &rel)?;
-        let (skip_file_fsync, skip_directory_fsync) = if manifest {
-            (
-                self.faults.skip_manifest_file_fsync,
-                self.faults.skip_manifest_directory_fsync,
-            )
-        } else {
-            let deferred = self.faults.objects_durable_after_commit;
-            (
-                self.faults.skip_object_file_fsync || deferred,
-                self.faults.skip_object_directory_fsync || deferred,
-            )
-        };
-        if !skip_file_fsync {
-            self.fsync_file(&temp)?;
-        }
+        self.fsync_file(&temp)?;
         self.emit(after_fsync, &rel)?;
-        let placed = place_object(
-            self.fs,
-            &temp,
-            &target,
-            digest,
-            self.generation,
-            self.faults,
-        )?;
-        let skip_directory_fsync = skip_directory_fsync
-            || (placed == Placed::Reused && self.faults.skip_found_object_directory_fsync);
+        let placed = place_object(self.fs, &temp, &target, digest, self.generation)?;
         if !manifest {
             match placed {
                 Placed::Written => self.objects_written += 1,
@@ -366,39 +309,19 @@ impl<'a> Writer<'a> {
             }
         }
         self.emit(after_rename, &rel)?;
-        if !skip_directory_fsync {
-            self.fsync_dir(&fan_dir)?;
-        }
-        if !manifest && self.faults.objects_durable_after_commit {
-            self.deferred_objects.push((target, fan_dir.clone()));
-        }
+        self.fsync_dir(&fan_dir)?;
         self.emit(after_dir_fsync, &rel)?;
         Ok(digest)
     }
 
-    fn install_commit_record(&mut self, bytes: &[u8], digest: Digest) -> Result<(), StoreError> {
-        if self.faults.latest_before_commit_rename {
-            let latest = encode(&latest_record(self.generation, digest))?;
-            self.write_latest(&latest)?;
-            self.latest_written_early = true;
-        }
-        if self.faults.commit_written_in_place || self.faults.commit_rename_before_fsync {
-            return self.install_commit_mutated(bytes);
-        }
+    fn install_commit_record(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
         let rel = commit_rel_path(self.generation);
         let target = self.root.join(&rel);
         let temp = self.write_temp("commit", bytes, true)?;
         self.emit(Barrier::CommitAfterWrite, &rel)?;
-        if !self.faults.skip_commit_file_fsync {
-            self.fsync_file(&temp)?;
-        }
+        self.fsync_file(&temp)?;
         self.emit(Barrier::CommitAfterFileFsync, &rel)?;
-        let renamed = if self.faults.commit_rename_replaces {
-            self.fs.rename_replace(&temp, &target)
-        } else {
-            self.fs.rename_noreplace(&temp, &target)
-        };
-        match renamed {
+        match self.fs.rename_noreplace(&temp, &target) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 let _ = self.fs.remove_file(&temp);
@@ -410,47 +333,8 @@ impl<'a> Writer<'a> {
             Err(e) => return Err(StoreError::io(&target, e)),
         }
         self.emit(Barrier::CommitAfterRename, &rel)?;
-        if !self.faults.skip_commit_directory_fsync {
-            self.fsync_dir(&self.root.join("commits"))?;
-        }
-        self.emit(Barrier::CommitAfterDirectoryFsync, &rel)?;
-        self.fsync_deferred_objects()
-    }
-
-    /// The broken commit installs the crash lab's mutants use: the record written in place
-    /// in `commits/`, or renamed there before its data is fsynced. Never used otherwise.
-    fn install_commit_mutated(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        let rel = commit_rel_path(self.generation);
-        let target = self.root.join(&rel);
-        let written = if self.faults.commit_written_in_place {
-            self.fs
-                .write_new_file(&target, bytes, true)
-                .map_err(|e| StoreError::io(&target, e))?;
-            target.clone()
-        } else {
-            self.write_temp("commit", bytes, true)?
-        };
-        self.emit(Barrier::CommitAfterWrite, &rel)?;
-        if written != target {
-            self.fs
-                .rename_noreplace(&written, &target)
-                .map_err(|e| StoreError::io(&target, e))?;
-        }
-        self.fsync_file(&target)?;
-        self.emit(Barrier::CommitAfterFileFsync, &rel)?;
-        self.emit(Barrier::CommitAfterRename, &rel)?;
         self.fsync_dir(&self.root.join("commits"))?;
-        self.emit(Barrier::CommitAfterDirectoryFsync, &rel)?;
-        self.fsync_deferred_objects()
-    }
-
-    /// The fsyncs a mutant deferred past the commit (nothing for the correct writer).
-    fn fsync_deferred_objects(&mut self) -> Result<(), StoreError> {
-        for (file, directory) in std::mem::take(&mut self.deferred_objects) {
-            self.fsync_file(&file)?;
-            self.fsync_dir(&directory)?;
-        }
-        Ok(())
+        self.emit(Barrier::CommitAfterDirectoryFsync, &rel)
     }
 
     /// Writes LATEST's `bytes` to a temp file and renames it over `refs/LATEST`.
@@ -458,17 +342,13 @@ impl<'a> Writer<'a> {
         let target = self.root.join(LATEST_REL_PATH);
         let temp = self.write_temp("latest", bytes, false)?;
         self.emit(Barrier::LatestAfterWrite, LATEST_REL_PATH)?;
-        if !self.faults.skip_latest_file_fsync {
-            self.fsync_file(&temp)?;
-        }
+        self.fsync_file(&temp)?;
         self.emit(Barrier::LatestAfterFileFsync, LATEST_REL_PATH)?;
         self.fs
             .rename_replace(&temp, &target)
             .map_err(|e| StoreError::io(&target, e))?;
         self.emit(Barrier::LatestAfterRename, LATEST_REL_PATH)?;
-        if !self.faults.skip_latest_directory_fsync {
-            self.fsync_dir(&self.root.join("refs"))?;
-        }
+        self.fsync_dir(&self.root.join("refs"))?;
         self.emit(Barrier::LatestAfterDirectoryFsync, LATEST_REL_PATH)?;
         Ok(())
     }
@@ -483,31 +363,10 @@ impl<'a> Writer<'a> {
         generation: u64,
         commit_digest: Digest,
     ) -> Result<(), StoreError> {
-        Self::repair_latest_with(
-            fs,
-            root,
-            hooks,
-            generation,
-            commit_digest,
-            WriterFaults::NONE,
-        )
-    }
-
-    /// As [`Writer::repair_latest`], with deliberate faults (the crash lab's mutants).
-    pub fn repair_latest_with(
-        fs: &'a dyn FileSystem,
-        root: &Path,
-        hooks: &'a mut dyn BarrierHook,
-        generation: u64,
-        commit_digest: Digest,
-        faults: WriterFaults,
-    ) -> Result<(), StoreError> {
         // LATEST relies on `staging/` and `refs/` like any publish does.
-        ensure_layout_with(fs, root, faults)?;
-        if !faults.repair_without_commits_fsync {
-            make_commits_durable(fs, root, generation)?;
-        }
-        let mut writer = Writer::new(fs, root, hooks, faults);
+        ensure_layout(fs, root)?;
+        make_commits_durable(fs, root, generation)?;
+        let mut writer = Writer::new(fs, root, hooks);
         writer.generation = generation;
         writer.nonce = format!("{}-repair-{generation}", std::process::id());
         writer.write_latest(&encode(&latest_record(generation, commit_digest))?)
@@ -543,10 +402,9 @@ pub fn publish_with(
     state: &LogicalState,
     topology: Topology,
     hooks: &mut dyn BarrierHook,
-    faults: WriterFaults,
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
-    let mut writer = Writer::new(fs, root, hooks, faults);
+    let mut writer = Writer::new(fs, root, hooks);
     let committed = protocol::publish(&mut writer, state, topology, None, &mut NoProgress)?;
     Ok(writer.summary(committed))
 }
@@ -565,11 +423,10 @@ pub fn publish_synthetic_with(
     topology: Topology,
     spec: SyntheticSpec,
     hooks: &mut dyn BarrierHook,
-    faults: WriterFaults,
     progress: &mut dyn Progress,
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
-    let mut writer = Writer::new(fs, root, hooks, faults);
+    let mut writer = Writer::new(fs, root, hooks);
     let committed = protocol::publish(&mut writer, state, topology, Some(spec), progress)?;
     Ok(writer.summary(committed))
 }
@@ -588,7 +445,7 @@ pub fn reshard_with(
     progress: &mut dyn Progress,
 ) -> Result<CommitSummary, StoreError> {
     let topology = Topology::new(topology.workers())?;
-    let mut writer = Writer::new(fs, root, hooks, WriterFaults::default());
+    let mut writer = Writer::new(fs, root, hooks);
     let committed = protocol::reshard(&mut writer, generation, topology, objects, progress)?;
     Ok(writer.summary(committed))
 }

@@ -64,18 +64,15 @@ pub(super) fn ensure_fan_dir_in(
     root: &Path,
     fan_dir: &Path,
     durable: &mut std::collections::BTreeSet<PathBuf>,
-    faults: WriterFaults,
     generation: u64,
 ) -> Result<(), StoreError> {
     if durable.contains(fan_dir) {
         return Ok(());
     }
-    let created = create_dir_if_missing(fs, fan_dir)?;
-    if (created || !faults.trust_existing_directories) && !faults.skip_objects_directory_fsync {
-        let objects = root.join("objects");
-        fs.fsync_dir(&objects)
-            .map_err(|source| fsync_failed(&objects, generation, source))?;
-    }
+    create_dir_if_missing(fs, fan_dir)?;
+    let objects = root.join("objects");
+    fs.fsync_dir(&objects)
+        .map_err(|source| fsync_failed(&objects, generation, source))?;
     durable.insert(fan_dir.to_owned());
     Ok(())
 }
@@ -92,28 +89,22 @@ pub(super) enum Placed {
 /// Step 3: renames the fsynced temp file `temp` to the object's address `target` without
 /// replacing. When the name exists, the existing file is kept if its bytes verify (the
 /// temp file is removed and the object fsynced, as a killed writer may not have), and
-/// otherwise replaced by the verified bytes. `faults` may skip the found object's fsync
-/// (a crash-lab mutant).
+/// otherwise replaced by the verified bytes.
 pub(super) fn place_object(
     fs: &dyn FileSystem,
     temp: &Path,
     target: &Path,
     digest: Digest,
     generation: u64,
-    faults: WriterFaults,
 ) -> Result<Placed, StoreError> {
     match fs.rename_noreplace(temp, target) {
         Ok(()) => Ok(Placed::Written),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
             let existing = fs.read_file(target, MAX_MANIFEST_BYTES);
-            if faults.skip_found_object_check
-                || matches!(&existing, Ok(b) if Digest::of(b) == digest)
-            {
+            if matches!(&existing, Ok(b) if Digest::of(b) == digest) {
                 fs.remove_file(temp).map_err(|e| StoreError::io(temp, e))?;
-                if !faults.skip_found_object_fsync {
-                    fs.fsync_file(target)
-                        .map_err(|source| fsync_failed(target, generation, source))?;
-                }
+                fs.fsync_file(target)
+                    .map_err(|source| fsync_failed(target, generation, source))?;
                 Ok(Placed::Reused)
             } else {
                 fs.rename_replace(temp, target)
@@ -137,7 +128,6 @@ pub(super) struct ConcurrentInstall<'s> {
     nonce: &'s str,
     generation: u64,
     produce: &'s (dyn Fn(usize) -> Vec<u8> + Sync),
-    faults: WriterFaults,
     temp_numbers: std::sync::atomic::AtomicU64,
     fan_dirs: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
     /// Fan-out directories an object was renamed into (or found in): step 4 fsyncs each.
@@ -166,7 +156,6 @@ impl ConcurrentInstall<'_> {
                 self.root,
                 &fan_dir,
                 &mut durable_now,
-                self.faults,
                 self.generation,
             )?;
             lock(&self.fan_dirs).extend(durable_now);
@@ -184,24 +173,15 @@ impl ConcurrentInstall<'_> {
             &bytes,
             TempWrite {
                 read_only: true,
-                fsync: !self.faults.skip_object_file_fsync,
+                fsync: true,
             },
         )
         .map_err(|error| match error {
             TempError::Store(error) => error,
             TempError::Fsync(path, source) => fsync_failed(&path, self.generation, source),
         })?;
-        let placed = place_object(
-            self.fs,
-            &temp,
-            &target,
-            digest,
-            self.generation,
-            self.faults,
-        )?;
-        if placed == Placed::Written || !self.faults.skip_found_object_directory_fsync {
-            lock(&self.renamed_into).insert(fan_dir);
-        }
+        let placed = place_object(self.fs, &temp, &target, digest, self.generation)?;
+        lock(&self.renamed_into).insert(fan_dir);
         Ok((digest, placed))
     }
 }
@@ -232,7 +212,6 @@ pub(super) fn put_objects_concurrently(
         nonce: &writer.nonce,
         generation: writer.generation,
         produce,
-        faults: writer.faults,
         temp_numbers: std::sync::atomic::AtomicU64::new(writer.temp_counter),
         fan_dirs: std::sync::Mutex::new(std::mem::take(&mut writer.durable_fan_dirs)),
         renamed_into: std::sync::Mutex::new(std::collections::BTreeSet::new()),

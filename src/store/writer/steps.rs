@@ -28,7 +28,7 @@ impl WriteSteps for Writer<'_> {
     }
 
     fn make_layout(&mut self) -> Result<(), StoreError> {
-        ensure_layout_with(self.fs, &self.root, self.faults)
+        ensure_layout(self.fs, &self.root)
     }
 
     fn highest_named_generation(&mut self) -> Result<Option<u64>, StoreError> {
@@ -57,14 +57,11 @@ impl WriteSteps for Writer<'_> {
         self.put_object_digested(&bytes, digest, true).map(|_| ())
     }
 
-    fn install_commit(&mut self, bytes: Vec<u8>, digest: Digest) -> Result<(), StoreError> {
-        self.install_commit_record(&bytes, digest)
+    fn install_commit(&mut self, bytes: Vec<u8>, _digest: Digest) -> Result<(), StoreError> {
+        self.install_commit_record(&bytes)
     }
 
     fn advance_latest(&mut self, bytes: Vec<u8>) -> Result<(), StoreError> {
-        if self.latest_written_early {
-            return Ok(());
-        }
         self.write_latest(&bytes)
     }
 

@@ -14,7 +14,8 @@ use crate::core::topology::Topology;
 use crate::dataset::FashionMnist;
 use crate::durable::faulty::{FaultyFs, Operation};
 use crate::engine::in_process_step;
-use crate::store::{self, Barrier, FnHook, NoHooks, ObjectCheck, RealFs, StoreError, WriterFaults};
+use crate::lab::writer_mutants::{MutantFs, WriterFaults};
+use crate::store::{self, Barrier, FnHook, NoHooks, ObjectCheck, RealFs, StoreError};
 
 use crate::orchestrate::invariants::evidence::Observation;
 use crate::orchestrate::invariants::registry::ScenarioSpec;
@@ -413,8 +414,8 @@ fn pointer_stable(
             latest_before_commit_rename: true,
             ..WriterFaults::default()
         };
-        let result =
-            store::writer::publish_with(&RealFs, &store_dir, &state2, w(4)?, &mut hook, faults);
+        let writer_fs = MutantFs::new(&RealFs, &store_dir, faults);
+        let result = store::writer::publish_with(&writer_fs, &store_dir, &state2, w(4)?, &mut hook);
         obs.fact("failure", "in-process stop at commit-after-file-fsync");
         result.is_err()
     } else {
@@ -474,7 +475,6 @@ fn no_promotion(
         &state2,
         w(4)?,
         &mut NoHooks,
-        WriterFaults::default(),
     );
     let refused = matches!(failed, Err(StoreError::FsyncFailed { .. }));
     if inject {
