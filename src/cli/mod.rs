@@ -53,6 +53,7 @@ pub mod demo;
 #[cfg(feature = "torch")]
 pub mod invariants;
 pub mod objstore;
+pub mod opened_store;
 pub mod progress;
 pub mod resume_test;
 pub mod store;

@@ -1,9 +1,8 @@
-//! `shardlift store publish-synthetic|recover|verify|reshard|export|import|bench --store
-//! s3://bucket/prefix`: the object-store backend (endpoint, region and credentials from the
-//! `AWS_*` variables).
-//! JSON on stdout, as for a local store, with the conditional-create capability.
-//! Also the child side of `store-child publish|recover --store s3://…`, the publisher and
-//! recovery children of the crash harness (killer-demo's crash store on an object store).
+//! What only an object store (`--store s3://bucket/prefix`) does on the command line: its
+//! client's bounds and typed failure report (used by [`super::opened_store`]), `store
+//! publish-synthetic` with a paused publisher, `store bench`, and the child side of
+//! `store-child publish|recover --store s3://…`, the publisher and recovery children of the
+//! crash harness (killer-demo's crash store on an object store).
 
 use shardlift::core::logical::LogicalState;
 use shardlift::core::topology::Topology;
@@ -11,7 +10,6 @@ use shardlift::objstore::bench::PublishProgress;
 use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions, S3Location};
 use shardlift::store::barrier::NoHooks;
 use shardlift::store::writer::SyntheticSpec;
-use shardlift::store::ObjectCheck;
 
 use super::{print_json, print_report};
 
@@ -27,7 +25,7 @@ pub fn set_request_timeout_ms(request_timeout_ms: Option<u64>) {
 }
 
 /// The client's bounds: the defaults, or those of `--request-timeout-ms`.
-fn client_options() -> ObjStoreOptions {
+pub(super) fn client_options() -> ObjStoreOptions {
     REQUEST_TIMEOUT_MS
         .get()
         .and_then(|ms| ObjStoreOptions::default().with_request_timeout_ms(*ms))
@@ -35,7 +33,7 @@ fn client_options() -> ObjStoreOptions {
 }
 
 /// A typed object-store failure as JSON on stdout (kind, key, message), then the error.
-fn fail(error: ObjStoreError, json: bool) -> anyhow::Error {
+pub(super) fn fail(error: ObjStoreError, json: bool) -> anyhow::Error {
     if json {
         let mut value = serde_json::json!({
             "error": {
@@ -101,108 +99,6 @@ pub fn publish(
             "published generation {} ({})",
             summary.generation, summary.commit_key
         )
-    })
-}
-
-/// Reshards generation `generation` of `location` onto `workers` workers, as the next generation.
-pub fn reshard(
-    location: &S3Location,
-    generation: u64,
-    workers: u32,
-    objects: ObjectCheck,
-    json: bool,
-) -> anyhow::Result<()> {
-    let topology = Topology::new(workers)?;
-    let store =
-        ObjStore::open_at(location.clone(), client_options(), true).map_err(|e| fail(e, json))?;
-    let mut progress = super::progress::StderrProgress::new();
-    let summary = store
-        .reshard(generation, topology, objects, &mut NoHooks, &mut progress)
-        .map_err(|e| fail(e, json))?;
-    super::store_report::print_reshard_report(json, &summary, objects, || {
-        format!(
-            "generation {} = generation {generation} on {workers} workers (root {}; source \
-             objects checked: {})",
-            summary.generation,
-            summary.logical_state_root,
-            objects.name()
-        )
-    })
-}
-
-/// Verifies generation `generation` of `location` (a loader's checks, RFC 0001 §9.4) and writes
-/// its export directory `out`; the caller prints the summary.
-pub fn export(
-    location: &S3Location,
-    generation: u64,
-    out: &std::path::Path,
-    json: bool,
-) -> anyhow::Result<shardlift::interop::ExportSummary> {
-    shardlift::interop::check_output(out)?;
-    let store =
-        ObjStore::open_at(location.clone(), client_options(), false).map_err(|e| fail(e, json))?;
-    let (state, _, commit_digest) = store
-        .load_generation_record(generation)
-        .map_err(|e| fail(e, json))?;
-    Ok(shardlift::interop::export_state(
-        &state,
-        generation,
-        commit_digest,
-        out,
-    )?)
-}
-
-/// Checks the export directory `from` and publishes its state to `location` on `workers`
-/// workers, as the next generation.
-pub fn import(
-    location: &S3Location,
-    from: &std::path::Path,
-    workers: u32,
-    json: bool,
-) -> anyhow::Result<()> {
-    let topology = Topology::new(workers)?;
-    let (state, _) = shardlift::interop::read_export(from)?;
-    let store =
-        ObjStore::open_at(location.clone(), client_options(), true).map_err(|e| fail(e, json))?;
-    let commit = store
-        .publish(&state, topology, &mut NoHooks)
-        .map_err(|e| fail(e, json))?;
-    let imported_root = state.logical_state_root();
-    let summary = serde_json::json!({ "imported_root": imported_root, "commit": commit });
-    print_report(json, &summary, || {
-        format!(
-            "imported as generation {} (root {imported_root})",
-            commit.generation
-        )
-    })
-}
-
-/// Recovers `location` read-only and prints the report.
-pub fn recover(location: &S3Location, json: bool, expect_root: &[String]) -> anyhow::Result<()> {
-    let store =
-        ObjStore::open_at(location.clone(), client_options(), false).map_err(|e| fail(e, json))?;
-    let report = store.recover().map_err(|e| fail(e, json))?;
-    if json {
-        print_json(&serde_json::json!({ "report": report }))?;
-    } else {
-        super::store_report::print_recovery(&report.scan)?;
-    }
-    super::store_report::check_expected_root(&report.scan, expect_root)
-}
-
-/// Loads and fully verifies one generation of `location`.
-pub fn verify(location: &S3Location, generation: u64, json: bool) -> anyhow::Result<()> {
-    let store =
-        ObjStore::open_at(location.clone(), client_options(), false).map_err(|e| fail(e, json))?;
-    let (state, topology) = store
-        .load_generation(generation)
-        .map_err(|e| fail(e, json))?;
-    let root = state.logical_state_root();
-    let mut report = super::store_report::verified_report(generation, &state, topology);
-    report["location"] = serde_json::json!(location.url());
-    report["conditional_create"] = serde_json::json!(store.conditional_create());
-    print_report(json, &report, || {
-        format!("generation {generation} verifies: root {root}")
     })
 }
 

@@ -12,6 +12,7 @@ use shardlift::store::location::{Location, S3Location};
 use shardlift::store::protocol::{chunk_payload_bytes, SyntheticSpec};
 use shardlift::store::ObjectCheck;
 
+use super::opened_store::{CommitReport, OpenedStore};
 use super::store_report::{
     check_expected_root, print_recovery, print_reshard_report, verified_report,
 };
@@ -214,10 +215,7 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
             store,
             generation,
             json,
-        } => match store {
-            Location::S3(location) => super::objstore::verify(&location, generation, json),
-            Location::Dir(dir) => verify(&dir, generation, json),
-        },
+        } => verify(&store, generation, json),
         StoreCommand::PublishSynthetic {
             store,
             seed,
@@ -257,26 +255,25 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
     }
 }
 
-/// `store recover` on either kind of store (`--repair-latest` only on a directory).
+/// `store recover`: the read-only scan, and with `--repair-latest` (a local store only)
+/// LATEST rewritten to name the selected generation.
 fn recover_command(
     store: Location,
     json: bool,
     repair_latest: bool,
     expect_root: &[String],
 ) -> anyhow::Result<()> {
-    match store {
-        Location::S3(location) => {
-            anyhow::ensure!(
-                !repair_latest,
-                "--repair-latest is not supported on an object store yet"
-            );
-            super::objstore::recover(&location, json, expect_root)
-        }
-        Location::Dir(dir) => recover(&dir, json, repair_latest, expect_root),
+    let store = OpenedStore::open(&store, false, json)?;
+    let (report, scan) = store.recover(repair_latest)?;
+    if json {
+        print_json(&report)?;
+    } else {
+        print_recovery(&scan)?;
     }
+    check_expected_root(&scan, expect_root)
 }
 
-/// `store reshard` on either kind of store.
+/// `store reshard`: `generation` on `workers` workers as the next generation.
 fn reshard_command(
     store: Location,
     generation: u64,
@@ -289,12 +286,21 @@ fn reshard_command(
     } else {
         ObjectCheck::Lengths
     };
-    match store {
-        Location::S3(location) => {
-            super::objstore::reshard(&location, generation, workers, objects, json)
-        }
-        Location::Dir(dir) => reshard(&dir, generation, workers, objects, json),
-    }
+    let topology = Topology::new(workers)?;
+    let store = OpenedStore::open(&store, true, json)?;
+    let mut progress = super::progress::StderrProgress::new();
+    let summary = store.reshard(generation, topology, objects, &mut progress)?;
+    drop(progress);
+    let committed = summary.committed();
+    print_reshard_report(json, &summary, objects, || {
+        format!(
+            "generation {} = generation {generation} on {workers} workers (root {}; source \
+             objects checked: {})",
+            committed.generation,
+            committed.logical_state_root,
+            objects.name()
+        )
+    })
 }
 
 /// The options of `store publish-synthetic` beyond the state itself.
@@ -389,11 +395,9 @@ fn publish_s3(
 }
 
 fn export(store: &Location, generation: u64, out: &Path, json: bool) -> anyhow::Result<()> {
-    let summary = match store {
-        Location::S3(location) => super::objstore::export(location, generation, out, json)?,
-        Location::Dir(dir) => shardlift::interop::export(dir, generation, out)
-            .with_context(|| format!("exporting generation {generation}"))?,
-    };
+    // Checked before any generation is loaded.
+    shardlift::interop::check_output(out)?;
+    let summary = OpenedStore::open(store, false, json)?.export(generation, out)?;
     print_report(json, &summary, || {
         format!(
             "exported generation {generation} (root {}) to {}",
@@ -406,17 +410,29 @@ fn export(store: &Location, generation: u64, out: &Path, json: bool) -> anyhow::
     })
 }
 
+/// What `store import` committed.
+#[derive(serde::Serialize)]
+struct Imported {
+    /// The new generation's commit.
+    commit: CommitReport,
+    /// The imported state's logical-state root.
+    imported_root: shardlift::core::digest::Digest,
+}
+
 fn import(store: &Location, from: &Path, workers: u32, json: bool) -> anyhow::Result<()> {
-    let store = match store {
-        Location::S3(location) => return super::objstore::import(location, from, workers, json),
-        Location::Dir(dir) => dir,
-    };
-    let summary = shardlift::interop::import(store, from, workers)
+    let topology = Topology::new(workers)?;
+    let (state, _) = shardlift::interop::read_export(from)
         .with_context(|| format!("importing {}", from.display()))?;
-    print_report(json, &summary, || {
+    let commit = OpenedStore::open(store, true, json)?.publish(&state, topology)?;
+    let generation = commit.committed().generation;
+    let imported = Imported {
+        commit,
+        imported_root: state.logical_state_root(),
+    };
+    print_report(json, &imported, || {
         format!(
-            "imported as generation {} (root {})",
-            summary.commit.committed.generation, summary.imported_root
+            "imported as generation {generation} (root {})",
+            imported.imported_root
         )
     })
 }
@@ -460,57 +476,13 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     }))
 }
 
-fn recover(
-    store: &Path,
-    json: bool,
-    repair_latest: bool,
-    expect_root: &[String],
-) -> anyhow::Result<()> {
-    let report = shardlift::store::recover(store)?;
-    let repaired = if repair_latest {
-        shardlift::store::repair_latest(store, &report)?
-    } else {
-        false
-    };
-    let printed = if json {
-        print_json(&serde_json::json!({
-            "report": report,
-            "latest_repaired": repaired,
-        }))
-    } else {
-        print_recovery(&report)
-    };
-    printed?;
-    check_expected_root(&report, expect_root)
-}
-
-fn reshard(
-    store: &Path,
-    generation: u64,
-    workers: u32,
-    objects: ObjectCheck,
-    json: bool,
-) -> anyhow::Result<()> {
-    let topology = Topology::new(workers)?;
-    let mut progress = super::progress::StderrProgress::new();
-    let summary =
-        shardlift::store::reshard_reporting(store, generation, topology, objects, &mut progress)
-            .with_context(|| format!("resharding generation {generation}"))?;
-    print_reshard_report(json, &summary, objects, || {
-        format!(
-            "generation {} = generation {generation} on {workers} workers (root {}; source \
-             objects checked: {})",
-            summary.committed.generation,
-            summary.committed.logical_state_root,
-            objects.name()
-        )
-    })
-}
-
-fn verify(store: &Path, generation: u64, json: bool) -> anyhow::Result<()> {
-    let (state, topology) = shardlift::store::load_generation(store, generation)?;
+fn verify(store: &Location, generation: u64, json: bool) -> anyhow::Result<()> {
+    let store = OpenedStore::open(store, false, json)?;
+    let (state, topology) = store.load_generation(generation)?;
     let root = state.logical_state_root();
-    print_report(json, &verified_report(generation, &state, topology), || {
+    let mut report = verified_report(generation, &state, topology);
+    store.describe(&mut report);
+    print_report(json, &report, || {
         format!("generation {generation} verifies: root {root}")
     })
 }
