@@ -402,8 +402,8 @@ impl<'a> MutantFs<'a> {
         }
     }
 
-    /// A temp file renamed to an object's address (`replaced`: by the rename that
-    /// replaces wrong bytes found there).
+    /// A no-replace rename of a temp file to an object's address in `fan_dir`: whether it
+    /// landed or found the address taken (`result`).
     fn note_object_rename(
         &self,
         history: &mut History,
