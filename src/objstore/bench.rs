@@ -252,14 +252,45 @@ mod tests {
     use crate::objstore::{ObjClient, ObjStoreOptions, S3Location};
 
     fn in_memory_store() -> ObjStore {
+        store_over(Arc::new(InMemory::new()))
+    }
+
+    /// A store over `backend`; two over one backend are two clients of one service.
+    fn store_over(backend: Arc<InMemory>) -> ObjStore {
         let location = S3Location::parse("s3://bench/store").expect("location");
-        let client = ObjClient::with_store(
-            location,
-            Arc::new(InMemory::new()),
-            ObjStoreOptions::default(),
-        )
-        .expect("client");
+        let client =
+            ObjClient::with_store(location, backend, ObjStoreOptions::default()).expect("client");
         ObjStore::with_client(client, true).expect("open")
+    }
+
+    /// Copies that keep landing through every sweep round (a service still storing
+    /// retried PUTs) are reported as left, by key, and nothing else is.
+    #[test]
+    fn copies_still_landing_after_the_last_sweep_round_are_reported_left() {
+        let backend = Arc::new(InMemory::new());
+        let store = store_over(Arc::clone(&backend));
+        store
+            .client()
+            .put("bench-raw/7/1", vec![1; 16])
+            .expect("put");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let late_writer = {
+            let stop = Arc::clone(&stop);
+            let other_client = store_over(backend);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    other_client
+                        .client()
+                        .put("bench-raw/7/late", vec![2; 16])
+                        .expect("late put");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            })
+        };
+        let left = sweep_raw_copies(&store, "bench-raw/7").expect("sweep");
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        late_writer.join().expect("late writer");
+        assert_eq!(left, vec!["bench-raw/7/late".to_owned()]);
     }
 
     /// A copy that lands after the bench deleted its index (a retried PUT stored late)
