@@ -410,22 +410,13 @@ fn export(store: &Location, generation: u64, out: &Path, json: bool) -> anyhow::
     })
 }
 
-/// What `store import` committed.
-#[derive(serde::Serialize)]
-struct Imported {
-    /// The new generation's commit.
-    commit: CommitReport,
-    /// The imported state's logical-state root.
-    imported_root: shardlift::core::digest::Digest,
-}
-
 fn import(store: &Location, from: &Path, workers: u32, json: bool) -> anyhow::Result<()> {
     let topology = Topology::new(workers)?;
     let (state, _) = shardlift::interop::read_export(from)
         .with_context(|| format!("importing {}", from.display()))?;
     let commit = OpenedStore::open(store, true, json)?.publish(&state, topology)?;
     let generation = commit.committed().generation;
-    let imported = Imported {
+    let imported = shardlift::interop::ImportSummary::<CommitReport> {
         commit,
         imported_root: state.logical_state_root(),
     };

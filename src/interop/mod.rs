@@ -88,11 +88,12 @@ pub struct ExportSummary {
     pub directory: PathBuf,
 }
 
-/// What an import committed.
+/// What an import committed: the commit as its store reports it (a local store's
+/// [`CommitSummary`] unless said otherwise).
 #[derive(Clone, Debug, Serialize)]
-pub struct ImportSummary {
+pub struct ImportSummary<C = CommitSummary> {
     /// The new generation's commit.
-    pub commit: CommitSummary,
+    pub commit: C,
     /// The imported state's logical-state root.
     pub imported_root: Digest,
 }

@@ -283,6 +283,12 @@ impl<'a> MutantFs<'a> {
         Ok(history)
     }
 
+    /// Issues the object fsyncs held back past the commit, if their time has come (before
+    /// any operation after the `commits/` fsync).
+    fn issue_held_back_fsyncs(&self) -> std::io::Result<()> {
+        self.history().map(drop)
+    }
+
     /// Drops one of the writer's own LATEST operations after LATEST was written early.
     fn drops_writer_latest_op(history: &mut History) -> bool {
         match &mut history.early_latest {
@@ -453,7 +459,7 @@ impl FileSystem for MutantFs<'_> {
                 Ok(())
             }
             _ => {
-                drop(self.history()?);
+                self.issue_held_back_fsyncs()?;
                 self.inner.write_new_file(path, bytes, read_only)
             }
         }
@@ -550,7 +556,7 @@ impl FileSystem for MutantFs<'_> {
     }
 
     fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        drop(self.history()?);
+        self.issue_held_back_fsyncs()?;
         self.inner.remove_file(path)
     }
 
@@ -566,17 +572,17 @@ impl FileSystem for MutantFs<'_> {
     }
 
     fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
-        drop(self.history()?);
+        self.issue_held_back_fsyncs()?;
         self.inner.list_dir(path)
     }
 
     fn entry_kind(&self, path: &Path) -> std::io::Result<Option<EntryKind>> {
-        drop(self.history()?);
+        self.issue_held_back_fsyncs()?;
         self.inner.entry_kind(path)
     }
 
     fn regular_file_len(&self, path: &Path) -> std::io::Result<Option<u64>> {
-        drop(self.history()?);
+        self.issue_held_back_fsyncs()?;
         self.inner.regular_file_len(path)
     }
 
@@ -585,12 +591,12 @@ impl FileSystem for MutantFs<'_> {
         dir: &Path,
         names: &[&str],
     ) -> std::io::Result<Vec<Option<u64>>> {
-        drop(self.history()?);
+        self.issue_held_back_fsyncs()?;
         self.inner.regular_file_lens_in(dir, names)
     }
 
     fn hash_file(&self, path: &Path, cap: u64) -> std::io::Result<(Digest, u64)> {
-        drop(self.history()?);
+        self.issue_held_back_fsyncs()?;
         self.inner.hash_file(path, cap)
     }
 
