@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use shardlift::core::progress::NoProgress;
 use shardlift::core::topology::Topology;
 use shardlift::lab::corruption::list_files;
+use shardlift::lab::crash_model::trace::TraceOp;
 use shardlift::lab::matrix::{
     power_loss_scenario, Action, CheckPlan, Invariant, ModelFaults, ScenarioOutcome,
     CONCURRENT_LIMITS,
 };
 use shardlift::lab::powerloss::{
-    tree_digest, KilledWriterFiles, MarkingHooks, Op, Recording, RecordingFs,
+    tree_digest, KilledWriterFiles, MarkingHooks, Recording, RecordingFs,
 };
 use shardlift::lab::recovery_mutants::RecoveryFaults;
 use shardlift::lab::writer_mutants::WriterFaults;
@@ -118,18 +119,18 @@ fn object_ops(recording: &Recording) -> ObjectOps {
         chunk_rename_dirs: BTreeSet::new(),
     };
     let mut rename_dirs = Vec::new();
-    for (at, op) in recording.ops.iter().enumerate() {
+    for (at, op) in recording.trace.ops.iter().enumerate() {
         match op {
-            Op::Create { path, .. } if path.starts_with("staging/manifest-") => {
+            TraceOp::Create { path, .. } if path.starts_with("staging/manifest-") => {
                 ops.manifest_write.get_or_insert(at);
             }
-            Op::Rename { to, .. } if to.starts_with("objects/") => {
+            TraceOp::Rename { to, .. } if to.starts_with("objects/") => {
                 ops.renames.push(at);
                 let fan = to.rsplit_once('/').map(|(dir, _)| dir.to_owned());
                 ops.renamed_into.extend(fan.clone());
                 rename_dirs.extend(fan);
             }
-            Op::FsyncDir { path } if path.starts_with("objects/") => {
+            TraceOp::FsyncDir { path, .. } if path.starts_with("objects/") => {
                 ops.fan_fsyncs.push((at, path.clone()));
             }
             _ => {}
@@ -370,42 +371,49 @@ fn the_killed_writers_objects_are_pending_creates_the_publish_makes_durable() {
     let recording = recorder.finish();
     for object in &objects {
         assert!(
-            !recording.initial.contains_key(object),
+            !recording.trace.initial.contains_key(object),
             "{object} is durable"
         );
     }
+    // The killed writer's ops: each object created and written whole, never fsynced.
+    let killed_ops = 2 * objects.len();
+    assert_eq!(recording.pre_run_ops, killed_ops);
     let mut created = BTreeSet::new();
-    let mut synced = BTreeSet::new();
-    let mut synced_dirs = BTreeSet::new();
-    for op in &recording.ops[..objects.len()] {
-        match op {
-            Op::Create { path, inode } => {
+    let mut inodes = Vec::new();
+    for pair in recording.trace.ops[..killed_ops].chunks(2) {
+        match pair {
+            [TraceOp::Create { path, inode }, TraceOp::Write {
+                inode: written,
+                offset: 0,
+                len,
+                data_at,
+            }] if written == inode => {
                 created.insert(path.clone());
+                inodes.push(*inode);
                 assert_eq!(
-                    recording.inodes[*inode],
-                    std::fs::read(root.join(path)).expect("object bytes")
+                    recording.trace.write_bytes(*data_at, *len),
+                    Some(&std::fs::read(root.join(path)).expect("object bytes")[..])
                 );
             }
-            other => panic!("the run's first ops are the killed writer's creates: {other:?}"),
+            other => panic!("the run's first ops are the killed writer's writes: {other:?}"),
         }
     }
-    for op in &recording.ops[objects.len()..] {
+    let mut synced = BTreeSet::new();
+    let mut synced_dirs = BTreeSet::new();
+    for op in &recording.trace.ops[killed_ops..] {
         match op {
-            Op::FsyncFile { inode } => {
+            TraceOp::Fsync { inode, .. } => {
                 synced.insert(*inode);
             }
-            Op::FsyncDir { path } => {
+            TraceOp::FsyncDir { path, .. } => {
                 synced_dirs.insert(path.clone());
             }
-            Op::Rename { to, .. } => assert!(!to.starts_with("objects/"), "renamed {to}"),
+            TraceOp::Rename { to, .. } => assert!(!to.starts_with("objects/"), "renamed {to}"),
             _ => {}
         }
     }
     assert_eq!(created, objects.iter().cloned().collect::<BTreeSet<_>>());
-    for (at, object) in objects.iter().enumerate() {
-        let Op::Create { inode, .. } = &recording.ops[at] else {
-            unreachable!("checked above");
-        };
+    for (object, inode) in objects.iter().zip(&inodes) {
         assert!(synced.contains(inode), "{object} never fsynced");
         let fan = object
             .rsplit_once('/')

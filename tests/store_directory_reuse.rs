@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use shardlift::core::topology::Topology;
-use shardlift::lab::powerloss::{EnumerationLimits, RecordingFs};
+use shardlift::lab::crash_model::EnumerationLimits;
+use shardlift::lab::powerloss::RecordingFs;
 use shardlift::lab::writer_mutants::{MutantFs, WriterFaults};
 use shardlift::store::layout::synthetic_state;
 use shardlift::store::writer::publish_with;
@@ -82,11 +83,6 @@ fn lost_commits(
     .expect("publish");
     assert_eq!(summary.committed.generation, expected_generation);
     let recording = fs.finish();
-    let durable_from = recording.ops.len().min(
-        recording
-            .mark_of(Barrier::CommitAfterDirectoryFsync)
-            .unwrap_or(usize::MAX),
-    );
     let limits = EnumerationLimits {
         all_subsets_up_to: 6,
         samples: 8,
@@ -95,14 +91,15 @@ fn lost_commits(
     let scratch = tempfile::tempdir().expect("tempdir");
     let mut lost = Vec::new();
     let mut checked = 0;
-    for (index, state) in recording.crash_states(limits).into_iter().enumerate() {
-        if state.crash_point < durable_from {
+    let states = recording.crash_states(limits).expect("crash states").states;
+    for (index, state) in states.iter().enumerate() {
+        if !recording.follows(state, Barrier::CommitAfterDirectoryFsync) {
             continue;
         }
         let image_root: PathBuf = scratch.path().join(format!("image-{index}"));
         std::fs::create_dir(&image_root).expect("mkdir");
         recording
-            .materialize(&state.image, &image_root)
+            .materialize(state, &image_root)
             .expect("materialize");
         let report = store::recover(&image_root).expect("recovery never fails here");
         checked += 1;

@@ -3,11 +3,12 @@ use std::path::Path;
 
 use shardlift::core::digest::Digest;
 use shardlift::core::topology::Topology;
+use shardlift::lab::crash_model::EnumerationLimits;
 use shardlift::lab::matrix::{
     build_corruption_base, corruption_case, corruption_cases, generation_expectation,
     power_loss_scenario, Action, CheckPlan, Invariant, ModelFaults, ScenarioOutcome,
 };
-use shardlift::lab::powerloss::{tree_digest, EnumerationLimits};
+use shardlift::lab::powerloss::tree_digest;
 use shardlift::lab::recovery_mutants::RecoveryFaults;
 use shardlift::lab::writer_mutants::WriterFaults;
 use shardlift::store::codec::{self, commit_rel_path, LatestRecord, LATEST_SCHEMA, SCHEMA_VERSION};

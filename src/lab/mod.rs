@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod checkpoint_bench;
 pub mod corruption;
+pub mod crash_model;
 pub mod error;
 pub mod external;
 pub mod handoff;

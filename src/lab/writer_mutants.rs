@@ -613,7 +613,8 @@ impl FileSystem for MutantFs<'_> {
 mod tests {
     use super::*;
     use crate::core::topology::Topology;
-    use crate::lab::powerloss::{MarkingHooks, Op, RecordingFs};
+    use crate::lab::crash_model::trace::TraceOp;
+    use crate::lab::powerloss::{MarkingHooks, RecordingFs};
     use crate::store::layout::synthetic_state;
     use crate::store::writer::publish_with;
 
@@ -643,31 +644,39 @@ mod tests {
         let recording = recorder.finish();
         let mut created = BTreeMap::new();
         let ops = recording
+            .trace
             .ops
             .iter()
             .map(|op| match op {
-                Op::Mkdir { path } => format!("mkdir {path}"),
-                Op::Create { path, inode } => {
+                TraceOp::Create { path, inode } => {
                     created.insert(*inode, path.clone());
                     format!("create {path}")
                 }
-                Op::FsyncFile { inode } => {
-                    format!("fsync {}", created.get(inode).map_or("?", String::as_str))
-                }
-                Op::FsyncDir { path } => format!("fsync-dir {path}"),
-                Op::Rename { from, to, inode } => {
-                    created.insert(*inode, to.clone());
+                TraceOp::Write { inode, .. } => format!("write {}", name_of(&created, *inode)),
+                TraceOp::Fsync { inode, .. } => format!("fsync {}", name_of(&created, *inode)),
+                TraceOp::FsyncDir { path, .. } => format!("fsync-dir {path}"),
+                TraceOp::Rename { from, to, .. } => {
+                    if let Some(inode) = created
+                        .iter()
+                        .find_map(|(inode, path)| (path == from).then_some(*inode))
+                    {
+                        created.insert(inode, to.clone());
+                    }
                     format!("rename {from} -> {to}")
                 }
-                Op::Remove { path } => format!("remove {path}"),
+                other => other.describe(),
             })
             .collect();
         let marks = recording
-            .marks
-            .iter()
-            .map(|(barrier, at)| (barrier.name().to_owned(), *at))
+            .marks()
+            .map(|(barrier, at)| (barrier.name().to_owned(), at))
             .collect();
         Run { ops, marks }
+    }
+
+    /// The name `inode` was last given in a rendered run ("?" before it has one).
+    fn name_of(created: &BTreeMap<usize, String>, inode: usize) -> &str {
+        created.get(&inode).map_or("?", String::as_str)
     }
 
     /// The faults of the registered writer mutant `name`.
@@ -701,8 +710,13 @@ mod tests {
         publish_with(&mutant, &root, &state, four, &mut MarkingHooks(&recorder)).expect("publish");
         drop(mutant);
         let through = recorder.finish();
-        assert_eq!(format!("{:?}", direct.ops), format!("{:?}", through.ops));
-        assert_eq!(direct.marks, through.marks);
+        assert_eq!(
+            format!("{:?}", direct.trace.ops),
+            format!("{:?}", through.trace.ops)
+        );
+        assert_eq!(direct.trace.data, through.trace.data);
+        assert_eq!(direct.barriers, through.barriers);
+        assert_eq!(direct.trace.acknowledged_at, through.trace.acknowledged_at);
     }
 
     /// Each fsync-dropping mutant drops exactly the operations its fault names (and at
@@ -777,7 +791,8 @@ mod tests {
         assert!(written < synced);
         assert!(!faulty.ops.iter().any(|op| op.contains("staging/commit-")));
         let after_write = faulty.marks.iter().find(|(b, _)| b == "commit-after-write");
-        assert_eq!(after_write.map(|(_, at)| *at), Some(written + 1));
+        // The barrier follows the record's create and the write of its bytes.
+        assert_eq!(after_write.map(|(_, at)| *at), Some(written + 2));
     }
 
     #[test]

@@ -8,8 +8,8 @@
 use regex::bytes::Regex;
 use serde::Serialize;
 
+use crate::lab::crash_model::trace::StdoutWrite;
 use crate::lab::external::error::CrashTestError;
-use crate::lab::external::trace::StdoutWrite;
 
 /// Environment variable holding, for the check, the acknowledgements before the crash.
 pub const ACKED_ENV: &str = "SHARDLIFT_ACKED";

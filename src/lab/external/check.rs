@@ -10,10 +10,10 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use crate::lab::crash_model::trace::Trace;
+use crate::lab::crash_model::{state_files, write_state_files, CrashState, StateEntry};
 use crate::lab::external::ack::ACKED_ENV;
 use crate::lab::external::error::CrashTestError;
-use crate::lab::external::model::{state_files, CrashState, StateEntry};
-use crate::lab::external::trace::Trace;
 use crate::supervise::process::{ChildSpec, ExitOutcome, Role, Signal, SupervisedChild};
 
 /// Bounds of the checking phase.
@@ -271,15 +271,8 @@ pub fn run_check(
 /// Writes a state's tree under `dir` (which must not exist).
 fn materialise(trace: &Trace, state: &CrashState, dir: &Path) -> Result<(), CrashTestError> {
     std::fs::create_dir(dir).map_err(CrashTestError::io("creating a state directory"))?;
-    for (path, bytes) in state_files(trace, state) {
-        let target = dir.join(&path);
-        match bytes {
-            None => std::fs::create_dir(&target),
-            Some(bytes) => std::fs::write(&target, bytes),
-        }
-        .map_err(CrashTestError::io(format!("materialising {path}")))?;
-    }
-    Ok(())
+    write_state_files(&state_files(trace, state), dir)
+        .map_err(|(path, e)| CrashTestError::io(format!("materialising {path}"))(e))
 }
 
 /// The last `max_bytes` of a log, as text.

@@ -106,7 +106,7 @@ pub enum CrashTestError {
     },
     /// Building the crash states failed.
     #[error("crash states: {0}")]
-    Model(#[from] crate::lab::external::model::ModelError),
+    Model(#[from] crate::lab::crash_model::ModelError),
     /// The shell for a check could not be started.
     #[error("the check command `{command}` could not be started: {source}")]
     CheckSpawn {

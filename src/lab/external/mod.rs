@@ -16,9 +16,7 @@
 pub mod ack;
 pub mod check;
 pub mod error;
-pub mod model;
 pub mod recorder;
-pub mod trace;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -27,14 +25,17 @@ use serde::Serialize;
 
 use crate::core::digest::Digest;
 use crate::durable::file::{write_file, WriteOptions};
+use crate::lab::crash_model::{self as model, trace};
 use crate::supervise::process::{ChildSpec, ExitOutcome, Role, SupervisedChild};
 
+pub use crate::lab::crash_model::trace::{Trace, TraceOp};
+pub use crate::lab::crash_model::{
+    CrashState, FileData, ModelLimits, StateEntry, SubsetCoverage, Unread,
+};
 pub use ack::{AckPattern, Acknowledgement, ACKED_ENV};
 pub use check::{CheckLimits, CheckOutcome, Failure, FailureClass};
 pub use error::CrashTestError;
-pub use model::{CrashState, FileData, ModelLimits, StateEntry, SubsetCoverage, Unread};
 pub use recorder::{RecordLimits, FOLLOWED};
-pub use trace::{Trace, TraceOp};
 
 /// The persistence model, in words, as the report states it.
 pub const MODEL: &str = "un-fsynced file data may be whole, lost (as last fsynced), short (cut at a 512- or 4096-byte boundary), zeroed (from the first unsynced byte or in the last 4 KiB sector) or torn (only the first unsynced writes); a create, link, mkdir, rename, unlink or rmdir is durable only once the directory holding the new entry is fsynced, before that any subset of the pending ones happened, in program order; a rename is atomic; sync makes everything durable; an entry whose parent directory is absent is lost; a file with unsynced writes or truncations is at risk even when its bytes equal the durable ones; an fsync or sync covers only the operations completed before it was entered: another thread's operation that completed while it ran stays pending";
@@ -148,7 +149,9 @@ pub fn run(
         run.syscalls,
         run.tasks
     ));
-    let model::CrashStates { states, subsets } = model::crash_states(
+    let model::CrashStates {
+        states, subsets, ..
+    } = model::crash_states(
         &run.trace,
         config.model,
         &model::Unread::new(&config.unread),

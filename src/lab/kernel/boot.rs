@@ -6,8 +6,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::lab::crash_model::trace::Trace;
 use crate::lab::external::run_setup_in;
-use crate::lab::external::trace::Trace;
 use crate::lab::kernel::agent::{self, AgentConfig, MAX_MARKERS};
 use crate::lab::kernel::config::{
     lap, FileSystem, KernelConfig, PhaseTimings, MAX_INITRAMFS_BYTES,

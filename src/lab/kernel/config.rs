@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::lab::crash_model::ModelLimits;
 use crate::lab::external::check::CheckLimits;
-use crate::lab::external::model::ModelLimits;
 use crate::lab::kernel::error::KernelError;
 use crate::lab::kernel::states::StateLimits;
 

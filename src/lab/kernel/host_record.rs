@@ -8,9 +8,9 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use crate::core::digest::Digest;
-use crate::lab::external::model::{self, ModelLimits, Unread};
+use crate::lab::crash_model::trace::{InitialEntry, Trace};
+use crate::lab::crash_model::{self as model, ModelLimits, Unread};
 use crate::lab::external::recorder::{self, RecordLimits};
-use crate::lab::external::trace::{InitialEntry, Trace};
 use crate::lab::external::{place_acknowledgements, run_setup_in, AckPattern, CrashTestError};
 use crate::lab::kernel::config::KernelConfig;
 use crate::lab::kernel::error::KernelError;

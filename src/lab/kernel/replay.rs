@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::durable::fs::{FileSystem, RealFs};
-use crate::lab::external::trace::{InitialEntry, InodeId, Trace, TraceOp};
+use crate::lab::crash_model::trace::{InitialEntry, InodeId, Trace, TraceOp};
 
 /// The script's first bytes.
 pub const MAGIC: &[u8; 18] = b"shardlift-replay1\n";

@@ -7,9 +7,9 @@ use serde::Serialize;
 
 use crate::core::digest::Digest;
 use crate::durable::file::{write_file, WriteOptions};
+use crate::lab::crash_model::trace::Trace;
+use crate::lab::crash_model::{self as model, Unread};
 use crate::lab::external::check::{run_check, CheckOutcome};
-use crate::lab::external::model::{self, Unread};
-use crate::lab::external::trace::Trace;
 use crate::lab::external::{AckPattern, CrashTestError};
 use crate::lab::kernel::blklog::{self, BlockLog};
 use crate::lab::kernel::boot::{self, Booted, GuestWriter};

@@ -104,16 +104,17 @@ pub(super) fn check_recovery_common(
 pub(super) fn torn_visible_files(
     recording: &Recording,
     state: &CrashState,
+    files: &StateFiles<'_>,
     context: &str,
 ) -> Vec<Violation> {
     let mut violations = Vec::new();
     // Once the run's commit record is renamed into place, a torn file next to it is the
     // run's: it committed without making that file durable.
     let committed = recording
-        .mark_of(Barrier::CommitAfterRename)
-        .is_some_and(|at| state.crash_point >= at);
-    for (path, entry) in &state.image {
-        if let ImageEntry::File { inode, .. } = entry {
+        .acknowledgements_at(Barrier::CommitAfterRename)
+        .is_some_and(|at| state.acknowledged >= at);
+    for (path, bytes) in files {
+        if let Some(StateEntry::File { inode, .. }) = state.entries.get(*path) {
             // A file of the durable starting image is not this run's to complete: bytes
             // planted there (a scenario's outside damage) are the store's, not a write of
             // the run.
@@ -127,13 +128,13 @@ pub(super) fn torn_visible_files(
         let Some(rel) = recording.in_store(path) else {
             continue;
         };
-        let Some(bytes) = recording.file_bytes(&state.image, path) else {
-            continue;
-        };
-        violations.extend(incomplete_bytes(context, rel, &bytes));
+        violations.extend(incomplete_bytes(context, rel, bytes));
     }
     violations
 }
+
+/// The files of one crash state: path (relative to the recorded directory) → bytes.
+pub(super) type StateFiles<'a> = BTreeMap<&'a str, &'a [u8]>;
 
 /// The violation of a file at `rel` (relative to the store) that shows `bytes` without
 /// them being complete ([`complete_bytes`]); `None` when they are.
@@ -177,11 +178,11 @@ pub fn intact_with<B: AsRef<[u8]>>(
 
 pub(super) fn intact(
     recording: &Recording,
-    state: &CrashState,
+    files: &StateFiles<'_>,
     expectation: &GenerationExpectation,
 ) -> bool {
     intact_with(expectation, |path| {
-        recording.file_bytes(&state.image, &recording.store_path(path))
+        files.get(recording.store_path(path).as_str()).copied()
     })
 }
 
@@ -190,9 +191,10 @@ pub(super) struct ScenarioChecks<'a> {
     pub(super) recording: &'a Recording,
     /// What its crash states are held to.
     pub(super) expectations: StoreExpectations<'a>,
-    /// Operations issued when the candidate's `commits/` fsync (step 12) completed.
+    /// Acknowledgements a state follows once the candidate's `commits/` fsync (step 12)
+    /// completed ([`Recording::acknowledgements_at`]).
     pub(super) durable_from: Option<usize>,
-    /// Operations issued when LATEST's `refs/` fsync (step 16) completed.
+    /// Acknowledgements a state follows once LATEST's `refs/` fsync (step 16) completed.
     pub(super) latest_durable_from: Option<usize>,
 }
 
@@ -240,33 +242,43 @@ pub(super) fn check_crash_state(
         ));
         return;
     };
-    if let Err(e) = checks.recording.materialize(&state.image, dir.path()) {
+    let entries = checks.recording.files(state);
+    if let Err((path, e)) = write_state_files(&entries, dir.path()) {
         violations.push(Violation::at(
             Invariant::CheckCompleted,
             &context,
-            format!("cannot materialize: {e}"),
+            format!("cannot materialize {path}: {e}"),
         ));
         return;
     }
-    violations.extend(torn_visible_files(checks.recording, state, &context));
+    let files: StateFiles<'_> = entries
+        .iter()
+        .filter_map(|(path, bytes)| Some((path.as_str(), bytes.as_deref()?)))
+        .collect();
+    violations.extend(torn_visible_files(
+        checks.recording,
+        state,
+        &files,
+        &context,
+    ));
     let store_dir = dir.path().join(&checks.recording.store);
     let expectations = &checks.expectations;
     let view = StoreStateView {
         context: &context,
         store_dir: checks
             .recording
-            .has_store_root(&state.image)
+            .has_store_root(state)
             .then_some(store_dir.as_path()),
-        candidate_intact: intact(checks.recording, state, expectations.candidate),
+        candidate_intact: intact(checks.recording, &files, expectations.candidate),
         previous_intact: expectations
             .previous
-            .is_some_and(|p| intact(checks.recording, state, p)),
+            .is_some_and(|p| intact(checks.recording, &files, p)),
         candidate_durable: checks
             .durable_from
-            .is_some_and(|from| state.crash_point >= from),
+            .is_some_and(|from| state.acknowledged >= from),
         latest_durable: checks
             .latest_durable_from
-            .is_some_and(|from| state.crash_point >= from),
+            .is_some_and(|from| state.acknowledged >= from),
     };
     check_store_state(expectations, &view, violations);
 }

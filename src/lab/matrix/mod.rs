@@ -14,11 +14,13 @@ use crate::core::topology::Topology;
 
 use crate::durable::fs::RealFs;
 use crate::lab::corruption::{copy_tree, list_files, Damage, FileOffset};
+use crate::lab::crash_model::{
+    write_state_files, CrashState, CrashStates, EnumerationLimits, StateEntry,
+};
 use crate::lab::error::LabError;
 use crate::lab::harness::{kill_publisher_at_occurrence, recover_in_child, KillReport};
 use crate::lab::powerloss::{
-    tree_digest, CrashState, Enumeration, EnumerationLimits, ImageEntry, KilledWriterFiles,
-    MarkingHooks, Recording, RecordingFs,
+    tree_digest, Enumeration, KilledWriterFiles, MarkingHooks, Recording, RecordingFs,
 };
 use crate::lab::recovery_mutants::{recover_faulty, RecoveryFaults};
 use crate::lab::writer_mutants::{MutantFs, WriterFaults};

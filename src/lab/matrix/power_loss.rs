@@ -31,13 +31,17 @@ pub fn power_loss_scenario(
     };
     let (candidate, recording) = record_action(work.path(), &root, action, faults.writer)?;
     roots.insert(candidate.generation, candidate.logical_state_root);
-    let durable_from = recording.mark_of(Barrier::CommitAfterDirectoryFsync);
-    let latest_durable_from = recording.mark_of(Barrier::LatestAfterDirectoryFsync);
-    let (images, enumeration) = recording.crash_states_counted(limits);
-    let crash_images = images.len() as u64;
-    let distinct = distinct_states(&recording, images);
-    let distinct_count = distinct.len() as u64;
-    let mut states = sample_evenly(distinct, plan.max_states);
+    let durable_from = recording.acknowledgements_at(Barrier::CommitAfterDirectoryFsync);
+    let latest_durable_from = recording.acknowledgements_at(Barrier::LatestAfterDirectoryFsync);
+    let CrashStates {
+        states,
+        subsets,
+        built,
+    } = recording
+        .crash_states(limits)
+        .map_err(|e| LabError::Model(format!("enumerating crash states: {e}")))?;
+    let distinct_count = states.len() as u64;
+    let mut states = sample_evenly(states, plan.max_states);
     if plan.stop_after_violations.is_some() {
         // Hunting a mutant: a seeded shuffle spreads the first checks over the whole run.
         let mut rng = SplitMix64::keyed(limits.seed, "shardlift/lab/mutant-order", 0);
@@ -59,34 +63,13 @@ pub fn power_loss_scenario(
     };
     let (violations, states_checked) = check_crash_states(&checks, &states, plan);
     Ok(ScenarioOutcome {
-        trace_operations: recording.ops.len() as u64,
-        crash_images,
+        trace_operations: recording.trace.ops.len() as u64,
+        crash_images: built,
         distinct_states: distinct_count,
         states_checked,
-        enumeration,
+        enumeration: Enumeration::from(&subsets),
         violations,
     })
-}
-
-/// One state per recovery-visible image. Every check but one depends only on what
-/// recovery can see; that one (a generation must survive once its `commits/` fsync was
-/// issued) depends on the crash point, so each state keeps the latest crash point that
-/// produced it, where the check is strictest.
-pub(super) fn distinct_states(recording: &Recording, images: Vec<CrashState>) -> Vec<CrashState> {
-    let mut by_view: BTreeMap<Digest, CrashState> = BTreeMap::new();
-    for state in images {
-        let view = recording.visible_digest(&state.image);
-        match by_view.get_mut(&view) {
-            Some(kept) if kept.crash_point >= state.crash_point => {}
-            Some(kept) => *kept = state,
-            None => {
-                by_view.insert(view, state);
-            }
-        }
-    }
-    let mut states: Vec<CrashState> = by_view.into_values().collect();
-    states.sort_by_key(|s| s.crash_point);
-    states
 }
 
 /// At most `max_states` of `states`, evenly spaced (all of them when `max_states` is 0).

@@ -337,10 +337,10 @@ fn refuse_a_sequential_concurrent_run(
             }
     );
     if concurrent && faults.allow_concurrent_install() {
-        if let Some((barrier, _)) = recording
-            .marks
+        if let Some(barrier) = recording
+            .barriers
             .iter()
-            .find(|(barrier, _)| barrier.name().starts_with("object-"))
+            .find(|barrier| barrier.name().starts_with("object-"))
         {
             return Err(LabError::Model(format!(
                 "the concurrent-install scenario ran sequentially: it reported {}",

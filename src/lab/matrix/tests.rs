@@ -163,9 +163,9 @@ fn the_wrong_bytes_scenario_takes_the_replacing_branch() {
     let (_, recording) =
         record_action(work.path(), &root, &action, WriterFaults::NONE).expect("record");
     // A file of the starting image in objects/ is renamed over: the planted bytes.
-    let replaced = recording.ops.iter().any(|op| match op {
-        crate::lab::powerloss::Op::Rename { to, .. } => {
-            recording.initial.contains_key(to)
+    let replaced = recording.trace.ops.iter().any(|op| match op {
+        crate::lab::crash_model::trace::TraceOp::Rename { to, .. } => {
+            recording.trace.initial.contains_key(to)
                 && recording
                     .in_store(to)
                     .is_some_and(|r| r.starts_with("objects/"))
@@ -190,9 +190,9 @@ fn the_second_racing_writer_finds_the_generation_taken() {
     let verified = generation_expectation(&root, 1).expect("generation 1");
     assert_eq!(verified.files, candidate.files);
     let commits = recording
-        .marks
+        .barriers
         .iter()
-        .filter(|(b, _)| *b == Barrier::CommitAfterDirectoryFsync)
+        .filter(|b| **b == Barrier::CommitAfterDirectoryFsync)
         .count();
     assert_eq!(commits, 1);
 }

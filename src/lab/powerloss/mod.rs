@@ -1,142 +1,53 @@
-//! The power-loss model: record every file-system effect of a writer run, then rebuild
-//! the states a power cut could leave (ALICE-style) and check recovery on each.
+//! The store's power-loss replay: record every file-system effect of a writer run as a
+//! [`Trace`], then check recovery on every state a power cut could leave of it
+//! (ALICE-style), as [`crate::lab::crash_model`] enumerates them.
 //!
-//! Model (RFC 0001 §8, "Power loss"):
-//! - a file's data is durable once the file is fsynced; before that a crash may leave it
-//!   whole, empty, short (cut at a 512- or 4096-byte boundary) or zero-filled (its size
-//!   persisted, all data or its last 4 KiB sector not);
-//! - a create, mkdir, rename or remove is durable once the directory holding the new
-//!   entry is fsynced; before that it may or may not have happened (any subset of the
-//!   pending operations, applied in program order; a rename is atomic);
-//! - an entry whose parent directory is absent is lost;
+//! One model serves the store and `crash-test` (RFC 0001 §8, "Power loss"); what this
+//! module adds is the store's side of the recording:
+//! - a writer's `write_new_file` is a create and one write of the whole contents, so its
+//!   data may be whole, lost, short or zero-filled until the file is fsynced;
 //! - the recorded directory itself is durable. The crash matrix records the store root's
 //!   parent ([`RecordingFs::with_store_at`]), so the root's own entry is modelled: a
-//!   writer that creates the root and never fsyncs its parent can lose the whole store.
-//!
-//! Torn data is modelled file by file: in the namespace where every pending operation
-//! happened, each volatile file alone is short or zero-filled (the others whole), and
-//! every volatile file is empty at once; elsewhere volatile files are whole or all
-//! empty.
+//!   writer that creates the root and never fsyncs its parent can lose the whole store;
+//! - the store's `staging/` is never read by recovery, so it is the model's unread path:
+//!   entry operations there happen in every state and its files stay whole;
+//! - a killed writer's non-durable directories and files are operations issued before the
+//!   run ([`Recording::pre_run_ops`]), so a power cut may undo them;
+//! - each barrier the writer reaches is an acknowledgement placed in the trace: a state
+//!   follows a barrier when some crash point after it reaches that state, and the checks
+//!   that depend on a barrier (a generation must survive once its `commits/` fsync
+//!   completed) hold every state to the latest barrier any of its crash points follows.
 //!
 //! Crash points: every operation boundary. Subsets of pending operations: all when there
 //! are at most `EnumerationLimits::all_subsets_up_to` (10 for most scenarios, 4 for the
 //! concurrent install, `matrix::CONCURRENT_LIMITS`, whose renames all stay pending until
 //! its one directory-fsync step), else every prefix, every omit-one and seeded samples.
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::core::digest::{Digest, FramedHasher};
-use crate::core::rng::SplitMix64;
-
 use crate::durable::fs::{EntryKind, FileSystem, RealFs};
+use crate::lab::crash_model::trace::{InitialEntry, InodeId, Trace, TraceOp};
+use crate::lab::crash_model::Node;
 use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, HookStop};
-
-/// Names and what they hold, before data variants are chosen.
-type Namespace = BTreeMap<String, Node>;
-
-/// A namespace and its volatile files (path, inode): what one expansion into data
-/// variants depends on.
-type Expansion = (Namespace, Vec<(String, usize)>);
 
 /// The writer's scratch directory, which recovery never reads.
 const STAGING_DIR: &str = "staging";
 
-/// One recorded file-system effect (paths relative to the recorded directory, the store
-/// root or its parent, `/`-separated).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// A directory created.
-    Mkdir {
-        /// The directory.
-        path: String,
-    },
-    /// A file created and written whole (one `write_new_file`).
-    Create {
-        /// The file.
-        path: String,
-        /// Its inode: an index into [`Recording::inodes`].
-        inode: usize,
-    },
-    /// A file's data made durable.
-    FsyncFile {
-        /// The file's inode.
-        inode: usize,
-    },
-    /// A directory's entries made durable.
-    FsyncDir {
-        /// The directory (`""` for the recorded directory).
-        path: String,
-    },
-    /// A file renamed (with or without replacing the target).
-    Rename {
-        /// The old name.
-        from: String,
-        /// The new name.
-        to: String,
-        /// The renamed file's inode.
-        inode: usize,
-    },
-    /// A file removed.
-    Remove {
-        /// The file.
-        path: String,
-    },
-}
-
-impl Op {
-    /// The directory whose fsync makes this metadata operation durable.
-    fn durable_in(&self) -> Option<&str> {
-        match self {
-            Op::Mkdir { path } | Op::Create { path, .. } | Op::Remove { path } => {
-                Some(parent(path))
-            }
-            Op::Rename { to, .. } => Some(parent(to)),
-            Op::FsyncFile { .. } | Op::FsyncDir { .. } => None,
-        }
-    }
-}
-
-/// The parent of a relative, `/`-separated path (`""` for a top-level name).
-pub fn parent(path: &str) -> &str {
-    match path.rfind('/') {
-        Some(i) => &path[..i],
-        None => "",
-    }
-}
-
-/// What a name refers to while a run's operations are replayed: a directory, or a file
-/// by its inode (an index into the recording's or the trace's file contents). The one
-/// namespace node of both crash-state models (the store's and `crash-test`'s).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Node {
-    Dir,
-    File(usize),
-}
-
-#[derive(Default)]
-struct Log {
-    ops: Vec<Op>,
-    names: HashMap<String, Node>,
-    inodes: Vec<Vec<u8>>,
-    marks: Vec<(Barrier, usize)>,
-}
-
 /// A recorded writer run.
 #[derive(Clone, Debug)]
 pub struct Recording {
-    /// The image before the run (all durable).
-    pub initial: BTreeMap<String, ImageEntry>,
-    /// The operations, in the order issued.
-    pub ops: Vec<Op>,
-    /// File contents by inode (each file is written once, at create).
-    pub inodes: Vec<Vec<u8>>,
-    /// Each barrier event and how many operations had been issued when it was reached.
-    pub marks: Vec<(Barrier, usize)>,
-    /// How many of `ops` an earlier, killed writer issued before the run (its non-durable
-    /// directories and files; see [`RecordingFs::with_non_durable_entries`]).
+    /// Every file-system effect, the killed writer's first
+    /// ([`Self::pre_run_ops`]); each barrier reached is an acknowledgement in
+    /// [`Trace::acknowledged_at`], in the order of [`Self::barriers`].
+    pub trace: Trace,
+    /// The barriers reached, in order: the `i`-th is the trace's `i`-th acknowledgement.
+    pub barriers: Vec<Barrier>,
+    /// How many of the trace's operations an earlier, killed writer issued before the run
+    /// (its non-durable directories and files; see
+    /// [`RecordingFs::with_non_durable_entries`]).
     pub pre_run_ops: usize,
     /// The store root's path relative to the recorded directory (`""`: the recorded
     /// directory is the store root; see [`RecordingFs::with_store_at`]).
@@ -179,16 +90,16 @@ pub fn tree_digest(dir: &Path) -> std::io::Result<Digest> {
     Ok(hasher.finish())
 }
 
-mod enumerate;
 mod record;
+mod states;
 
-pub(crate) use enumerate::subsets;
-pub use enumerate::{CrashState, Enumeration, EnumerationLimits};
-pub use record::{Image, ImageEntry, MarkingHooks, RecordingFs};
+pub use record::{MarkingHooks, RecordingFs};
+pub use states::Enumeration;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::crash_model::{EnumerationLimits, StateEntry};
     use std::collections::BTreeSet;
 
     /// A store root holding `objects/ab/` and one 5 000-byte file in it.
@@ -200,52 +111,30 @@ mod tests {
         (dir, root)
     }
 
-    /// The lengths `objects/ab/cd` has over every crash image of a run that did nothing
-    /// (`None`: the name is absent).
-    fn lengths_seen(recorder: RecordingFs) -> BTreeSet<Option<usize>> {
+    /// What `objects/ab/cd` holds over every crash state of a run that did nothing:
+    /// `None` when the name is absent, else its length and whether any byte of it is
+    /// zero (the file holds only 7s).
+    fn contents_seen(recorder: RecordingFs) -> BTreeSet<Option<(usize, bool)>> {
         let recording = recorder.finish();
-        recording
+        let states = recording
             .crash_states(EnumerationLimits::default())
+            .expect("states");
+        states
+            .states
             .iter()
-            .map(|state| match state.image.get("objects/ab/cd") {
-                Some(ImageEntry::File {
-                    len, zeroed_from, ..
-                }) => Some(if zeroed_from.is_some() {
-                    usize::MAX
-                } else {
-                    *len
-                }),
+            .map(|state| match state.entries.get("objects/ab/cd") {
+                Some(StateEntry::File { .. }) => {
+                    let files = recording.files(state);
+                    let bytes = files
+                        .iter()
+                        .find(|(path, _)| path == "objects/ab/cd")
+                        .and_then(|(_, bytes)| bytes.as_ref())
+                        .expect("bytes");
+                    Some((bytes.len(), bytes.contains(&0)))
+                }
                 _ => None,
             })
             .collect()
-    }
-
-    #[test]
-    fn the_enumeration_says_what_it_applied() {
-        let limits = EnumerationLimits {
-            all_subsets_up_to: 3,
-            samples: 4,
-            seed: 1,
-        };
-        let mut e = Enumeration::default();
-        let mut rng = SplitMix64::keyed(1, "test", 0);
-        for pending in [0usize, 3, 5] {
-            let tried = subsets(pending, limits, &mut rng);
-            let distinct: HashSet<&Vec<usize>> = tried.iter().collect();
-            assert_eq!(distinct.len(), tried.len(), "each subset once");
-            e.add_crash_point(pending, tried.len(), limits);
-        }
-        assert_eq!(e.crash_points, 3);
-        assert_eq!(e.max_pending, 5);
-        assert!(e.sampled);
-        assert_eq!(e.subsets_total, 1 + 8 + 32);
-        // 1 + 8 exhaustive; at 5 pending: 6 prefixes, 5 all-but-one (one is a prefix),
-        // and up to 4 samples.
-        assert!(e.subsets_checked >= 1 + 8 + 10 && e.subsets_checked < e.subsets_total);
-        let mut huge = Enumeration::default();
-        huge.add_crash_point(64, 1, limits);
-        huge.add_crash_point(3, 8, limits);
-        assert_eq!(huge.subsets_total, u64::MAX, "saturates");
     }
 
     #[test]
@@ -259,8 +148,8 @@ mod tests {
         )
         .expect("recorder");
         assert_eq!(
-            lengths_seen(recorder),
-            BTreeSet::from([None, Some(5000)]),
+            contents_seen(recorder),
+            BTreeSet::from([None, Some((5000, false))]),
             "absent or whole"
         );
     }
@@ -275,10 +164,43 @@ mod tests {
             KilledWriterFiles::NothingSynced,
         )
         .expect("recorder");
-        let seen = lengths_seen(recorder);
-        for expected in [None, Some(5000), Some(0), Some(4096), Some(usize::MAX)] {
+        let seen = contents_seen(recorder);
+        for expected in [
+            None,
+            Some((5000, false)),
+            Some((0, false)),
+            Some((4096, false)),
+            Some((5000, true)),
+        ] {
             assert!(seen.contains(&expected), "{expected:?} not in {seen:?}");
         }
+    }
+
+    #[test]
+    fn barriers_are_the_traces_acknowledgements() {
+        let (dir, _root) = one_object();
+        let recorder = RecordingFs::new(dir.path()).expect("recorder");
+        recorder.mark(Barrier::ObjectAfterWrite);
+        recorder
+            .write_new_file(&dir.path().join("store/objects/ab/ef"), b"x", false)
+            .expect("write");
+        recorder.mark(Barrier::CommitAfterDirectoryFsync);
+        recorder.mark(Barrier::CommitAfterDirectoryFsync);
+        let recording = recorder.finish();
+        // A create and the write of its bytes.
+        assert_eq!(recording.trace.ops.len(), 2);
+        assert_eq!(recording.trace.acknowledged_at, vec![0, 2, 2]);
+        assert_eq!(
+            recording.acknowledgements_at(Barrier::CommitAfterDirectoryFsync),
+            Some(2),
+            "the first one"
+        );
+        assert_eq!(
+            recording.acknowledgements_at(Barrier::LatestAfterWrite),
+            None
+        );
+        let marks: Vec<(Barrier, usize)> = recording.marks().collect();
+        assert_eq!(marks[1], (Barrier::CommitAfterDirectoryFsync, 2));
     }
 
     #[test]

@@ -9,7 +9,6 @@ pub struct RecordingFs {
     /// Locked for each operation from before it is performed until it is logged, so the
     /// log is the order in which the operations happened, whatever thread issued them.
     log: std::sync::Mutex<Log>,
-    initial: BTreeMap<String, ImageEntry>,
     /// Whether threads may share it ([`FileSystem::shared`]): the store's writer then
     /// installs objects concurrently when no hook needs their barriers.
     threads_allowed: bool,
@@ -19,59 +18,67 @@ pub struct RecordingFs {
     store: String,
 }
 
-/// One entry of a crash image: a directory, or a file holding the first `len` bytes of
-/// an inode's data, with bytes from `zeroed_from` on read as zeros (the size reached the
-/// disk, those data blocks did not).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ImageEntry {
-    /// A directory.
-    Dir,
-    /// A file.
-    File {
-        /// Its inode in the recording.
-        inode: usize,
-        /// Bytes of the inode's data it holds (the first ones).
-        len: usize,
-        /// Offset from which its bytes read as zeros, if any.
-        zeroed_from: Option<usize>,
-    },
+/// The recording so far: the trace (its initial image included), what each name refers
+/// to now, and the barriers reached.
+#[derive(Default)]
+struct Log {
+    trace: Trace,
+    names: HashMap<String, Node>,
+    barriers: Vec<Barrier>,
 }
 
-/// A crash image: relative path → entry.
-pub type Image = BTreeMap<String, ImageEntry>;
+impl Log {
+    /// A new file of `bytes` at `path`: a create and one write of the whole contents.
+    fn create(&mut self, path: String, bytes: &[u8]) {
+        let inode = self.new_inode();
+        self.names.insert(path.clone(), Node::File(inode));
+        self.trace.ops.push(TraceOp::Create { path, inode });
+        self.write_whole(inode, bytes);
+    }
+
+    fn new_inode(&mut self) -> InodeId {
+        let inode = self.trace.inode_count;
+        self.trace.inode_count += 1;
+        inode
+    }
+
+    fn write_whole(&mut self, inode: InodeId, bytes: &[u8]) {
+        let data_at = self.trace.data.len();
+        self.trace.data.extend_from_slice(bytes);
+        self.trace.ops.push(TraceOp::Write {
+            inode,
+            offset: 0,
+            len: bytes.len() as u64,
+            data_at,
+        });
+    }
+}
 
 impl RecordingFs {
     /// Starts recording on an existing directory; its current contents are the durable
     /// initial image.
     pub fn new(root: &Path) -> std::io::Result<Self> {
         let mut log = Log::default();
-        let mut initial = BTreeMap::new();
         for entry in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
             let entry = entry.map_err(std::io::Error::other)?;
             let rel = rel_string(root, entry.path())
                 .ok_or_else(|| std::io::Error::other("path outside root"))?;
             if entry.file_type().is_dir() {
                 log.names.insert(rel.clone(), Node::Dir);
-                initial.insert(rel, ImageEntry::Dir);
+                log.trace.initial.insert(rel, InitialEntry::Dir);
             } else if entry.file_type().is_file() {
                 let data = std::fs::read(entry.path())?;
-                let inode = log.inodes.len();
-                initial.insert(
-                    rel.clone(),
-                    ImageEntry::File {
-                        inode,
-                        len: data.len(),
-                        zeroed_from: None,
-                    },
-                );
-                log.inodes.push(data);
+                let inode = log.new_inode();
+                log.trace.initial_contents.push(data);
+                log.trace
+                    .initial
+                    .insert(rel.clone(), InitialEntry::File(inode));
                 log.names.insert(rel, Node::File(inode));
             }
         }
         Ok(RecordingFs {
             root: root.to_owned(),
             log: std::sync::Mutex::new(log),
-            initial,
             threads_allowed: false,
             pre_run_ops: 0,
             store: String::new(),
@@ -110,21 +117,14 @@ impl RecordingFs {
         dirs.sort_unstable();
         let mut files: Vec<&str> = non_durable_files.to_vec();
         files.sort_unstable();
-        let mut initial = std::mem::take(&mut recorder.initial);
-        let mut pending_ops = Vec::with_capacity(dirs.len() + files.len());
+        let log = recorder
+            .log
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut file_inodes = Vec::with_capacity(files.len());
         for file in files {
-            match initial.remove(file) {
-                Some(ImageEntry::File { inode, .. }) => {
-                    // Synced data came first: the writer fsynced a temp file, then renamed
-                    // it here (the temp name in `staging/` is not modelled).
-                    if synced == KilledWriterFiles::DataSynced {
-                        pending_ops.push(Op::FsyncFile { inode });
-                    }
-                    pending_ops.push(Op::Create {
-                        path: file.to_owned(),
-                        inode,
-                    });
-                }
+            match log.trace.initial.remove(file) {
+                Some(InitialEntry::File(inode)) => file_inodes.push((file, inode)),
                 _ => {
                     return Err(std::io::Error::other(format!(
                         "{file} is not a file of the initial image"
@@ -132,32 +132,41 @@ impl RecordingFs {
                 }
             }
         }
-        let mut dir_ops = Vec::with_capacity(dirs.len());
         for dir in &dirs {
-            if initial.remove(*dir) != Some(ImageEntry::Dir) {
+            if log.trace.initial.remove(*dir) != Some(InitialEntry::Dir) {
                 return Err(std::io::Error::other(format!(
                     "{dir} is not a directory of the initial image"
                 )));
             }
         }
         // Listed directories may nest (a killed writer's root and the layout in it).
+        // Program order: each directory before the files created in it.
         for dir in dirs {
             let prefix = format!("{dir}/");
-            if initial.keys().any(|k| k.starts_with(&prefix)) {
+            if log.trace.initial.keys().any(|k| k.starts_with(&prefix)) {
                 return Err(std::io::Error::other(format!(
                     "{dir} holds durable entries; only directories holding nothing but \
                      non-durable files are modelled"
                 )));
             }
-            dir_ops.push(Op::Mkdir {
+            log.trace.ops.push(TraceOp::Mkdir {
                 path: dir.to_owned(),
             });
         }
-        // Program order: each directory before the files created in it.
-        dir_ops.append(&mut pending_ops);
-        recorder.pre_run_ops = dir_ops.len();
-        recorder.lock_log().ops = dir_ops;
-        recorder.initial = initial;
+        for (file, inode) in file_inodes {
+            log.trace.ops.push(TraceOp::Create {
+                path: file.to_owned(),
+                inode,
+            });
+            // Synced data stays the inode's durable contents: the writer fsynced a temp
+            // file, then renamed it here (the temp name in `staging/` is not modelled), so
+            // only the name may be lost. Unsynced data is the killed writer's write.
+            if synced == KilledWriterFiles::NothingSynced {
+                let bytes = std::mem::take(&mut log.trace.initial_contents[inode]);
+                log.write_whole(inode, &bytes);
+            }
+        }
+        recorder.pre_run_ops = log.trace.ops.len();
         Ok(recorder)
     }
 
@@ -209,11 +218,13 @@ impl RecordingFs {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Notes that a barrier was reached (after the operations issued so far).
+    /// Notes that a barrier was reached (after the operations issued so far): the
+    /// trace's next acknowledgement.
     pub fn mark(&self, barrier: Barrier) {
         let mut log = self.lock_log();
-        let at = log.ops.len();
-        log.marks.push((barrier, at));
+        let at = log.trace.ops.len();
+        log.trace.acknowledged_at.push(at);
+        log.barriers.push(barrier);
     }
 
     /// The recording, once the run is over.
@@ -223,10 +234,8 @@ impl RecordingFs {
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         Recording {
-            initial: self.initial,
-            ops: log.ops,
-            inodes: log.inodes,
-            marks: log.marks,
+            trace: log.trace,
+            barriers: log.barriers,
             pre_run_ops: self.pre_run_ops,
             store: self.store,
         }
@@ -245,7 +254,7 @@ impl FileSystem for RecordingFs {
         let mut log = self.lock_log();
         RealFs.create_dir(&self.resolve(path))?;
         log.names.insert(rel.clone(), Node::Dir);
-        log.ops.push(Op::Mkdir { path: rel });
+        log.trace.ops.push(TraceOp::Mkdir { path: rel });
         Ok(())
     }
 
@@ -253,10 +262,7 @@ impl FileSystem for RecordingFs {
         let rel = self.rel(path)?;
         let mut log = self.lock_log();
         RealFs.write_new_file(&self.resolve(path), bytes, read_only)?;
-        let inode = log.inodes.len();
-        log.inodes.push(bytes.to_vec());
-        log.names.insert(rel.clone(), Node::File(inode));
-        log.ops.push(Op::Create { path: rel, inode });
+        log.create(rel, bytes);
         Ok(())
     }
 
@@ -266,7 +272,11 @@ impl FileSystem for RecordingFs {
         match log.names.get(&rel) {
             Some(Node::File(inode)) => {
                 let inode = *inode;
-                log.ops.push(Op::FsyncFile { inode });
+                let entered_after = log.trace.ops.len();
+                log.trace.ops.push(TraceOp::Fsync {
+                    inode,
+                    entered_after,
+                });
                 Ok(())
             }
             _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
@@ -283,7 +293,12 @@ impl FileSystem for RecordingFs {
         }
         let path = path.as_path();
         let rel = self.rel(path)?;
-        self.lock_log().ops.push(Op::FsyncDir { path: rel });
+        let mut log = self.lock_log();
+        let entered_after = log.trace.ops.len();
+        log.trace.ops.push(TraceOp::FsyncDir {
+            path: rel,
+            entered_after,
+        });
         Ok(())
     }
 
@@ -291,7 +306,7 @@ impl FileSystem for RecordingFs {
         let (rel_from, rel_to) = (self.rel(from)?, self.rel(to)?);
         let mut log = self.lock_log();
         RealFs.rename_noreplace(&self.resolve(from), &self.resolve(to))?;
-        note_rename(&mut log, rel_from, rel_to);
+        note_rename(&mut log, rel_from, rel_to, true);
         Ok(())
     }
 
@@ -299,7 +314,7 @@ impl FileSystem for RecordingFs {
         let (rel_from, rel_to) = (self.rel(from)?, self.rel(to)?);
         let mut log = self.lock_log();
         RealFs.rename_replace(&self.resolve(from), &self.resolve(to))?;
-        note_rename(&mut log, rel_from, rel_to);
+        note_rename(&mut log, rel_from, rel_to, false);
         Ok(())
     }
 
@@ -308,7 +323,7 @@ impl FileSystem for RecordingFs {
         let mut log = self.lock_log();
         RealFs.remove_file(&self.resolve(path))?;
         log.names.remove(&rel);
-        log.ops.push(Op::Remove { path: rel });
+        log.trace.ops.push(TraceOp::Unlink { path: rel });
         Ok(())
     }
 
@@ -341,10 +356,14 @@ impl FileSystem for RecordingFs {
     }
 }
 
-fn note_rename(log: &mut Log, from: String, to: String) {
+fn note_rename(log: &mut Log, from: String, to: String, noreplace: bool) {
     if let Some(Node::File(inode)) = log.names.remove(&from) {
         log.names.insert(to.clone(), Node::File(inode));
-        log.ops.push(Op::Rename { from, to, inode });
+        log.trace.ops.push(TraceOp::Rename {
+            from,
+            to,
+            noreplace,
+        });
     }
 }
 

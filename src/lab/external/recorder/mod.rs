@@ -49,8 +49,8 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use crate::lab::crash_model::trace::{InitialEntry, InodeId, StdoutWrite, Trace, TraceOp};
 use crate::lab::external::error::CrashTestError;
-use crate::lab::external::trace::{InitialEntry, InodeId, StdoutWrite, Trace, TraceOp};
 use crate::supervise::process::ExitOutcome;
 
 /// The system calls the recorder follows, as said in refusals and `--help`.

@@ -28,10 +28,10 @@ use serde::Serialize;
 
 use crate::core::digest::{Digest, FramedHasher};
 use crate::core::rng::SplitMix64;
-use crate::lab::external::trace::{parent, InitialEntry, InodeId, Trace, TraceOp};
-use crate::lab::powerloss::{subsets, EnumerationLimits, Node};
+use trace::{InitialEntry, InodeId, Trace, TraceOp};
 
 mod data;
+pub mod trace;
 use data::DataAt;
 
 /// How one file's bytes in a crash state relate to the trace.
@@ -82,7 +82,8 @@ pub struct CrashState {
     pub dropped_operations: Vec<usize>,
     /// Every entry, by path relative to the state's root.
     pub entries: BTreeMap<String, StateEntry>,
-    /// What a loader can see (paths, kinds, bytes).
+    /// What a loader can see: every path outside the unread ones, its kind and its
+    /// content's SHA-256.
     pub digest: Digest,
 }
 
@@ -167,6 +168,10 @@ pub struct SubsetCoverage {
     /// Every subset there is (2 to the number of pending entry operations, per crash
     /// point); `None` when the sum exceeds `u64::MAX`.
     pub total: Option<u64>,
+    /// Crash points (operation boundaries, the start included).
+    pub crash_points: u64,
+    /// Most entry operations pending at one crash point.
+    pub max_pending: u64,
 }
 
 impl SubsetCoverage {
@@ -176,6 +181,8 @@ impl SubsetCoverage {
     }
 
     fn add_crash_point(&mut self, pending: usize, enumerated: usize) {
+        self.crash_points += 1;
+        self.max_pending = self.max_pending.max(pending as u64);
         self.enumerated = self.enumerated.saturating_add(enumerated as u64);
         // checked_shl refuses shifts of 64 and more: 2^pending does not fit then.
         let all = u32::try_from(pending)
@@ -194,6 +201,10 @@ pub struct CrashStates {
     pub states: Vec<CrashState>,
     /// The subsets of pending entry operations enumerated, of all there are.
     pub subsets: SubsetCoverage,
+    /// Crash states built over every crash point, subset and data variant, each time
+    /// one is reached (so a state reached again is counted again): at least
+    /// `states.len()`.
+    pub built: u64,
 }
 
 /// Every distinct crash state of `trace`, in order of first appearance (crash point).
@@ -210,11 +221,16 @@ pub fn crash_states(
         limit: limits.max_distinct_states,
     };
     let mut coverage = SubsetCoverage {
-        enumerated: 0,
         total: Some(0),
+        ..SubsetCoverage::default()
     };
     let mut data = DataAt::initial(trace);
     let mut pending: Vec<usize> = Vec::new();
+    // A namespace seen again while no file's data changed yields the same states: they
+    // are looked up, not rebuilt (each one hashes every file it holds).
+    let mut expanded: HashMap<(BTreeMap<String, Node>, bool), Vec<usize>> = HashMap::new();
+    let mut digests = FileDigests::new();
+    let mut built = 0u64;
     for crash_point in 0..=trace.ops.len() {
         // Sampling may draw a subset twice; coverage counts distinct ones.
         let mut drawn: HashSet<Vec<usize>> = HashSet::new();
@@ -227,39 +243,55 @@ pub fn crash_states(
                 .collect()
         };
         coverage.add_crash_point(pending.len(), distinct.len());
+        let acknowledged = trace.acknowledged_by(crash_point);
         for subset in distinct {
             let chosen: HashSet<usize> = subset.iter().map(|&i| pending[i]).collect();
             let names = namespace(trace, crash_point, &pending, &chosen);
             let everything = subset.len() == pending.len();
+            let key = (names, everything);
+            if let Some(indices) = expanded.get(&key) {
+                built += indices.len() as u64;
+                for &index in indices {
+                    distinct_states.reached_again(index, acknowledged);
+                }
+                continue;
+            }
             let choices = variants(
                 trace,
-                &names,
+                &key.0,
                 &data,
                 everything,
                 limits.write_prefixes,
                 unread,
             );
+            let mut indices = Vec::with_capacity(choices.len());
             for files in choices {
                 let state = build_state(
                     trace,
-                    &data,
+                    (&data, &mut digests),
                     (crash_point, &pending, &chosen),
-                    &names,
+                    &key.0,
                     &files,
                     unread,
                 );
-                distinct_states.keep(state)?;
+                built += 1;
+                indices.push(distinct_states.keep(state)?);
             }
+            expanded.insert(key, indices);
         }
         let Some(op) = trace.ops.get(crash_point) else {
             break;
         };
-        data.apply(trace, crash_point);
+        if data.apply(trace, crash_point) {
+            expanded.clear();
+            digests.clear();
+        }
         update_pending(trace, crash_point, op, unread, &mut pending);
     }
     Ok(CrashStates {
         states: distinct_states.states,
         subsets: coverage,
+        built,
     })
 }
 
@@ -273,18 +305,25 @@ struct DistinctStates {
 
 impl DistinctStates {
     /// Keeps `state` unless an equal one is kept already; more than `limit` is an error.
-    fn keep(&mut self, state: CrashState) -> Result<(), ModelError> {
+    /// Returns the kept state's index.
+    fn keep(&mut self, state: CrashState) -> Result<usize, ModelError> {
         if let Some(&index) = self.seen.get(&state.digest) {
-            let kept = &mut self.states[index];
-            kept.acknowledged = kept.acknowledged.max(state.acknowledged);
-            return Ok(());
+            self.reached_again(index, state.acknowledged);
+            return Ok(index);
         }
         if self.states.len() == self.limit {
             return Err(ModelError::TooManyStates { limit: self.limit });
         }
-        self.seen.insert(state.digest, self.states.len());
+        let index = self.states.len();
+        self.seen.insert(state.digest, index);
         self.states.push(state);
-        Ok(())
+        Ok(index)
+    }
+
+    /// The state at `index` is reached again, after `acknowledged` acknowledgements.
+    fn reached_again(&mut self, index: usize, acknowledged: usize) {
+        let kept = &mut self.states[index];
+        kept.acknowledged = kept.acknowledged.max(acknowledged);
     }
 }
 
@@ -412,15 +451,22 @@ fn variants(
 /// The crash point, the pending entry operations and the chosen ones among them.
 type Point<'a> = (usize, &'a [usize], &'a HashSet<usize>);
 
+/// Each file variant's length and SHA-256, computed once while no file's data changes
+/// (a state hashes its files' digests, not their bytes).
+type FileDigests = HashMap<(InodeId, FileData), (u64, Digest)>;
+
+/// The domain of a state's digest ([`CrashState::digest`], [`tree_digest`]).
+const STATE_DIGEST_DOMAIN: &str = "shardlift/crash-model/state/v2";
+
 fn build_state(
     trace: &Trace,
-    data: &DataAt,
+    (data, digests): (&DataAt, &mut FileDigests),
     (crash_point, pending, chosen): Point<'_>,
     names: &BTreeMap<String, Node>,
     files: &BTreeMap<InodeId, FileData>,
     unread: &Unread,
 ) -> CrashState {
-    let mut hasher = FramedHasher::new("shardlift/crash-test/state/v1");
+    let mut hasher = FramedHasher::new(STATE_DIGEST_DOMAIN);
     let mut entries = BTreeMap::new();
     for (path, node) in names {
         let seen = !unread.covers(path);
@@ -436,15 +482,18 @@ fn build_state(
             }
             Node::File(inode) => {
                 let variant = files.get(inode).copied().unwrap_or(FileData::Whole);
-                let bytes = data.bytes(trace, *inode, variant);
+                let (len, sha256) = *digests.entry((*inode, variant)).or_insert_with(|| {
+                    let bytes = data.bytes(trace, *inode, variant);
+                    (bytes.len() as u64, Digest::of(&bytes))
+                });
                 if seen {
-                    hasher.field(&bytes);
+                    hasher.field(&sha256.0);
                 }
                 StateEntry::File {
                     inode: *inode,
                     data: variant,
-                    len: bytes.len() as u64,
-                    sha256: Digest::of(&bytes),
+                    len,
+                    sha256,
                 }
             }
         };
@@ -486,17 +535,18 @@ pub fn tree_digest(
         };
         tree.insert(rel, bytes);
     }
-    let mut hasher = FramedHasher::new("shardlift/crash-test/state/v1");
+    let mut hasher = FramedHasher::new(STATE_DIGEST_DOMAIN);
     let mut listing = BTreeMap::new();
     for (path, bytes) in &tree {
-        let shown = match bytes {
-            None => "dir".to_owned(),
-            Some(bytes) => Digest::of(bytes).to_string(),
-        };
+        let sha256 = bytes.as_deref().map(Digest::of);
         if !unread.covers(path) {
             hasher.field(path.as_bytes());
-            hasher.field(bytes.as_deref().unwrap_or(b"<dir>"));
+            match &sha256 {
+                Some(sha256) => hasher.field(&sha256.0),
+                None => hasher.field(b"<dir>"),
+            };
         }
+        let shown = sha256.map_or_else(|| "dir".to_owned(), |sha256| sha256.to_string());
         listing.insert(path.clone(), shown);
     }
     Ok((hasher.finish(), listing))
@@ -520,6 +570,86 @@ pub fn state_files(trace: &Trace, state: &CrashState) -> Vec<(String, Option<Vec
             ),
         })
         .collect()
+}
+
+/// Writes `files` (a state's entries and bytes, [`state_files`], in path order so each
+/// directory comes before its entries) under `dir`, which must exist and be empty. On
+/// failure, the path that could not be written and why.
+pub fn write_state_files(
+    files: &[(String, Option<Vec<u8>>)],
+    dir: &std::path::Path,
+) -> Result<(), (String, std::io::Error)> {
+    for (path, bytes) in files {
+        let target = dir.join(path);
+        match bytes {
+            None => std::fs::create_dir(&target),
+            Some(bytes) => std::fs::write(&target, bytes),
+        }
+        .map_err(|e| (path.clone(), e))?;
+    }
+    Ok(())
+}
+
+/// The parent of a relative, `/`-separated path (`""` for a top-level name).
+pub fn parent(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(i) => &path[..i],
+        None => "",
+    }
+}
+
+/// What a name refers to while a run's operations are replayed: a directory, or a file
+/// by its inode (an index into the recording's or the trace's file contents). The one
+/// namespace node of both crash-state models (the store's and `crash-test`'s).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Node {
+    Dir,
+    File(usize),
+}
+
+/// How many crash states to derive, and how to sample.
+#[derive(Clone, Copy, Debug)]
+pub struct EnumerationLimits {
+    /// Enumerate all subsets when at most this many operations are pending.
+    pub all_subsets_up_to: usize,
+    /// Seeded random subsets per crash point when there are more.
+    pub samples: usize,
+    /// Seed of the sampled subsets.
+    pub seed: u64,
+}
+
+impl Default for EnumerationLimits {
+    fn default() -> Self {
+        EnumerationLimits {
+            all_subsets_up_to: 10,
+            samples: 16,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// Index subsets of `0..n` to try.
+pub(crate) fn subsets(
+    n: usize,
+    limits: EnumerationLimits,
+    rng: &mut SplitMix64,
+) -> Vec<Vec<usize>> {
+    if n <= limits.all_subsets_up_to {
+        return (0u32..(1u32 << n))
+            .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).collect())
+            .collect();
+    }
+    let mut out: Vec<Vec<usize>> = (0..=n).map(|k| (0..k).collect()).collect();
+    for omit in 0..n {
+        out.push((0..n).filter(|&i| i != omit).collect());
+    }
+    for _ in 0..limits.samples {
+        out.push((0..n).filter(|_| rng.next_u64() & 1 == 1).collect());
+    }
+    // Each subset once, in the order first drawn (a sample may repeat a prefix).
+    let mut drawn = HashSet::new();
+    out.retain(|subset| drawn.insert(subset.clone()));
+    out
 }
 
 #[cfg(test)]

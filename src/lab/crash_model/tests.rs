@@ -322,7 +322,9 @@ fn subset_coverage_counts_what_was_enumerated() {
         all.subsets,
         SubsetCoverage {
             enumerated: expected,
-            total: Some(expected)
+            total: Some(expected),
+            crash_points: full as u64 + 1,
+            max_pending: full as u64,
         }
     );
     assert!(!all.subsets.sampled());
@@ -380,4 +382,38 @@ fn a_materialised_state_has_the_states_digest() {
         let (digest, _) = tree_digest(dir.path(), &Unread::default()).expect("digest");
         assert_eq!(digest, state.digest);
     }
+}
+
+#[test]
+fn the_coverage_says_what_was_enumerated() {
+    let limits = EnumerationLimits {
+        all_subsets_up_to: 3,
+        samples: 4,
+        seed: 1,
+    };
+    let mut coverage = SubsetCoverage {
+        total: Some(0),
+        ..SubsetCoverage::default()
+    };
+    let mut rng = SplitMix64::keyed(1, "test", 0);
+    for pending in [0usize, 3, 5] {
+        let tried = subsets(pending, limits, &mut rng);
+        let distinct: HashSet<&Vec<usize>> = tried.iter().collect();
+        assert_eq!(distinct.len(), tried.len(), "each subset once");
+        coverage.add_crash_point(pending, tried.len());
+    }
+    assert_eq!(coverage.crash_points, 3);
+    assert_eq!(coverage.max_pending, 5);
+    assert!(coverage.sampled());
+    assert_eq!(coverage.total, Some(1 + 8 + 32));
+    // 1 + 8 exhaustive; at 5 pending: 6 prefixes, 5 all-but-one (one is a prefix),
+    // and up to 4 samples.
+    assert!(coverage.enumerated >= 1 + 8 + 10 && coverage.enumerated < 1 + 8 + 32);
+    let mut huge = SubsetCoverage {
+        total: Some(0),
+        ..SubsetCoverage::default()
+    };
+    huge.add_crash_point(64, 1);
+    huge.add_crash_point(3, 8);
+    assert_eq!(huge.total, None, "2^64 does not fit");
 }

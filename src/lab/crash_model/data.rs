@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::FileData;
-use crate::lab::external::trace::{InodeId, Trace, TraceOp};
+use crate::lab::crash_model::trace::{InodeId, Trace, TraceOp};
 
 /// Contents of every inode at one crash point.
 #[derive(Clone, Debug, Default)]
@@ -34,8 +34,9 @@ impl DataAt {
         !self.unsynced[inode].is_empty()
     }
 
-    /// Applies operation `seq` of `trace`.
-    pub(super) fn apply(&mut self, trace: &Trace, seq: usize) {
+    /// Applies operation `seq` of `trace`; whether it is a data operation or a
+    /// durability call (one that may change what a crash leaves of some file's data).
+    pub(super) fn apply(&mut self, trace: &Trace, seq: usize) -> bool {
         match &trace.ops[seq] {
             TraceOp::Write {
                 inode,
@@ -61,8 +62,9 @@ impl DataAt {
                     self.make_durable(trace, inode, *entered_after);
                 }
             }
-            _ => {}
+            _ => return false,
         }
+        true
     }
 
     /// Makes the unsynced operations of `inode` completed before index `entered_after`

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use super::parent;
 use crate::core::digest::Digest;
-pub use crate::lab::powerloss::parent;
 
 /// A model inode: an index into [`Trace::initial_contents`] for files of the initial
 /// image, and new indices for files the writer created.
@@ -209,10 +209,10 @@ pub struct Trace {
     pub data: Vec<u8>,
     /// The writer's writes to its stdout, in completion order: how many operations had
     /// completed when each one completed, and its length in bytes. Acknowledgement lines
-    /// are placed in the trace by these (see [`super::ack`]).
+    /// are placed in the trace by these (see [`crate::lab::external::ack`]).
     pub stdout_writes: Vec<StdoutWrite>,
     /// Where the acknowledgements fall: for each, the operations completed when it was
-    /// given, in order (see [`super::ack`]; empty until they are placed).
+    /// given, in order (see [`crate::lab::external::ack`]; empty until they are placed).
     pub acknowledged_at: Vec<usize>,
 }
 
