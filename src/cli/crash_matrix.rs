@@ -83,7 +83,7 @@ fn print_matrix_text(
     mutants: &shardlift::lab::mutants::MutantTally,
 ) {
     outln!(
-        "{} barriers; {} barrier kills; {} operations traced, {} operation-boundary kills; {} random kills ({} runs finished first); {} crash images, {} distinct states; {} corruption cases; {} violations",
+        "{} barriers; {} barrier kills; {} operations traced, {} operation-boundary kills; {} random kills ({} runs finished first); {} crash states built, {} distinct; {} corruption cases; {} violations",
         summary.barriers.len(),
         summary.barrier_kills,
         summary.trace_operations,

@@ -5,7 +5,7 @@
 //! Every file the project writes — store objects and records, bundles, release evidence,
 //! receipts, the dataset cache, the invariant suite's artifact — goes through this module.
 //! The only exceptions are deliberate and in the crash lab: the damage `lab::corruption`
-//! injects, the crash images `lab::powerloss` materialises into scratch directories, and
+//! injects, the crash states `lab::crash_model` materialises into scratch directories, and
 //! the plain write+fsync baseline `lab::bench` measures against.
 pub mod faulty;
 pub mod file;

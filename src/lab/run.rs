@@ -42,7 +42,7 @@ pub struct MatrixSummary {
     pub random_runs_finished_first: u64,
     /// Random kills after which the candidate's commit record was visible.
     pub random_kills_candidate_visible: u64,
-    /// Power-loss crash images generated, over all scenarios.
+    /// Power-loss crash states built, over all scenarios (before deduplication).
     pub crash_images: u64,
     /// Distinct states among them as recovery sees them; each was checked.
     pub distinct_states: u64,

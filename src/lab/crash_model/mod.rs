@@ -1,5 +1,8 @@
-//! Crash states of a recorded trace, under the crash matrix's persistence model
-//! (RFC 0001 §Failure model, `lab::powerloss`):
+//! The one crash-state model: the states a power cut could leave of a recorded
+//! [`Trace`], under the persistence model of RFC 0001 §8. Two recorders feed it: the
+//! store's writer through `lab::powerloss` (the crash matrix) and any program under
+//! ptrace through `lab::external` (`crash-test`), and the kernel runs hold real file
+//! systems against its states.
 //!
 //! - a file's data and size are durable once it is fsynced (or after `sync`); before
 //!   that, while it has unsynced writes or truncations (even ones that leave its bytes
@@ -18,10 +21,12 @@
 //! seeded samples; [`SubsetCoverage`] says how many subsets were built of how many
 //! there are. Per-file data variants are taken where every pending operation
 //! happened (the namespace with the most names); every other subset gets "all whole" and
-//! "all lost". States are deduplicated by a digest of what a loader can see: every path,
-//! its kind and its bytes; a state reached again after more acknowledgements keeps its
-//! first crash point and takes the larger acknowledgement count (a check demands more,
-//! never less, once more has been acknowledged).
+//! "all lost". States are deduplicated by a digest of what a loader can see: every path
+//! outside the unread ones, its kind and its content's SHA-256; a state reached again
+//! after more acknowledgements keeps its first crash point and takes the larger
+//! acknowledgement count (a check demands more, never less, once more has been
+//! acknowledged). A namespace reached again while no file's data changed yields the
+//! states it yielded before, so they are looked up, not rebuilt.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
@@ -215,11 +220,7 @@ pub fn crash_states(
 ) -> Result<CrashStates, ModelError> {
     trace.validate().map_err(ModelError::BadTrace)?;
     let mut rng = SplitMix64::keyed(limits.subsets.seed, "shardlift/crash-test/subsets", 0);
-    let mut distinct_states = DistinctStates {
-        seen: HashMap::new(),
-        states: Vec::new(),
-        limit: limits.max_distinct_states,
-    };
+    let mut distinct_states = DistinctStates::new(limits.max_distinct_states);
     let mut coverage = SubsetCoverage {
         total: Some(0),
         ..SubsetCoverage::default()
@@ -232,15 +233,11 @@ pub fn crash_states(
     let mut digests = FileDigests::new();
     let mut built = 0u64;
     for crash_point in 0..=trace.ops.len() {
-        // Sampling may draw a subset twice; coverage counts distinct ones.
-        let mut drawn: HashSet<Vec<usize>> = HashSet::new();
+        // Each subset once (`subsets` drops a sample that repeats one).
         let distinct: Vec<Vec<usize>> = if limits.narrowed {
             vec![Vec::new()]
         } else {
             subsets(pending.len(), limits.subsets, &mut rng)
-                .into_iter()
-                .filter(|subset| drawn.insert(subset.clone()))
-                .collect()
         };
         coverage.add_crash_point(pending.len(), distinct.len());
         let acknowledged = trace.acknowledged_by(crash_point);
@@ -304,6 +301,14 @@ struct DistinctStates {
 }
 
 impl DistinctStates {
+    fn new(limit: usize) -> Self {
+        DistinctStates {
+            seen: HashMap::new(),
+            states: Vec::new(),
+            limit,
+        }
+    }
+
     /// Keeps `state` unless an equal one is kept already; more than `limit` is an error.
     /// Returns the kept state's index.
     fn keep(&mut self, state: CrashState) -> Result<usize, ModelError> {

@@ -417,3 +417,30 @@ fn the_coverage_says_what_was_enumerated() {
     huge.add_crash_point(3, 8);
     assert_eq!(huge.total, None, "2^64 does not fit");
 }
+
+#[test]
+fn a_state_reached_again_is_held_to_the_latest_acknowledgement() {
+    // The correct replace, then a second directory fsync that changes nothing: the
+    // final state is reached at both ends, each after one more acknowledgement.
+    let mut trace = replace_trace(true);
+    let end = trace.ops.len();
+    trace.ops.push(TraceOp::FsyncDir {
+        path: String::new(),
+        entered_after: end,
+    });
+    trace.acknowledged_at = vec![end, end + 1];
+    let all = crash_states(&trace, ModelLimits::default(), &Unread::default()).unwrap();
+    let new_only: Vec<&CrashState> = all
+        .states
+        .iter()
+        .filter(|state| state_files(&trace, state) == vec![("ckpt".to_owned(), Some(NEW.to_vec()))])
+        .collect();
+    assert_eq!(new_only.len(), 1, "one state, however often it is reached");
+    assert_eq!(new_only[0].acknowledged, 2);
+    assert!(
+        new_only[0].crash_point < end,
+        "it keeps its first crash point"
+    );
+    // Reached again at the last two crash points at least: counted each time.
+    assert!(all.built >= all.states.len() as u64 + 2, "{}", all.built);
+}

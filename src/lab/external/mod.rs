@@ -1,6 +1,6 @@
 //! Crash-testing someone else's checkpoint writer (`shardlift crash-test`): record a real
 //! process tree's file-system operations with ptrace ([`recorder`]), build the crash
-//! states of that trace under the crash matrix's persistence model ([`model`]),
+//! states of that trace under the one crash-state model ([`crate::lab::crash_model`]),
 //! materialise each one and run the user's check command on it ([`check`]).
 //!
 //! Phases, each a function returning a typed value: prepare the output directory → run

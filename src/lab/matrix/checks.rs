@@ -95,7 +95,7 @@ pub(super) fn check_recovery_common(
 }
 
 /// Rename is the only way a name appears in `objects/` or `commits/` (RFC 0001 §4), so
-/// a crash image may show such a name only with its complete bytes: an object whose bytes
+/// a crash state may show such a name only with its complete bytes: an object whose bytes
 /// are its address, a commit record that decodes. A writer that renames before the data is
 /// durable, or writes in place, exposes torn bytes here even when recovery rejects them.
 /// A file a killed writer left with its data unsynced ([`KilledWriterFiles::NothingSynced`])

@@ -70,7 +70,7 @@ pub const CONCURRENT_LIMITS: EnumerationLimits = EnumerationLimits {
     seed: 0x5eed,
 };
 
-/// How the crash images of `action`'s run are enumerated, seeded with `seed`: the
+/// How the crash states of `action`'s run are enumerated, seeded with `seed`: the
 /// concurrent limits where many operations stay pending at once (a concurrent publish's
 /// renames, a killed writer's creates), the default elsewhere.
 pub fn limits_for(action: &Action, seed: u64) -> EnumerationLimits {
@@ -136,8 +136,9 @@ pub fn repair_after_killed_commit(seed: u64) -> Result<Action, LabError> {
 pub struct ScenarioOutcome {
     /// Operations the recorded run issued.
     pub trace_operations: u64,
-    /// Crash images generated from the trace (every prefix, admissible subsets, data
-    /// variants), before deduplication.
+    /// Crash states built from the trace (every crash point, admissible subsets, data
+    /// variants), before deduplication: a state reached again is counted again
+    /// ([`crate::lab::crash_model::CrashStates::built`]).
     pub crash_images: u64,
     /// Distinct states among them, as recovery can see them (everything outside `staging/`).
     pub distinct_states: u64,
