@@ -1,17 +1,12 @@
 //! What only an object store (`--store s3://bucket/prefix`) does on the command line: its
 //! client's bounds and typed failure report (used by [`super::opened_store`]), `store
-//! publish-synthetic` with a paused publisher, `store bench`, and the child side of
+//! bench`, and the child side of
 //! `store-child publish|recover --store s3://…`, the publisher and recovery children of the
 //! crash harness (killer-demo's crash store on an object store).
 
-use shardlift::core::logical::LogicalState;
-use shardlift::core::topology::Topology;
-use shardlift::objstore::bench::PublishProgress;
 use shardlift::objstore::{ObjStore, ObjStoreError, ObjStoreOptions, S3Location};
-use shardlift::store::barrier::NoHooks;
-use shardlift::store::writer::SyntheticSpec;
 
-use super::{print_json, print_report};
+use super::print_json;
 
 /// The `--request-timeout-ms` of `shardlift store`, set once before the command runs.
 static REQUEST_TIMEOUT_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -53,53 +48,6 @@ pub(super) fn fail(error: ObjStoreError, json: bool) -> anyhow::Error {
         let _ = print_json(&value);
     }
     anyhow::Error::new(error)
-}
-
-/// Publishes a synthetic state to `location`, probing conditional create first. With
-/// `pause_at_barriers` it stops after every barrier event until the parent acknowledges
-/// it (`shardlift::lab::harness::stepping_barrier_hook`).
-pub fn publish(
-    location: &S3Location,
-    state: &LogicalState,
-    workers: u32,
-    json: bool,
-    pause_at_barriers: bool,
-    synthetic: Option<SyntheticSpec>,
-) -> anyhow::Result<()> {
-    let topology = Topology::new(workers)?;
-    let store =
-        ObjStore::open_at(location.clone(), client_options(), true).map_err(|e| fail(e, json))?;
-    eprintln!(
-        "objstore: {location}: conditional create {:?}",
-        store.conditional_create()
-    );
-    let summary = match (pause_at_barriers, synthetic) {
-        (true, None) => store.publish(
-            state,
-            topology,
-            &mut shardlift::lab::harness::stepping_barrier_hook(),
-        ),
-        (true, Some(spec)) => store.publish_synthetic(
-            state,
-            topology,
-            spec,
-            &mut shardlift::lab::harness::stepping_barrier_hook(),
-        ),
-        (false, None) => store.publish(state, topology, &mut NoHooks),
-        (false, Some(spec)) => store.publish_synthetic(
-            state,
-            topology,
-            spec,
-            &mut PublishProgress::new(&mut super::progress::StderrProgress::new(), &spec, state),
-        ),
-    }
-    .map_err(|e| fail(e, json))?;
-    print_report(json, &summary, || {
-        format!(
-            "published generation {} ({})",
-            summary.generation, summary.commit_key
-        )
-    })
 }
 
 /// `store bench --store s3://…` ([`shardlift::objstore::bench`]): the report as JSON on

@@ -13,10 +13,10 @@ use shardlift::core::progress::Progress;
 use shardlift::core::topology::Topology;
 use shardlift::interop::ExportSummary;
 use shardlift::objstore::{ObjCommitSummary, ObjStore};
-use shardlift::store::barrier::NoHooks;
+use shardlift::store::barrier::{BarrierHook, NoHooks};
 use shardlift::store::location::{Location, S3Location};
 use shardlift::store::protocol::Committed;
-use shardlift::store::writer::CommitSummary;
+use shardlift::store::writer::{CommitSummary, SyntheticSpec};
 use shardlift::store::{ObjectCheck, RecoveryReport};
 
 use super::objstore::{client_options, fail};
@@ -113,25 +113,48 @@ impl OpenedStore {
         })
     }
 
-    /// Publishes `state` on `topology` as the next generation.
+    /// Publishes `state` on `topology` as the next generation, with the synthetic objects
+    /// of `synthetic` if any (their progress to `progress`), reporting each barrier to
+    /// `hooks`.
     pub fn publish(
         &self,
         state: &LogicalState,
         topology: Topology,
+        synthetic: Option<SyntheticSpec>,
+        hooks: &mut dyn BarrierHook,
+        progress: &mut dyn Progress,
     ) -> anyhow::Result<CommitReport> {
-        Ok(match self {
-            OpenedStore::Dir(dir) => CommitReport::Dir(shardlift::store::publish(
-                dir,
-                state,
-                topology,
-                &mut NoHooks,
-            )?),
-            OpenedStore::S3 { store, json, .. } => CommitReport::S3(
+        Ok(match (self, synthetic) {
+            (OpenedStore::Dir(dir), None) => {
+                CommitReport::Dir(shardlift::store::publish(dir, state, topology, hooks)?)
+            }
+            (OpenedStore::Dir(dir), Some(spec)) => CommitReport::Dir(
+                shardlift::store::publish_synthetic(dir, state, topology, spec, hooks, progress)?,
+            ),
+            (OpenedStore::S3 { store, json, .. }, None) => CommitReport::S3(
                 store
-                    .publish(state, topology, &mut NoHooks)
+                    .publish(state, topology, hooks)
+                    .map_err(|e| fail(e, *json))?,
+            ),
+            (OpenedStore::S3 { store, json, .. }, Some(spec)) => CommitReport::S3(
+                store
+                    .publish_synthetic(state, topology, spec, hooks, progress)
                     .map_err(|e| fail(e, *json))?,
             ),
         })
+    }
+
+    /// Says on stderr what an object store's service honours (probed when it opened).
+    pub fn announce_capability(&self) {
+        if let OpenedStore::S3 {
+            store, location, ..
+        } = self
+        {
+            eprintln!(
+                "objstore: {location}: conditional create {:?}",
+                store.conditional_create()
+            );
+        }
     }
 
     /// The read-only recovery scan, and (`repair_latest`, a local store only) LATEST

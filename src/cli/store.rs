@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use shardlift::core::logical::LogicalState;
+use shardlift::core::progress::NoProgress;
 use shardlift::core::topology::{Topology, MAX_WORKERS};
 
 use shardlift::store::barrier::{BarrierHook, InOrder, NoHooks};
@@ -313,17 +314,16 @@ struct PublishOptions {
     pause_at: Option<String>,
 }
 
-/// `store publish-synthetic` on either backend.
+/// `store publish-synthetic` on either backend. Options only one backend has are refused
+/// on the other before anything is opened: `--trace-operations` and `--sequential` need
+/// the local file-system seam, `--pause-at` is the object store's paused publisher (a
+/// local one is `store-child publish`).
 fn publish_command(
     store: &Location,
     state: &LogicalState,
     seed: u64,
     options: PublishOptions,
 ) -> anyhow::Result<()> {
-    let store = match store {
-        Location::Dir(dir) => dir,
-        Location::S3(location) => return publish_s3(location, state, seed, options),
-    };
     let PublishOptions {
         workers,
         state_bytes,
@@ -332,66 +332,61 @@ fn publish_command(
         sequential,
         pause_at,
     } = options;
+    let local = matches!(store, Location::Dir(_));
     anyhow::ensure!(
-        pause_at.is_none(),
-        "--pause-at works on an object store only; a local store's paused publisher is `store-child publish`"
-    );
-    let mut hooks: Box<dyn BarrierHook> = if sequential {
-        Box::new(InOrder)
-    } else {
-        Box::new(NoHooks)
-    };
-    match state_bytes {
-        Some(state_bytes) => {
-            let scale = Scale {
-                seed,
-                state_bytes,
-                hooks: hooks.as_mut(),
-            };
-            publish_scaled(store, state, workers, scale, json)
-        }
-        None => publish_synthetic(
-            store,
-            state,
-            workers,
-            hooks.as_mut(),
-            json,
-            trace_operations,
-        ),
-    }
-}
-
-/// `store publish-synthetic` on an object store.
-fn publish_s3(
-    location: &S3Location,
-    state: &LogicalState,
-    seed: u64,
-    options: PublishOptions,
-) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        !options.trace_operations,
+        local || !trace_operations,
         "--trace-operations traces the local file-system seam; an object store has none"
     );
     anyhow::ensure!(
-        !options.sequential,
+        local || !sequential,
         "--sequential is for a local store; an object store's writer always issues one request after another (RFC 0001 §9.3)"
     );
-    let synthetic = options
-        .state_bytes
-        .map(|bytes| SyntheticSpec::scaling(state, seed, bytes));
-    let pause_at_barriers = match options.pause_at.as_deref() {
+    anyhow::ensure!(
+        !local || pause_at.is_none(),
+        "--pause-at works on an object store only; a local store's paused publisher is `store-child publish`"
+    );
+    let pause_at_barriers = match pause_at.as_deref() {
         None => false,
         Some("barriers") => true,
         Some(other) => anyhow::bail!("--pause-at {other:?}: expected barriers"),
     };
-    super::objstore::publish(
-        location,
-        state,
-        options.workers,
-        options.json,
-        pause_at_barriers,
-        synthetic,
-    )
+    let topology = Topology::new(workers)?;
+    if let (Location::Dir(dir), true) = (store, trace_operations) {
+        let (summary, trace) = shardlift::lab::harness::publish_traced(dir, state, topology)?;
+        return print_json(&serde_json::json!({
+            "summary": summary,
+            "operation_trace": trace,
+        }));
+    }
+    let opened = OpenedStore::open(store, true, json)?;
+    opened.announce_capability();
+    let mut hooks: Box<dyn BarrierHook> = if pause_at_barriers {
+        Box::new(shardlift::lab::harness::stepping_barrier_hook())
+    } else if sequential {
+        Box::new(InOrder)
+    } else {
+        Box::new(NoHooks)
+    };
+    let synthetic = state_bytes.map(|bytes| SyntheticSpec::scaling(state, seed, bytes));
+    let mut progress = super::progress::StderrProgress::new();
+    let commit = opened.publish(state, topology, synthetic, hooks.as_mut(), &mut progress)?;
+    drop(progress);
+    let generation = commit.committed().generation;
+    let Some(spec) = synthetic else {
+        return print_report(json, &commit, || {
+            format!("published generation {generation}")
+        });
+    };
+    let state_bytes = chunk_payload_bytes(state) + spec.total_bytes;
+    if json {
+        return print_json(&serde_json::json!({
+            "summary": commit,
+            "state_bytes": state_bytes,
+            "synthetic_objects": spec.object_count(),
+        }));
+    }
+    outln!("published generation {generation} ({state_bytes} bytes of chunk payloads)");
+    Ok(())
 }
 
 fn export(store: &Location, generation: u64, out: &Path, json: bool) -> anyhow::Result<()> {
@@ -414,7 +409,13 @@ fn import(store: &Location, from: &Path, workers: u32, json: bool) -> anyhow::Re
     let topology = Topology::new(workers)?;
     let (state, _) = shardlift::interop::read_export(from)
         .with_context(|| format!("importing {}", from.display()))?;
-    let commit = OpenedStore::open(store, true, json)?.publish(&state, topology)?;
+    let commit = OpenedStore::open(store, true, json)?.publish(
+        &state,
+        topology,
+        None,
+        &mut NoHooks,
+        &mut NoProgress,
+    )?;
     let generation = commit.committed().generation;
     let imported = shardlift::interop::ImportSummary::<CommitReport> {
         commit,
@@ -476,69 +477,4 @@ fn verify(store: &Location, generation: u64, json: bool) -> anyhow::Result<()> {
     print_report(json, &report, || {
         format!("generation {generation} verifies: root {root}")
     })
-}
-
-fn publish_synthetic(
-    store: &Path,
-    state: &LogicalState,
-    workers: u32,
-    hooks: &mut dyn BarrierHook,
-    json: bool,
-    trace_operations: bool,
-) -> anyhow::Result<()> {
-    let topology = Topology::new(workers)?;
-    if trace_operations {
-        let (summary, trace) = shardlift::lab::harness::publish_traced(store, state, topology)?;
-        return print_json(&serde_json::json!({
-            "summary": summary,
-            "operation_trace": trace,
-        }));
-    }
-    let summary = shardlift::store::publish(store, state, topology, hooks)?;
-    print_report(json, &summary, || {
-        format!("published generation {}", summary.committed.generation)
-    })
-}
-
-/// How `publish-synthetic --state-bytes` scales the state, and the writer's hooks.
-struct Scale<'h> {
-    seed: u64,
-    state_bytes: u64,
-    hooks: &'h mut dyn BarrierHook,
-}
-
-/// `publish-synthetic --state-bytes`: the state plus synthetic objects of its chunk size
-/// up to `state_bytes` chunk-payload bytes in all (at least one object).
-fn publish_scaled(
-    store: &Path,
-    state: &LogicalState,
-    workers: u32,
-    scale: Scale<'_>,
-    json: bool,
-) -> anyhow::Result<()> {
-    let Scale {
-        seed,
-        state_bytes,
-        hooks,
-    } = scale;
-    let topology = Topology::new(workers)?;
-    let model_bytes = chunk_payload_bytes(state);
-    let spec = SyntheticSpec::scaling(state, seed, state_bytes);
-    let mut progress = super::progress::StderrProgress::new();
-    let summary =
-        shardlift::store::publish_synthetic(store, state, topology, spec, hooks, &mut progress)?;
-    drop(progress);
-    if json {
-        return print_json(&serde_json::json!({
-            "summary": summary,
-            "state_bytes": model_bytes + spec.total_bytes,
-            "synthetic_objects": spec.object_count(),
-        }));
-    }
-    outln!(
-        "published generation {} ({} bytes of chunk payloads)",
-        summary.committed.generation,
-        model_bytes + spec.total_bytes
-    );
-    Ok(())
 }

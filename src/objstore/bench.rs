@@ -10,7 +10,7 @@ use crate::core::progress::Progress;
 use crate::core::topology::Topology;
 use crate::objstore::error::ObjStoreError;
 use crate::objstore::{ConditionalCreate, ObjStore};
-use crate::store::barrier::{Barrier, BarrierEvent, BarrierHook, HookStop};
+use crate::store::barrier::NoHooks;
 use crate::store::layout::{chunk_payloads, synthetic_object, synthetic_state};
 use crate::store::protocol::{chunk_payload_bytes, SyntheticSpec};
 
@@ -71,33 +71,6 @@ pub struct S3BenchReport {
     pub raw_copies_left: Vec<String>,
 }
 
-/// Progress from the writer's barrier events: one step per object it put.
-pub struct PublishProgress<'a> {
-    progress: &'a mut dyn Progress,
-    done: u64,
-}
-
-impl<'a> PublishProgress<'a> {
-    /// Starts a "publish" phase of one step per object of `state` scaled by `spec`.
-    pub fn new(progress: &'a mut dyn Progress, spec: &SyntheticSpec, state: &LogicalState) -> Self {
-        progress.phase(
-            "publish",
-            Some(state.chunks().len() as u64 * 3 + spec.object_count()),
-        );
-        PublishProgress { progress, done: 0 }
-    }
-}
-
-impl BarrierHook for PublishProgress<'_> {
-    fn reached(&mut self, event: &BarrierEvent) -> Result<(), HookStop> {
-        if event.barrier == Barrier::ObjectAfterDirectoryFsync {
-            self.done += 1;
-            self.progress.advance(self.done);
-        }
-        Ok(())
-    }
-}
-
 /// Publishes one synthetic state of `state_bytes` chunk-payload bytes (objects of
 /// `chunk_elements` × 4 bytes) to `store`, then PUTs the same objects' bytes again as
 /// plain PUTs under `bench-raw/<run>/<index>` (both timings include making the bytes),
@@ -116,13 +89,7 @@ pub fn run(
         location: store.client().location().url(),
         message: e.to_string(),
     })?;
-    let summary = store.publish_synthetic(
-        &state,
-        topology,
-        spec,
-        &mut PublishProgress::new(progress, &spec, &state),
-    )?;
-    progress.finish();
+    let summary = store.publish_synthetic(&state, topology, spec, &mut NoHooks, progress)?;
     let publish = Throughput::new(
         summary.bytes_put,
         summary.objects_put + 3,

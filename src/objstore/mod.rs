@@ -132,6 +132,7 @@ impl ObjStore {
         topology: Topology,
         spec: crate::store::writer::SyntheticSpec,
         hooks: &mut dyn BarrierHook,
+        progress: &mut dyn Progress,
     ) -> Result<ObjCommitSummary, ObjStoreError> {
         writer::publish_synthetic(
             &self.client,
@@ -140,6 +141,7 @@ impl ObjStore {
             topology,
             spec,
             hooks,
+            progress,
         )
     }
 

@@ -349,7 +349,7 @@ pub fn publish(
 /// Publishes `state` plus the synthetic objects of `spec` (RFC 0001 §3, §9.3 step 2): the
 /// chunk payloads, then the synthetic objects in order (each generated when its PUT is
 /// due, so memory stays one object), then the manifest that lists them, the commit record
-/// and LATEST.
+/// and LATEST; one progress step per object.
 pub fn publish_synthetic(
     client: &ObjClient,
     conditional_create: ConditionalCreate,
@@ -357,9 +357,10 @@ pub fn publish_synthetic(
     topology: Topology,
     spec: SyntheticSpec,
     hooks: &mut dyn BarrierHook,
+    progress: &mut dyn Progress,
 ) -> Result<ObjCommitSummary, ObjStoreError> {
     let mut run = Run::new(client, conditional_create, hooks);
-    let committed = protocol::publish(&mut run, state, topology, Some(spec), &mut NoProgress)?;
+    let committed = protocol::publish(&mut run, state, topology, Some(spec), progress)?;
     Ok(run.summary(committed))
 }
 

@@ -84,7 +84,7 @@ impl Backend for ObjectStoreBackend {
 
     fn publish_synthetic(&self, state: &LogicalState, count: u32, spec: SyntheticSpec) -> u64 {
         self.store
-            .publish_synthetic(state, workers(count), spec, &mut NoHooks)
+            .publish_synthetic(state, workers(count), spec, &mut NoHooks, &mut NoProgress)
             .expect("publish synthetic")
             .generation
     }
