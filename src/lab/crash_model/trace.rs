@@ -199,7 +199,9 @@ pub enum InitialEntry {
 pub struct Trace {
     /// The scratch directory before the writer ran (all durable).
     pub initial: BTreeMap<String, InitialEntry>,
-    /// Contents of the initial image's files, by inode.
+    /// Durable contents by inode of every file that exists before the trace: the initial
+    /// image's files, and files whose data was durable before their names were (a killed
+    /// writer's fsynced files, whose pending creates the trace begins with).
     pub initial_contents: Vec<Vec<u8>>,
     /// How many inodes the trace uses (initial ones first).
     pub inode_count: usize,
