@@ -8,7 +8,10 @@ use shardlift::core::digest::Digest;
 use shardlift::core::progress::RecordedProgress;
 use shardlift::core::topology::Topology;
 use shardlift::durable::fs::RealFs;
-use shardlift::store::codec::{object_rel_path, ManifestRecord};
+use shardlift::store::codec::{
+    self, commit_rel_path, object_rel_path, CommitRecord, ManifestRecord,
+    MAX_SYNTHETIC_OBJECT_BYTES,
+};
 use shardlift::store::layout::{synthetic_object, synthetic_state};
 use shardlift::store::writer::{publish_synthetic_with, SyntheticSpec};
 use shardlift::store::{self, ObjectCheck, RecordingHooks, StoreError};
@@ -209,6 +212,11 @@ fn impossible_sizes_are_refused_before_anything_is_written() {
         },
         SyntheticSpec {
             seed: 0,
+            object_bytes: MAX_SYNTHETIC_OBJECT_BYTES as u32 + 1,
+            total_bytes: 10,
+        },
+        SyntheticSpec {
+            seed: 0,
             object_bytes: u32::MAX,
             total_bytes: 10,
         },
@@ -225,6 +233,83 @@ fn impossible_sizes_are_refused_before_anything_is_written() {
         assert_eq!(err.kind(), "invalid-synthetic");
     }
     assert!(!root.exists());
+}
+
+/// Objects at the cap publish, recover and load: one of `MAX_SYNTHETIC_OBJECT_BYTES` and
+/// the rest.
+#[test]
+fn objects_at_the_size_cap_round_trip() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("store");
+    let spec = SyntheticSpec {
+        seed: 5,
+        object_bytes: MAX_SYNTHETIC_OBJECT_BYTES as u32,
+        total_bytes: MAX_SYNTHETIC_OBJECT_BYTES + 100,
+    };
+    store::publish_synthetic(
+        &root,
+        &synthetic_state(2, 3, 8192),
+        Topology::new(4).expect("t"),
+        spec,
+        &mut store::NoHooks,
+        &mut shardlift::core::progress::NoProgress,
+    )
+    .expect("publish");
+    let report = store::recover(&root).expect("recover");
+    assert_eq!(report.selected.map(|s| s.generation), Some(0));
+    let synthetic = manifest(&root).synthetic.expect("synthetic");
+    let first = std::fs::read(root.join(object_rel_path(&synthetic.objects[0]))).expect("read");
+    assert_eq!(first.len() as u64, MAX_SYNTHETIC_OBJECT_BYTES);
+    assert_eq!(Digest::of(&first), synthetic.objects[0]);
+    assert_eq!(first, synthetic_object(5, 0, first.len()));
+}
+
+/// A forged but internally consistent generation whose one synthetic object is a byte
+/// over the cap (the object at its address, the manifest at its digest, the commit record
+/// naming it) is rejected as a malformed manifest before the object is read.
+#[test]
+fn a_forged_manifest_with_an_object_over_the_cap_is_rejected() {
+    let (_dir, root) = published();
+    let len = MAX_SYNTHETIC_OBJECT_BYTES as usize + 1;
+    let object = synthetic_object(9, 0, len);
+    let digest = Digest::of(&object);
+    write_at(&root.join(object_rel_path(&digest)), &object);
+    let mut forged = manifest(&root);
+    let synthetic = forged.synthetic.as_mut().expect("synthetic");
+    synthetic.object_bytes = len as u32;
+    synthetic.total_bytes = len as u64;
+    synthetic.objects = vec![digest];
+    let manifest_bytes = codec::encode(&forged).expect("encode");
+    let manifest_digest = Digest::of(&manifest_bytes);
+    write_at(
+        &root.join(object_rel_path(&manifest_digest)),
+        &manifest_bytes,
+    );
+    let record_path = root.join(commit_rel_path(0));
+    let mut record: CommitRecord =
+        codec::decode(&record_path, &std::fs::read(&record_path).expect("read")).expect("decode");
+    record.manifest = manifest_digest;
+    std::fs::write(&record_path, codec::encode(&record).expect("encode")).expect("write");
+
+    let report = store::recover(&root).expect("recover");
+    assert!(report.selected.is_none());
+    assert_eq!(report.rejected.len(), 1);
+    assert_eq!(
+        report.rejected[0].kind,
+        shardlift::store::RejectionKind::MalformedManifest,
+        "{}",
+        report.rejected[0].reason
+    );
+    assert!(
+        report.rejected[0].reason.contains("over the cap"),
+        "{}",
+        report.rejected[0].reason
+    );
+}
+
+fn write_at(path: &Path, bytes: &[u8]) {
+    std::fs::create_dir_all(path.parent().expect("fan-out directory")).expect("mkdir");
+    std::fs::write(path, bytes).expect("write");
 }
 
 /// A scaled state of 40 synthetic objects: three verification batches of 16, 16 and 8.

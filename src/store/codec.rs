@@ -32,6 +32,9 @@ pub const MAX_LATEST_BYTES: u64 = 4096;
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 /// Largest chunk object accepted: one slot of the whole parameter vector in FP32.
 pub const MAX_CHUNK_OBJECT_BYTES: u64 = (PARAMETER_COUNT as u64) * 4;
+/// Largest synthetic object accepted (16 MiB): a tensor of a large model's state. A
+/// publishing thread holds one whole object, and so does an object store's verifying read.
+pub const MAX_SYNTHETIC_OBJECT_BYTES: u64 = 16 << 20;
 
 /// Decimal-string serde for u64 (JSON numbers are only exact up to 2^53).
 pub mod dec_u64 {
@@ -222,7 +225,7 @@ pub struct SyntheticPayloads {
     /// Seed of their deterministic content.
     #[serde(with = "dec_u64")]
     pub seed: u64,
-    /// Bytes of every object but the last (at most [`MAX_CHUNK_OBJECT_BYTES`]).
+    /// Bytes of every object but the last (at most [`MAX_SYNTHETIC_OBJECT_BYTES`]).
     pub object_bytes: u32,
     /// Bytes of all objects together.
     #[serde(with = "dec_u64")]
@@ -236,7 +239,7 @@ impl SyntheticPayloads {
     /// (zero sizes, too large objects, or a count that does not cover `total_bytes`).
     pub fn object_len(&self, index: usize) -> Option<u64> {
         let object_bytes = u64::from(self.object_bytes);
-        if object_bytes == 0 || object_bytes > MAX_CHUNK_OBJECT_BYTES || self.total_bytes == 0 {
+        if object_bytes == 0 || object_bytes > MAX_SYNTHETIC_OBJECT_BYTES || self.total_bytes == 0 {
             return None;
         }
         let count = self.total_bytes.div_ceil(object_bytes);

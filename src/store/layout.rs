@@ -6,7 +6,8 @@ use crate::core::logical::{f32_from_le_bytes, ChunkState, LogicalState};
 use crate::core::topology::Topology;
 
 use crate::store::codec::{
-    ChunkEntry, HyperparametersRecord, ManifestRecord, MANIFEST_SCHEMA, SCHEMA_VERSION,
+    ChunkEntry, HyperparametersRecord, ManifestRecord, MANIFEST_SCHEMA, MAX_SYNTHETIC_OBJECT_BYTES,
+    SCHEMA_VERSION,
 };
 use crate::store::error::StoreError;
 
@@ -98,6 +99,12 @@ pub fn check_manifest(path: &Path, manifest: &ManifestRecord) -> Result<Topology
         }
     }
     if let Some(synthetic) = &manifest.synthetic {
+        if u64::from(synthetic.object_bytes) > MAX_SYNTHETIC_OBJECT_BYTES {
+            return Err(malformed(format!(
+                "synthetic objects of {} bytes are over the cap of {MAX_SYNTHETIC_OBJECT_BYTES}",
+                synthetic.object_bytes
+            )));
+        }
         if synthetic.object_len(0).is_none() {
             return Err(malformed(format!(
                 "synthetic objects: {} listed of {} bytes for {} bytes in all",

@@ -12,7 +12,7 @@ use crate::core::progress::Progress;
 use crate::core::topology::Topology;
 use crate::store::codec::{
     encode, generation_after, ChunkEntry, CommitKind, CommitRecord, LatestRecord, ManifestRecord,
-    SyntheticPayloads, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_CHUNK_OBJECT_BYTES, SCHEMA_VERSION,
+    SyntheticPayloads, COMMIT_SCHEMA, LATEST_SCHEMA, MAX_SYNTHETIC_OBJECT_BYTES, SCHEMA_VERSION,
 };
 use crate::store::error::StoreError;
 use crate::store::layout::{manifest_for, synthetic_object};
@@ -148,7 +148,7 @@ pub fn synthetic_object_count(spec: SyntheticSpec) -> Result<usize, StoreError> 
         total_bytes: spec.total_bytes,
     };
     if spec.object_bytes == 0
-        || u64::from(spec.object_bytes) > MAX_CHUNK_OBJECT_BYTES
+        || u64::from(spec.object_bytes) > MAX_SYNTHETIC_OBJECT_BYTES
         || spec.total_bytes == 0
     {
         return Err(invalid());
@@ -327,7 +327,7 @@ pub fn reshard<B: SourceCheck + ?Sized>(
 pub struct SyntheticSpec {
     /// Seed of their content ([`crate::store::layout::synthetic_object`]).
     pub seed: u64,
-    /// Bytes of every object but the last (1 ..= `MAX_CHUNK_OBJECT_BYTES`).
+    /// Bytes of every object but the last (1 ..= `MAX_SYNTHETIC_OBJECT_BYTES`).
     pub object_bytes: u32,
     /// Bytes of all objects together (more than 0).
     pub total_bytes: u64,

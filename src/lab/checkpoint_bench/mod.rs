@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::core::progress::Progress;
-use crate::store::codec::MAX_CHUNK_OBJECT_BYTES;
 pub use error::CheckpointBenchError;
 use error::{io, stop_if_interrupted};
 use report::{CheckpointBenchReport, Figure, ShardliftLayout};
@@ -210,7 +209,7 @@ fn assemble(options: &CheckpointBenchOptions, measured: Measured<'_>) -> Checkpo
         load_average_end: load_average(),
         cache_eviction: cache_eviction_note(),
         shardlift_layout: ShardliftLayout {
-            object_bytes: MAX_CHUNK_OBJECT_BYTES,
+            object_bytes: u64::from(shardlift_side::OBJECT_BYTES),
             objects: shardlift.objects(),
             note: SHARDLIFT_LAYOUT_NOTE.to_owned(),
         },
@@ -325,7 +324,7 @@ fn measure_bounds(
     bytes: &[u8],
     dir: &Path,
 ) -> Result<Vec<(&'static str, f64)>, CheckpointBenchError> {
-    let object_bytes = MAX_CHUNK_OBJECT_BYTES as usize;
+    let object_bytes = shardlift_side::OBJECT_BYTES as usize;
     let parent = dir.parent().unwrap_or(Path::new("."));
     disk::settle(parent)?;
     let threads = crate::store::writer::MAX_OBJECT_IO_THREADS;
@@ -479,7 +478,7 @@ fn ratios(figures: &BTreeMap<String, Figure>) -> BTreeMap<String, report::Ratio>
         .collect()
 }
 
-const SHARDLIFT_LAYOUT_NOTE: &str = "ShardLift publishes the model's state as one chunk (three objects) plus the store's seeded synthetic objects for the rest of the bytes (store publish-synthetic), every object at the largest size RFC 0001 allows, one file each; the synthetic objects are made (SplitMix64) inside the timed publish, bound_synthetic_objects_made says what that costs";
+const SHARDLIFT_LAYOUT_NOTE: &str = "ShardLift publishes the model's state as one chunk (three objects) plus the store's seeded synthetic objects for the rest of the bytes (store publish-synthetic), each synthetic object the size of one of the state's weight tensors (object_bytes), one file each; the synthetic objects are made (SplitMix64) inside the timed publish, bound_synthetic_objects_made says what that costs";
 
 const NOTES: &[&str] = &[
     "disk_write: one file, sequential writes of the state, fsync of the file and of its directory; disk_read_cold: the same file evicted, read whole into a buffer allocated before timing",

@@ -124,7 +124,7 @@ pub fn ratio(
 /// How ShardLift stored the state.
 #[derive(Clone, Debug, Serialize)]
 pub struct ShardliftLayout {
-    /// Bytes of every object but the last: the largest chunk object RFC 0001 allows.
+    /// Bytes of every synthetic object but the last: one of the state's weight tensors.
     pub object_bytes: u64,
     /// Objects one publish installs (the model's three chunk objects and the synthetic
     /// ones), besides the manifest and the commit record.

@@ -5,23 +5,29 @@ use std::time::Instant;
 
 use super::disk::{evict_tree, tree_bytes};
 use super::error::CheckpointBenchError;
+use super::state::TENSOR_ELEMENTS;
 use crate::core::logical::{LogicalState, PARAMETER_COUNT};
 use crate::core::progress::NoProgress;
 use crate::core::topology::Topology;
-use crate::store::codec::MAX_CHUNK_OBJECT_BYTES;
+use crate::store::codec::MAX_SYNTHETIC_OBJECT_BYTES;
 use crate::store::layout::synthetic_state;
 use crate::store::writer::SyntheticSpec;
 use crate::store::{NoHooks, ObjectCheck};
 
 /// What ShardLift publishes for a state of `state_bytes`: the model's state as one chunk
-/// (three objects of [`MAX_CHUNK_OBJECT_BYTES`], the largest RFC 0001 allows) plus the
-/// store's seeded synthetic objects of that size for the rest.
+/// (three objects, one per FP32 slot) plus the store's seeded synthetic objects for the
+/// rest, each the size of one of the state's tensors ([`OBJECT_BYTES`]), as a
+/// content-addressed store of this state dict would hold it.
 pub struct ShardliftState {
     /// The model's state.
     pub model: LogicalState,
     /// The synthetic objects.
     pub spec: SyntheticSpec,
 }
+
+/// Bytes of each synthetic object: one weight tensor of the benchmarked state (4 MiB).
+pub const OBJECT_BYTES: u32 = (TENSOR_ELEMENTS * 4) as u32;
+const _: () = assert!(OBJECT_BYTES as u64 <= MAX_SYNTHETIC_OBJECT_BYTES);
 
 impl ShardliftState {
     /// The state for `state_bytes` (more than the model's three objects) seeded by `seed`.
@@ -31,7 +37,7 @@ impl ShardliftState {
             model,
             spec: SyntheticSpec {
                 seed,
-                object_bytes: MAX_CHUNK_OBJECT_BYTES as u32,
+                object_bytes: OBJECT_BYTES,
                 total_bytes: state_bytes.saturating_sub(model_bytes()).max(1),
             },
         }
