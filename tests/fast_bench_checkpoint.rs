@@ -170,6 +170,7 @@ fn disk_and_shardlift_sides_report_every_figure_and_ratios_recomputable_from_the
         "load_speedup_over_dcp_load",
         "reshard_speedup_over_dcp",
         "reshard_bytes_written",
+        "bound_load_speedup_over_dcp_load_by_hashing",
     ] {
         assert!(
             report["ratios"][name]["value"].is_null(),
