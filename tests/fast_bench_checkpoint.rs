@@ -140,6 +140,7 @@ fn disk_and_shardlift_sides_report_every_figure_and_ratios_recomputable_from_the
     for name in [
         "bound_objects_as_files_write",
         "bound_objects_as_files_read_cold",
+        "bound_objects_as_files_read_cold_io_threads",
         "bound_sha256_single_core",
         "bound_sha256_parallel",
         "bound_synthetic_objects_made",
@@ -171,6 +172,7 @@ fn disk_and_shardlift_sides_report_every_figure_and_ratios_recomputable_from_the
         "reshard_speedup_over_dcp",
         "reshard_bytes_written",
         "bound_load_speedup_over_dcp_load_by_hashing",
+        "bound_load_speedup_over_dcp_load_by_reads",
     ] {
         assert!(
             report["ratios"][name]["value"].is_null(),
