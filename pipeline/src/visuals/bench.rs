@@ -323,6 +323,7 @@ pub fn view(name: &str, report: &BenchReport) -> Svg {
         "reshard_speedup_over_dcp",
         "reshard_bytes_written",
         "bound_objects_as_files_over_disk_write",
+        "bound_load_speedup_over_dcp_load_by_reads",
     ]
     .iter()
     .map(|name| ratio_line(report, name))
