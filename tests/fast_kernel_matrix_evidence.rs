@@ -107,8 +107,8 @@ fn every_committed_kernel_table_holds_together() {
     }
 }
 
-/// Each forged table is internally consistent (valid JSON, every other field intact) and
-/// wrong in one way the check must see.
+/// Each forged table is internally consistent (valid JSON, its counts and totals agreeing
+/// with the field changed) and wrong in one way the check must see.
 #[test]
 fn forged_tables_are_refused() {
     let table = committed("ext4");
@@ -119,8 +119,9 @@ fn forged_tables_are_refused() {
         ("another kernel", |t| {
             t["kernel"]["release"] = "6.1.0-1-amd64".into()
         }),
-        ("a correct run that failed", |t| {
-            t["correct"][0]["failing_states"] = 1.into()
+        ("a correct run that failed, and its total", |t| {
+            t["correct"][0]["failing_states"] = 1.into();
+            t["correct_failing_states"] = 1.into();
         }),
         ("a mutant left out", |t| {
             if let Some(rows) = t["mutants"].as_array_mut() {
@@ -143,6 +144,8 @@ fn forged_tables_are_refused() {
                 if let Some(runs) = row["runs"].as_array_mut() {
                     for run in runs {
                         run["invariants_violated"] = serde_json::json!({});
+                        run["violations"] = serde_json::json!([]);
+                        run["failing_states"] = 0.into();
                     }
                 }
             }
